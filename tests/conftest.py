@@ -1,0 +1,48 @@
+"""Shared fixtures. Real-data tests read ../shared/data/us_equities and skip when it is absent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_DATA_DIR = Path(os.environ.get("ALPHA_GYM_REAL_DATA", ROOT.parent / "shared" / "data" / "us_equities"))
+REAL_TRAIN_FILE = REAL_DATA_DIR / "us_daily_train.csv.gz"
+SKIP_REASON = (f"real US equity panel not found at {REAL_TRAIN_FILE} "
+               "(set ALPHA_GYM_REAL_DATA to the folder holding us_daily_train.csv.gz)")
+
+
+def _require_real_data():
+    if not REAL_TRAIN_FILE.exists():
+        pytest.skip(SKIP_REASON)
+
+
+@pytest.fixture(scope="session")
+def real_all():
+    """All 496 stocks of the real train window (skips when the data is absent)."""
+    _require_real_data()
+    from alpha_gym.market import load_panel
+    return load_panel(REAL_TRAIN_FILE)
+
+
+@pytest.fixture(scope="session")
+def real_us46(real_all):
+    """The reference universe: 46 US large caps, 2012-06-29..2025-08-20."""
+    from alpha_gym.market import load_universe
+    return real_all.select(load_universe(REAL_DATA_DIR / "universe_us46.txt"))
+
+
+@pytest.fixture(scope="session")
+def synthetic46():
+    """The embedded synthetic market at its default size."""
+    from alpha_gym.market import synthetic_panel
+    return synthetic_panel()
+
+
+@pytest.fixture(scope="session")
+def small_synthetic():
+    """A small synthetic market (12 stocks x 400 sessions) for fast tests."""
+    from alpha_gym.market import synthetic_panel
+    return synthetic_panel(n_stocks=12, n_days=400, seed=3)
