@@ -1,0 +1,1 @@
+"""Scoring: CPCV, reward channels, the verifier and its configuration."""

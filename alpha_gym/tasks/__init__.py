@@ -1,0 +1,5 @@
+"""Tasks: the design briefs the model answers."""
+
+from alpha_gym.tasks.briefs import ANSWER_CONTRACT, DSL_REFERENCE, FIXED_BRIEFS, Brief
+
+__all__ = ["ANSWER_CONTRACT", "Brief", "DSL_REFERENCE", "FIXED_BRIEFS"]

@@ -1,0 +1,21 @@
+"""alpha-gym: a Gymnasium environment where language models write formulaic trading alphas.
+
+`import alpha_gym` registers `AlphaFormula-v0`. It needs no torch: training
+(`trainers/`) and the world model are optional extras.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+from alpha_gym.language import FormulaError, canonical, parse
+from alpha_gym.market import DataError, Panel, load_panel, load_universe, synthetic_panel
+from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES, VerifierConfig
+from alpha_gym.scoring.verifier import Score, Verifier
+
+__version__ = "0.1.0"
+
+ENV_ID = "AlphaFormula-v0"
+if ENV_ID not in registry:
+    register(id=ENV_ID, entry_point="alpha_gym.env:AlphaFormulaEnv")
+
+__all__ = ["CHANNELS", "DEFAULT_PRIORITIES", "DataError", "ENV_ID", "FormulaError", "Panel", "Score", "Verifier",
+           "VerifierConfig", "canonical", "load_panel", "load_universe", "parse", "synthetic_panel"]

@@ -1,0 +1,121 @@
+"""The `alpha-gym` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+DEMO_ANSWERS = [
+    ("a reversal formula", "<alpha>rank(-ts_delta(close, 5))</alpha>"),
+    ("Alpha#101 from the paper", "<alpha>((close - open) / ((high - low) + .001))</alpha>"),
+    ("a volume-variability formula", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"),
+    ("a slow price-level tilt (static book)", "<alpha>rank(ts_mean(close, 250))</alpha>"),
+    ("a formula that trades nothing",
+     "<alpha>scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))</alpha>"),
+    ("lookback over 252 sessions", "<alpha>ts_mean(delay(close, 200), 100)</alpha>"),
+    ("a syntax error", "<alpha>rank(close -)</alpha>"),
+    ("no answer tag", "I think momentum works: rank(returns)"),
+]
+
+
+def _panel_from_args(args):
+    from alpha_gym.env import resolve_panel
+    return resolve_panel(data=args.data, universe=args.universe, train_start=args.start, train_end=args.end)
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="CSV/CSV.gz/Parquet in the long format date,ticker,open,high,low,close,volume "
+                                  "(default: the embedded synthetic market)")
+    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    p.add_argument("--start", help="first session (YYYY-MM-DD)")
+    p.add_argument("--end", help="last session (YYYY-MM-DD); nothing after it is read")
+
+
+def _universe(value):
+    if value is None:
+        return None
+    from pathlib import Path
+    return value if Path(value).exists() else [t.strip() for t in value.split(",") if t.strip()]
+
+
+def cmd_score(args) -> int:
+    from alpha_gym.scoring.report import format_score
+    from alpha_gym.scoring.verifier import Verifier
+    if (args.formula is None) == (args.answer is None):
+        print("alpha-gym score: give a FORMULA or --answer TEXT (one of them)", file=sys.stderr)
+        return 2
+    args.universe = _universe(args.universe)
+    verifier = Verifier(_panel_from_args(args))
+    result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
+    if args.json:
+        print(json.dumps(result.to_dict(), sort_keys=False))
+    else:
+        print(format_score(result, verifier.config.priorities))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    import gymnasium as gym
+    import alpha_gym  # noqa: F401  (registers the environment)
+    from alpha_gym.scoring.report import format_score
+    print("alpha-gym demo: AlphaFormula-v0 on the embedded synthetic market (46 stocks x 3,304 sessions).")
+    print("Each answer below is one episode: brief -> answer -> deterministic verifier.\n")
+    t0 = time.perf_counter()
+    env = gym.make("AlphaFormula-v0", render_mode="ansi")
+    build_s = time.perf_counter() - t0
+    prompt, info = env.reset(seed=args.seed)
+    print(f"First brief ({info['brief_id']}):\n  " + prompt.splitlines()[0] + "\n")
+    rows = []
+    for label, answer in DEMO_ANSWERS:
+        t = time.perf_counter()
+        env.reset()
+        _, reward, terminated, truncated, info = env.step(answer)
+        ms = (time.perf_counter() - t) * 1000
+        print(f"=== {label}  ({ms:.0f} ms)")
+        print(env.render())
+        print()
+        rows.append((label, info["valid"], reward))
+    print("Summary")
+    for label, valid, reward in rows:
+        print(f"  {reward:+8.3f}  {'valid  ' if valid else 'INVALID'}  {label}")
+    print(f"\n(market built in {build_s:.1f} s; the numbers are on synthetic data, not a claim about real markets)")
+    env.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="alpha-gym", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("score", help="score one formula or one raw answer")
+    p.add_argument("formula", nargs="?", help="a formula, e.g. 'rank(-ts_delta(close, 5))'")
+    p.add_argument("--answer", help="a raw model answer holding <alpha>...</alpha>")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("demo", help="the environment on the embedded market scoring example answers")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from alpha_gym.language import FormulaError
+    from alpha_gym.market import DataError
+    from alpha_gym.scoring.config import ConfigError
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            return args.func(args)
+    except (DataError, ConfigError, FileNotFoundError, FormulaError) as err:
+        print(f"alpha-gym: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Typed errors for everything a model can get wrong in a formula or an answer."""
+
+from __future__ import annotations
+
+
+class FormulaError(ValueError):
+    """Base class: the formula cannot be scored. `column` is 1-based where known."""
+
+    kind = "formula"
+
+    def __init__(self, message: str, column: int | None = None):
+        self.message = message
+        self.column = column
+        super().__init__(f"{message} (column {column})" if column is not None else message)
+
+
+class FormulaSyntaxError(FormulaError):
+    """The text is not a well-formed expression."""
+
+    kind = "syntax"
+
+
+class UnknownNameError(FormulaError):
+    """A field or function the language does not have (or the data does not carry)."""
+
+    kind = "unknown_name"
+
+
+class FormulaArgumentError(FormulaError):
+    """Wrong number or kind of arguments, or a window outside 1..252."""
+
+    kind = "argument"
+
+
+class FormulaLimitError(FormulaError):
+    """Over a size limit: tokens, depth, nested lookback or length."""
+
+    kind = "limit"
+
+
+class AnswerError(ValueError):
+    """The model's answer holds no usable `<alpha>...</alpha>` block."""
+
+    kind = "answer"

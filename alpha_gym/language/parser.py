@@ -1,0 +1,261 @@
+"""Text -> immutable nodes, with every limit checked and every error located.
+
+Parsing is LALR(1) over `grammar.lark`; nothing the model writes is ever
+evaluated as Python. The checks run cheapest first: length and bracket
+nesting on the raw text, the token count on the lexer's output, then names,
+arities, windows, depth and nested lookback while the tree is built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from alpha_gym.language.errors import (FormulaArgumentError, FormulaError, FormulaLimitError,
+                                       FormulaSyntaxError, UnknownNameError)
+from alpha_gym.language.nodes import Field, Node, Num, Op
+from alpha_gym.language.operators import (COMPARE_OPS, FIELDS, OPERATORS, OPTIONAL_FIELDS, OpSpec,
+                                          resolve)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits of one formula (the reference contract's defaults)."""
+
+    max_window: int = 252      # 1 <= d <= max_window
+    max_lookback: int = 252    # past sessions needed along any path, summed
+    max_tokens: int = 256      # lexer tokens
+    max_depth: int = 16        # tree levels
+    max_chars: int = 4096      # raw text length, checked before lexing
+    max_brackets: int = 64     # bracket nesting, checked before parsing
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = resources.files("alpha_gym.language").joinpath("grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _column(meta_or_token) -> int | None:
+    return getattr(meta_or_token, "column", None)
+
+
+@lru_cache(maxsize=65536)
+def lookback(node: Node) -> int:
+    """Past sessions a node needs beyond today: windows summed along the deepest path.
+
+    Rolling windows of d sessions need d - 1 past sessions, `delay`/`ts_delta`
+    need d, `returns` needs 1, `adv{d}` needs d (returns inside its dollar volume mean).
+    """
+    if isinstance(node, Field):
+        return 1 if node.name == "returns" else 0
+    if isinstance(node, Num):
+        return 0
+    spec = OPERATORS[node.name]
+    own = spec.lookback(node.window) if node.window is not None else 0
+    return own + max((lookback(a) for a in node.args), default=0)
+
+
+@lru_cache(maxsize=65536)
+def tree_depth(node: Node) -> int:
+    if isinstance(node, Op) and node.args:
+        return 1 + max(tree_depth(a) for a in node.args)
+    return 1
+
+
+class _ToNodes(Transformer):
+    """Maps each grammar rule to a node, validating as it goes (bottom-up)."""
+
+    def __init__(self, limits: Limits):
+        super().__init__()
+        self.limits = limits
+
+    # ----------------------------------------------------------- helpers
+    def _checked(self, node: Node, column: int | None) -> Node:
+        if tree_depth(node) > self.limits.max_depth:
+            raise FormulaLimitError(f"formula is nested {tree_depth(node)} levels deep; the limit is "
+                                    f"{self.limits.max_depth}", column)
+        if lookback(node) > self.limits.max_lookback:
+            raise FormulaLimitError(f"nested lookback of {lookback(node)} sessions exceeds "
+                                    f"{self.limits.max_lookback}", column)
+        return node
+
+    def _window(self, arg: Node, opname: str, column: int | None) -> int:
+        if not isinstance(arg, Num):
+            raise FormulaArgumentError(f"the window of {opname} must be a number, not an expression", column)
+        if not math.isfinite(arg.value):
+            raise FormulaArgumentError(f"the window of {opname} is not a finite number", column)
+        d = math.floor(arg.value)  # the paper's rule: non-integer windows are floored
+        if not 1 <= d <= self.limits.max_window:
+            raise FormulaArgumentError(f"window {arg.value:g} of {opname} is outside 1..{self.limits.max_window}",
+                                       column)
+        return d
+
+    def _binary(self, name: str, meta, a: Node, b: Node) -> Node:
+        return self._checked(Op(name, (a, b)), _column(meta))
+
+    # ------------------------------------------------------------- atoms
+    @v_args(meta=True)
+    def number(self, meta, children):
+        token = children[0]
+        value = float(token)
+        if not math.isfinite(value):
+            raise FormulaArgumentError(f"constant {str(token)[:20]} is too large", _column(token))
+        return Num(value)
+
+    @v_args(meta=True)
+    def name(self, meta, children):
+        token: Token = children[0]
+        text = str(token)
+        if text in FIELDS or text in OPTIONAL_FIELDS:
+            return Field(text)
+        if text.startswith("adv") and text[3:].isdigit():  # the paper's adv{d}
+            return self._checked(Op("adv", (), window=self._window(Num(float(text[3:])), text, token.column)),
+                                 token.column)
+        if resolve(text) is not None:
+            raise FormulaArgumentError(f"{text} is a function; call it as {text}(...)", token.column)
+        raise UnknownNameError(f"unknown field {text!r}; fields are {', '.join(FIELDS)}", token.column)
+
+    @v_args(meta=True)
+    def call(self, meta, children):
+        token: Token = children[0]
+        args = list(children[1].children) if len(children) > 1 else []
+        name = str(token)
+        column = token.column
+        if name == "adv":
+            if len(args) != 1:
+                raise FormulaArgumentError("adv takes one window: adv(d) or adv{d}", column)
+            return self._checked(Op("adv", (), window=self._window(args[0], name, column)), column)
+        spec: OpSpec | None = resolve(name)
+        if spec is None:
+            hint = " (fields are not functions)" if name in FIELDS else ""
+            raise UnknownNameError(f"unknown function {name!r}{hint}", column)
+        n = spec.n_series
+        if spec.kind == "ts":
+            if len(args) != n + 1:
+                raise FormulaArgumentError(f"{name} takes {n} expression argument{'s' * (n > 1)} and a window "
+                                           f"({n + 1} in all), got {len(args)}", column)
+            node = Op(spec.name, tuple(args[:n]), window=self._window(args[n], name, column))
+        elif spec.optional_const is not None:
+            if not n <= len(args) <= n + 1:
+                raise FormulaArgumentError(f"{name} takes {n} or {n + 1} arguments, got {len(args)}", column)
+            const = spec.optional_const
+            if len(args) == n + 1:
+                if not isinstance(args[n], Num):
+                    raise FormulaArgumentError(f"the last argument of {name} must be a number", column)
+                const = args[n].value
+            node = Op(spec.name, tuple(args[:n]), const=const)
+        else:
+            if len(args) != n:
+                raise FormulaArgumentError(f"{name} takes {n} argument{'s' * (n > 1)}, got {len(args)}", column)
+            node = Op(spec.name, tuple(args))
+        return self._checked(node, column)
+
+    # ---------------------------------------------------------- operators
+    @v_args(meta=True)
+    def neg(self, meta, children):
+        (x,) = children
+        if isinstance(x, Num):
+            return Num(-x.value)
+        return self._checked(Op("neg", (x,)), _column(meta))
+
+    @v_args(meta=True)
+    def pos(self, meta, children):
+        return children[0]
+
+    @v_args(meta=True)
+    def add(self, meta, c): return self._binary("add", meta, *c)
+
+    @v_args(meta=True)
+    def sub(self, meta, c): return self._binary("sub", meta, *c)
+
+    @v_args(meta=True)
+    def mul(self, meta, c): return self._binary("mul", meta, *c)
+
+    @v_args(meta=True)
+    def div(self, meta, c): return self._binary("div", meta, *c)
+
+    @v_args(meta=True)
+    def pow(self, meta, c): return self._binary("power", meta, *c)
+
+    @v_args(meta=True)
+    def or_(self, meta, c): return self._binary("or", meta, *c)
+
+    @v_args(meta=True)
+    def and_(self, meta, c): return self._binary("and", meta, *c)
+
+    @v_args(meta=True)
+    def compare(self, meta, children):
+        a, op, b = children
+        return self._binary(COMPARE_OPS[str(op)], meta, a, b)
+
+    @v_args(meta=True)
+    def cond(self, meta, children):
+        return self._checked(Op("where", tuple(children)), _column(meta))
+
+
+def _precheck(text: str, limits: Limits) -> None:
+    if len(text) > limits.max_chars:
+        raise FormulaLimitError(f"formula is {len(text)} characters long; the limit is {limits.max_chars}")
+    if not text.strip():
+        raise FormulaSyntaxError("empty formula", 1)
+    level = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            level += 1
+            if level > limits.max_brackets:
+                raise FormulaLimitError(f"brackets nested more than {limits.max_brackets} deep", i + 1)
+        elif ch == ")":
+            level -= 1
+
+
+def _describe(err: UnexpectedInput, text: str) -> FormulaSyntaxError:
+    column = getattr(err, "column", None)
+    if isinstance(err, UnexpectedCharacters):
+        ch = text[err.pos_in_stream] if 0 <= err.pos_in_stream < len(text) else "?"
+        return FormulaSyntaxError(f"unexpected character {ch!r}", column)
+    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+        return FormulaSyntaxError("formula ends too early (unclosed bracket or missing operand)", len(text) + 1)
+    if isinstance(err, UnexpectedToken):
+        expected = sorted(err.expected)[:6]
+        return FormulaSyntaxError(f"unexpected {str(err.token)!r}; expected one of {', '.join(expected)}", column)
+    return FormulaSyntaxError(str(err).splitlines()[0], column)
+
+
+def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> Node:
+    """Parse one formula. Raises a `FormulaError` subclass saying what and where."""
+    if not isinstance(text, str):
+        raise FormulaSyntaxError(f"a formula must be a string, not {type(text).__name__}")
+    _precheck(text, limits)
+    lark = _lark()
+    try:
+        n_tokens = sum(1 for _ in lark.lex(text))
+    except UnexpectedInput as err:
+        raise _describe(err, text) from None
+    if n_tokens > limits.max_tokens:
+        raise FormulaLimitError(f"formula has {n_tokens} tokens; the limit is {limits.max_tokens}")
+    try:
+        tree = lark.parse(text)
+    except UnexpectedInput as err:
+        raise _describe(err, text) from None
+    try:
+        return _ToNodes(limits).transform(tree)
+    except VisitError as err:
+        if isinstance(err.orig_exc, FormulaError):
+            raise err.orig_exc from None
+        raise
+    except RecursionError:
+        raise FormulaLimitError(f"formula is nested more than {limits.max_depth} levels deep") from None
+
+
+def count_tokens(text: str) -> int:
+    """DSL tokens in a formula (what the 256-token limit counts)."""
+    return sum(1 for _ in _lark().lex(text))

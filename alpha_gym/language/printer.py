@@ -1,0 +1,111 @@
+"""Nodes -> text: a faithful printer, a canonical form, and a window-bucketed form for novelty.
+
+`to_text(parse(s))` re-parses to the same tree. `canonical` also sorts the
+arguments of commutative operators and flattens `+`/`*` chains, so that
+`close + open` and `open + close` print alike. `canonical(node, bucket=True)`
+additionally snaps every window to 5/21/63/126/252, so `ts_mean(close, 20)`
+and `ts_mean(close, 21)` count as the same idea (the R9 rule).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from alpha_gym.language.nodes import Field, Node, Num, Op
+from alpha_gym.language.operators import INFIX, OPERATORS
+
+WINDOW_BUCKETS = (5, 21, 63, 126, 252)
+_PREC_NEG = 6
+_PREC_ATOM = 7
+
+
+def bucket_window(d: int) -> int:
+    """The nearest bucket in log distance (boundaries at the buckets' geometric means)."""
+    return min(WINDOW_BUCKETS, key=lambda b: (abs(math.log(d / b)), b))
+
+
+def _number(v: float) -> str:
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+def _prec(node: Node) -> int:
+    if isinstance(node, Op):
+        if node.name in INFIX:
+            return INFIX[node.name][1]
+        if node.name == "neg":
+            return _PREC_NEG
+        if node.name == "where":
+            return 0
+    if isinstance(node, Num) and node.value < 0:
+        return _PREC_NEG
+    return _PREC_ATOM
+
+
+def _wrap(child: Node, need: int, strict: bool) -> str:
+    text = to_text(child)
+    p = _prec(child)
+    if p < need or (strict and p == need):
+        return f"({text})"
+    return text
+
+
+@lru_cache(maxsize=65536)
+def to_text(node: Node) -> str:
+    """Print a node so that parsing the text gives the same node back."""
+    if isinstance(node, Num):
+        return _number(node.value)
+    if isinstance(node, Field):
+        return node.name
+    name, args = node.name, node.args
+    if name in INFIX:
+        symbol, p = INFIX[name]
+        # The grammar is left-associative and comparisons do not chain: a right
+        # operand of equal strength (and any comparison operand) needs brackets.
+        left = _wrap(args[0], p, strict=(p == 3))
+        right = _wrap(args[1], p, strict=True)
+        return f"{left} {symbol} {right}"
+    if name == "neg":
+        return f"-{_wrap(args[0], _PREC_NEG, strict=False)}"
+    if name == "where":
+        return f"{_wrap(args[0], 1, strict=False)} ? {to_text(args[1])} : {to_text(args[2])}"
+    if name == "adv":
+        return f"adv{node.window}"
+    parts = [to_text(a) for a in args]
+    if node.window is not None:
+        parts.append(str(node.window))
+    if node.const is not None and node.const != OPERATORS[name].optional_const:
+        parts.append(_number(node.const))
+    return f"{name}({', '.join(parts)})"
+
+
+def _flatten(node: Node, name: str) -> list[Node]:
+    if isinstance(node, Op) and node.name == name:
+        return [leaf for a in node.args for leaf in _flatten(a, name)]
+    return [node]
+
+
+@lru_cache(maxsize=65536)
+def normalize(node: Node, bucket: bool = False) -> Node:
+    """The canonical tree: commutative arguments sorted, +/* chains flattened, windows optionally bucketed."""
+    if not isinstance(node, Op):
+        return node
+    args = tuple(normalize(a, bucket) for a in node.args)
+    window = bucket_window(node.window) if (bucket and node.window is not None) else node.window
+    spec = OPERATORS[node.name]
+    if node.name in ("add", "mul"):
+        terms = sorted((t for a in args for t in _flatten(a, node.name)), key=to_text)
+        out = terms[0]
+        for t in terms[1:]:
+            out = Op(node.name, (out, t))
+        return out
+    if spec.commutative:
+        args = tuple(sorted(args, key=to_text))
+    return Op(node.name, args, window, node.const)
+
+
+def canonical(node: Node, bucket: bool = False) -> str:
+    """Canonical text of a formula: equal for formulas that differ only in spacing or commutative order."""
+    return to_text(normalize(node, bucket))

@@ -1,0 +1,61 @@
+"""Design briefs: the prompts the model answers, each stating the answer contract and the DSL.
+
+This module holds a small fixed set of briefs; a seeded generator of the
+reference's six-part briefs builds on the same `Brief` type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DSL_REFERENCE = """\
+Fields: open high low close volume returns vwap.
+Cross-sectional: rank(x) in [0, 1] per day; scale(x) rescales so sum |x| = 1.
+Time series (d = integer window, 1..252): delay(x, d), ts_delta(x, d), ts_mean, ts_std, ts_sum,
+ts_max, ts_min, ts_rank, ts_decay_linear, ts_ema, ts_skew, ts_kurt, ts_slope, ts_argmax,
+ts_argmin, ts_product (x, d); ts_corr(x, y, d), ts_cov(x, y, d).
+Element-wise: + - * /, abs, log, sign, power(x, y), signed_power(x, y), min(x, y), max(x, y).
+Limits: total nested lookback <= 252 sessions, <= 256 tokens, depth <= 16."""
+
+ANSWER_CONTRACT = ("Answer with exactly one formula inside <alpha>...</alpha>, at most 128 tokens. "
+                   "The book goes long the stocks your formula ranks highest at today's close and short the "
+                   "lowest, dollar-neutral, filled at the next open.")
+
+
+@dataclass(frozen=True)
+class Brief:
+    """One design brief: an id, its template family and the text of its request."""
+
+    id: str
+    family: str
+    request: str
+
+    def prompt(self) -> str:
+        """The full prompt text: the request, the answer contract and the DSL reference."""
+        return f"{self.request}\n\n{ANSWER_CONTRACT}\n\n{DSL_REFERENCE}"
+
+
+FIXED_BRIEFS: tuple[Brief, ...] = (
+    Brief("fixed-000", "reversal", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose PRIMARY "
+          "mechanism is: short-horizon price reversal. Target horizon: roughly 5-day windows. Risk preference: keep "
+          "turnover moderate."),
+    Brief("fixed-001", "volume", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose PRIMARY "
+          "mechanism is: abnormal trading volume relative to its recent average. Target horizon: roughly 21-day "
+          "windows. Inputs: must use volume."),
+    Brief("fixed-002", "price_volume_corr", "Market: US-listed stocks trading on weekday sessions. Design an alpha "
+          "whose PRIMARY mechanism is: the rolling correlation between price and volume. Inputs: must use exactly "
+          "one ts_corr. Structure: take the rank of the relationship."),
+    Brief("fixed-003", "range", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose PRIMARY "
+          "mechanism is: where the close sits inside the day's high-low range. Target horizon: one day."),
+    Brief("fixed-004", "volatility", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose "
+          "PRIMARY mechanism is: low realised volatility. Constraint: do NOT lean on long-horizon price sums - they "
+          "proxy market beta. Risk preference: make it robust to a volatility-regime change."),
+    Brief("fixed-005", "extremes", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose "
+          "PRIMARY mechanism is: mixed-signal extremes (rolling max or min of a price-volume composite). Target "
+          "horizon: roughly 63-day windows."),
+    Brief("fixed-006", "trend_shape", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose "
+          "PRIMARY mechanism is: the slope of a smoothed price path. Structure: take the sign of a time-series "
+          "relationship."),
+    Brief("fixed-007", "vwap", "Market: US-listed stocks trading on weekday sessions. Design an alpha whose PRIMARY "
+          "mechanism is: the gap between the close and the day's vwap. Target horizon: a few days."),
+)

@@ -1,0 +1,240 @@
+"""Grammar, nodes, limits, error positions and printers of the formula language."""
+
+from __future__ import annotations
+
+import pytest
+
+from alpha_gym.language import (AnswerError, Field, FormulaArgumentError, FormulaError, FormulaLimitError,
+                                FormulaSyntaxError, Limits, Num, Op, UnknownNameError, bucket_window,
+                                canonical, count_tokens, depth, extract, lookback, parse, size, to_text)
+from alpha_gym.language.operators import OPERATORS
+
+C, O, H, L, V = Field("close"), Field("open"), Field("high"), Field("low"), Field("volume")
+
+
+# --------------------------------------------------------------- every operator
+TS_ONE = ["delay", "ts_delta", "ts_mean", "ts_std", "ts_sum", "ts_max", "ts_min", "ts_rank", "ts_decay_linear",
+          "ts_ema", "ts_skew", "ts_kurt", "ts_slope", "ts_argmax", "ts_argmin", "ts_product"]
+
+
+@pytest.mark.parametrize("name", TS_ONE)
+def test_every_one_series_ts_operator(name):
+    assert parse(f"{name}(close, 10)") == Op(name, (C,), window=10)
+
+
+@pytest.mark.parametrize("name", ["ts_corr", "ts_cov"])
+def test_two_series_ts_operators(name):
+    assert parse(f"{name}(close, volume, 20)") == Op(name, (C, V), window=20)
+
+
+@pytest.mark.parametrize("name", ["abs", "log", "sign", "rank"])
+def test_unary_functions(name):
+    node = parse(f"{name}(close)")
+    assert node.name == name and node.args == (C,)
+
+
+@pytest.mark.parametrize("name", ["power", "signed_power", "min", "max"])
+def test_binary_functions(name):
+    assert parse(f"{name}(close, open)") == Op(name, (C, O))
+
+
+def test_scale_with_and_without_constant():
+    assert parse("scale(close)") == Op("scale", (C,), const=1.0)
+    assert parse("scale(close, 2)") == Op("scale", (C,), const=2.0)
+
+
+@pytest.mark.parametrize("field", ["open", "high", "low", "close", "volume", "returns", "vwap"])
+def test_fields(field):
+    assert parse(field) == Field(field)
+
+
+def test_numbers():
+    assert parse(".001") == Num(0.001)
+    assert parse("1e-3") == Num(0.001)
+    assert parse("-2.5") == Num(-2.5)
+
+
+# ------------------------------------------------------ precedence, associativity
+def test_precedence_mul_over_add():
+    assert parse("close + open * high") == Op("add", (C, Op("mul", (O, H))))
+
+
+def test_left_associative_sub_and_div():
+    assert parse("close - open - high") == Op("sub", (Op("sub", (C, O)), H))
+    assert parse("close / open / high") == Op("div", (Op("div", (C, O)), H))
+
+
+def test_brackets_override():
+    assert parse("close - (open - high)") == Op("sub", (C, Op("sub", (O, H))))
+
+
+def test_unary_minus_binds_tighter_than_mul():
+    assert parse("-close * open") == Op("mul", (Op("neg", (C,)), O))
+
+
+def test_comparison_and_ternary():
+    node = parse("close > open ? close : -open")
+    assert node == Op("where", (Op("gt", (C, O)), C, Op("neg", (O,))))
+    assert parse("close < open || high >= low && volume == 1").name == "or"
+
+
+def test_paper_aliases_build_the_same_tree():
+    assert parse("correlation(close, volume, 10)") == parse("ts_corr(close, volume, 10)")
+    assert parse("stddev(close, 5)") == parse("ts_std(close, 5)")
+    assert parse("SignedPower(close, 2)") == parse("signed_power(close, 2)")
+    assert parse("adv20") == Op("adv", (), window=20)
+
+
+def test_non_integer_window_is_floored():
+    assert parse("ts_mean(close, 9.7)").window == 9
+
+
+# ------------------------------------------------------------------ errors
+@pytest.mark.parametrize("text, cls, column", [
+    ("rank(close -)", FormulaSyntaxError, 13),
+    ("close + $", FormulaSyntaxError, 9),
+    ("foo(close)", UnknownNameError, 1),
+    ("rank(clse)", UnknownNameError, 6),
+    ("close + ts_mean(close)", FormulaArgumentError, 9),
+    ("ts_mean(close, open)", FormulaArgumentError, 1),
+    ("ts_mean(close, 0)", FormulaArgumentError, 1),
+    ("ts_mean(close, 253)", FormulaArgumentError, 1),
+    ("ts_mean(close, 1e9)", FormulaArgumentError, 1),
+    ("rank", FormulaArgumentError, 1),
+    ("rank(close, open, high)", FormulaArgumentError, 1),
+])
+def test_errors_are_typed_and_located(text, cls, column):
+    with pytest.raises(cls) as info:
+        parse(text)
+    assert info.value.column == column
+    assert f"column {column}" in str(info.value)
+
+
+def test_unclosed_bracket():
+    with pytest.raises(FormulaSyntaxError, match="ends too early"):
+        parse("rank(close")
+
+
+def test_empty_and_non_string():
+    with pytest.raises(FormulaSyntaxError):
+        parse("   ")
+    with pytest.raises(FormulaSyntaxError):
+        parse(None)  # type: ignore[arg-type]
+
+
+def test_huge_constant():
+    with pytest.raises(FormulaArgumentError, match="too large"):
+        parse("close * 1e999")
+
+
+# ------------------------------------------------------------------ limits
+def test_lookback_sums_along_a_path():
+    assert lookback(parse("ts_rank(ts_delta(volume, 23), 47)")) == 23 + 46
+    assert lookback(parse("delay(close, 252)")) == 252
+    assert lookback(parse("ts_mean(returns, 5)")) == 5  # returns itself needs one past session
+    with pytest.raises(FormulaLimitError, match="lookback"):
+        parse("ts_mean(delay(close, 200), 100)")
+
+
+def test_lookback_takes_the_deepest_path_not_the_sum_of_branches():
+    assert lookback(parse("ts_mean(close, 200) - ts_mean(close, 200)")) == 199
+
+
+def test_depth_limit():
+    ok = "abs(" * 15 + "close" + ")" * 15
+    assert depth(parse(ok)) == 16
+    with pytest.raises(FormulaLimitError, match="levels deep"):
+        parse("abs(" * 16 + "close" + ")" * 16)
+
+
+def test_token_limit():
+    text = " + ".join(["close"] * 128)  # 255 tokens
+    assert count_tokens(text) == 255
+    with pytest.raises(FormulaLimitError):  # the depth limit might also trip: any limit error is right
+        parse(text + " + close")
+    with pytest.raises(FormulaLimitError, match="tokens"):
+        parse("(" * 30 + "close" + ")" * 30 + " + close" * 100)
+
+
+def test_char_and_bracket_limits():
+    with pytest.raises(FormulaLimitError, match="characters"):
+        parse("close" + " " * 5000)
+    with pytest.raises(FormulaLimitError, match="brackets"):
+        parse("(" * 100 + "close" + ")" * 100)
+
+
+def test_limits_are_configurable():
+    wide = Limits(max_lookback=600, max_depth=30)
+    assert lookback(parse("ts_mean(delay(close, 200), 100)", wide)) == 299
+
+
+def test_every_operator_has_a_kernel():
+    from alpha_gym.language.ops import KERNELS
+    assert set(OPERATORS) - {"adv"} <= set(KERNELS)
+
+
+# ----------------------------------------------------------------- printers
+ROUND_TRIP = [
+    "((close - open) / ((high - low) + .001))",
+    "close - (open - high)",
+    "-(close - open)",
+    "--close",
+    "close - -3",
+    "rank(-ts_delta(close, 5)) * ts_corr(rank(volume), rank(vwap), 10)",
+    "close > open ? ts_max(high, 5) : -ts_min(low, 5)",
+    "(close > open) == (high < low)",
+    "scale(close, 3)",
+    "adv20 / volume",
+    "close ^ 2",
+    "a" if False else "(close + open) * (high + low)",
+    "close * 1.2345678901234567",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_printer_round_trips(text):
+    node = parse(text)
+    assert parse(to_text(node)) == node
+    assert parse(canonical(node)) is not None
+
+
+def test_canonical_ignores_spacing_and_commutative_order():
+    a = canonical(parse("rank(close+open)*ts_corr(volume,close,10)"))
+    b = canonical(parse("ts_corr( close , volume , 10 ) * rank(open + close)"))
+    assert a == b
+    assert canonical(parse("(close + open) + high")) == canonical(parse("high + (open + close)"))
+
+
+def test_canonical_keeps_non_commutative_order():
+    assert canonical(parse("close - open")) != canonical(parse("open - close"))
+    assert canonical(parse("close / open")) != canonical(parse("open / close"))
+
+
+def test_bucketed_canonical_merges_jittered_windows():
+    assert canonical(parse("ts_mean(close, 20)"), bucket=True) == canonical(parse("ts_mean(close, 21)"), bucket=True)
+    assert canonical(parse("ts_mean(close, 20)")) != canonical(parse("ts_mean(close, 21)"))
+    assert canonical(parse("ts_mean(close, 5)"), bucket=True) != canonical(parse("ts_mean(close, 63)"), bucket=True)
+
+
+def test_bucket_boundaries():
+    assert [bucket_window(d) for d in (1, 5, 10, 11, 21, 36, 37, 63, 89, 90, 126, 178, 179, 252)] == \
+        [5, 5, 5, 21, 21, 21, 63, 63, 63, 126, 126, 126, 252, 252]
+
+
+def test_size_counts_nodes():
+    assert size(parse("rank(close - open)")) == 4
+
+
+# ------------------------------------------------------------------ answers
+def test_extract_answer():
+    a = extract("<think>use reversal</think> <alpha> rank(-returns) </alpha>")
+    assert a.formula == "rank(-returns)" and a.has_reasoning
+    assert not extract("<alpha>close</alpha>").has_reasoning
+    for bad in ["rank(close)", "<alpha></alpha>", "<alpha>close</alpha><alpha>open</alpha>", "<alpha>close"]:
+        with pytest.raises(AnswerError):
+            extract(bad)
+
+
+def test_formula_errors_share_one_base():
+    for cls in (FormulaSyntaxError, UnknownNameError, FormulaArgumentError, FormulaLimitError):
+        assert issubclass(cls, FormulaError)
