@@ -44,7 +44,9 @@ def test_valid_score_has_the_documented_fields(verifier):
     assert len(s.diagnostics["cpcv_slices"]) == 15
     for key in ("turnover", "ic", "sharpe"):
         assert np.isfinite(s.diagnostics[key])
-    assert s.reward == pytest.approx(3.0 * s.channels["cpcv"])
+    weighted = sum(VerifierConfig().priorities[k] * v for k, v in s.channels.items())
+    assert s.reward == pytest.approx(min(weighted, 0.0) if s.channels["motif_guard"] < 0 else weighted)
+    assert set(s.channels) == set(VerifierConfig().priorities) and len(s.channels) == 12
     assert json.loads(json.dumps(s.to_dict()))["valid"] is True
 
 

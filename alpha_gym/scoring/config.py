@@ -45,6 +45,21 @@ class VerifierConfig:
     reward_unparseable: float = -0.8   # syntax error, unknown name or over a limit
     reward_invalid_book: float = -0.6  # parses, but trades under the floor or never
     min_turnover_invalid: float = 0.02  # below 2% of the book a day: invalid (R6)
+    # Channel thresholds (each channel's docstring in channels.py gives its formula).
+    pbo_floor: float = -0.48             # R2: the most a formula can lose for ranking worse out of sample
+    turnover_cap: float = 0.5            # R5: free up to 50% of the book a day
+    min_turnover_free: float = 0.06      # R6: free above 6% a day
+    ic_cap_when_unprofitable: float = 0.05  # R7: IC bonus cap while CPCV <= 0
+    duplicate_corr: float = 0.98         # R8: a book this correlated with another is a duplicate
+    syntax_duplicate_penalty: float = -0.3  # R9: per duplicate of the bucketed canonical form
+    motif_min_ic: float = 0.005          # R10: a bare motif or price-only formula needs this IC
+    complexity_free_nodes: int = 24      # R11: nodes beyond this cost 0.02 each
+    format_enabled: bool = True          # R12: +0.05 for a reasoning block (the reference run had it off)
+    # Novelty archive (R8, R9, and R2 for single answers).
+    archive_capacity: int = 1024
+    archive_seed: bool = True            # seed with Alpha101-style formulas on first use
+    # R3: a directory holding a fitted world model; None -> the channel is off (0, reported).
+    stress_checkpoint: str | None = None
 
     def __post_init__(self):
         unknown = set(self.priorities) - set(CHANNELS)

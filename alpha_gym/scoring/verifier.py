@@ -24,8 +24,11 @@ from alpha_gym.language import (AnswerError, FormulaError, Node, canonical, extr
                                 to_text)
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
-from alpha_gym.scoring import cpcv
+from alpha_gym.scoring import channels, cpcv
+from alpha_gym.scoring.archive import Archive, ArchiveError, _standardise
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig
+from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.seeds import SEED_FORMULAS
 
 log = logging.getLogger("alpha_gym")
 
@@ -72,23 +75,51 @@ class Evaluated:
 
     node: Node
     text: str
+    form: str               # canonical form with windows bucketed (R9)
     book: Book
+    net: np.ndarray
     test_sharpes: np.ndarray
     train_sharpes: np.ndarray
     cpcv: float
     turnover: float
     ic: float
     sharpe: float
+    has_reasoning: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class GroupScore:
+    """The scores of the answers to one prompt, and the (answers x channels) matrix for GDPO."""
+
+    scores: list[Score]
+    channels: tuple[str, ...]
+    matrix: np.ndarray      # (G, K) raw channel values, K = len(channels)
+    valid: np.ndarray       # (G,) bool
+    rewards: np.ndarray     # (G,) scalar rewards
+    core: np.ndarray        # (G,) R1 (cpcv) values
+    evaluated: list = field(default_factory=list, repr=False)  # Evaluated or None per answer
+
+    @classmethod
+    def from_scores(cls, scores: list[Score], channels=CHANNELS, evaluated=None) -> "GroupScore":
+        matrix = np.array([[s.channels[c] for c in channels] for s in scores],
+                          dtype=np.float64).reshape(-1, len(channels))
+        return cls(scores=scores, channels=tuple(channels), matrix=matrix,
+                   valid=np.array([s.valid for s in scores], dtype=bool),
+                   rewards=np.array([s.reward for s in scores], dtype=np.float64),
+                   core=matrix[:, list(channels).index("cpcv")].copy(),
+                   evaluated=list(evaluated) if evaluated is not None else [None] * len(scores))
 
 
 class Verifier:
     """Scores formulas on one panel (the training window: it must not reach the holdout).
 
-    >>> v = Verifier(synthetic_panel())
-    >>> v.score("<alpha>rank(-ts_delta(close, 5))</alpha>").reward
+    `score(answer)` scores one raw answer against the archive; `score_group(answers)`
+    scores the answers to one prompt together, so channels that compare answers
+    (stability, duplicates) see each other. Both are pure given the archive's
+    state: the archive changes only through `update_archive`.
     """
 
-    def __init__(self, panel: Panel, config: VerifierConfig | None = None):
+    def __init__(self, panel: Panel, config: VerifierConfig | None = None, archive: Archive | None = None):
         if not isinstance(panel, Panel):
             raise TypeError(f"Verifier needs a Panel, got {type(panel).__name__}")
         self.config = config or VerifierConfig()
@@ -102,28 +133,65 @@ class Verifier:
         self._returns = open_to_open_returns(panel.field("open"))[:-2]
         self._returns.setflags(write=False)
         self.market = metrics.equal_weight_market(self._returns)
+        self._factors: np.ndarray | None = None
+        self._archive = archive
+        if archive is not None and archive.fingerprint != panel.fingerprint():
+            raise ArchiveError("the archive was computed on other data than this verifier's panel")
+        self.stress = None  # R3 provider; see alpha_gym.stress (off until a fitted world model is configured)
+
+    # ------------------------------------------------------------ lazy state
+    @property
+    def factors(self) -> np.ndarray:
+        """(days, 5) returns of the five known factors (R4), built once."""
+        if self._factors is None:
+            self._factors = factor_returns(self.panel, self._returns, self.config.min_valid_stocks)
+        return self._factors
+
+    @property
+    def archive(self) -> Archive:
+        """The novelty archive; seeded with Alpha101-style books on first use (config.archive_seed)."""
+        if self._archive is None:
+            self._archive = Archive(self.panel.fingerprint(), len(self._returns), self.config.archive_capacity)
+            if self.config.archive_seed:
+                for formula in SEED_FORMULAS:
+                    try:
+                        ev = self.evaluate(formula)
+                    except FormulaError:
+                        continue
+                    if ev.turnover >= self.config.min_turnover_invalid:
+                        self._archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes,
+                                          seed=True)
+        return self._archive
+
+    def update_archive(self, group: "GroupScore") -> int:
+        """Offer a scored group's valid books to the archive (in canonical order); returns how many joined."""
+        offered = sorted((ev for ev, s in zip(group.evaluated, group.scores) if ev is not None and s.valid),
+                         key=lambda ev: (ev.form, ev.text))
+        return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
+                   for ev in offered)
 
     # ------------------------------------------------------------ pipeline
     def _cost(self, weights: np.ndarray, turnover: np.ndarray) -> np.ndarray:
         return training_cost(turnover, self.config.costs)
 
-    def book(self, node: Node) -> Book:
+    def book(self, node: Node, cache=None) -> Book:
         """The daily book of a parsed formula on this panel."""
-        signal = evaluate(node, self.panel)
+        signal = evaluate(node, self.panel, cache)
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
                           self.config.min_valid_stocks, returns=self._returns)
 
-    def evaluate(self, formula: str) -> Evaluated:
+    def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
         """Parse and trade a formula. Raises FormulaError for bad formulas."""
         node = parse(formula, self.config.limits)
-        book = self.book(node)
+        book = self.book(node, cache)
         net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
-        return Evaluated(node=node, text=to_text(node), book=book, test_sharpes=test, train_sharpes=train,
+        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True), book=book, net=net,
+                         test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
                          ic=metrics.information_coefficient(book.weights, book.returns),
-                         sharpe=metrics.sharpe(net))
+                         sharpe=metrics.sharpe(net), has_reasoning=has_reasoning)
 
     # -------------------------------------------------------------- verdicts
     def _invalid(self, reason: str, reward: float, formula: str | None = None, **diagnostics) -> Score:
@@ -132,20 +200,17 @@ class Verifier:
         return Score(valid=False, reason=reason, reward=float(reward), channels=channels,
                      diagnostics=diagnostics, formula=formula)
 
-    def score(self, answer: str) -> Score:
-        """Score a raw model answer (the formula inside `<alpha>...</alpha>`)."""
+    def _prepare(self, answer: str | None, formula: str | None, cache) -> Score | Evaluated:
+        """Extract, parse and trade one answer; an invalid Score for anything that fails."""
+        has_reasoning = False
+        if formula is None:
+            try:
+                parsed = extract(answer)
+            except AnswerError as err:
+                return self._invalid(str(err), self.config.reward_missing_tag, error="answer")
+            formula, has_reasoning = parsed.formula, parsed.has_reasoning
         try:
-            parsed = extract(answer)
-        except AnswerError as err:
-            return self._invalid(str(err), self.config.reward_missing_tag, error="answer")
-        result = self.score_formula(parsed.formula)
-        result.diagnostics["has_reasoning"] = parsed.has_reasoning
-        return result
-
-    def score_formula(self, formula: str) -> Score:
-        """Score a bare formula."""
-        try:
-            ev = self.evaluate(formula)
+            ev = self.evaluate(formula, cache, has_reasoning)
         except FormulaError as err:
             return self._invalid(str(err), self.config.reward_unparseable,
                                  formula=formula if isinstance(formula, str) else None, error=err.kind)
@@ -153,10 +218,91 @@ class Verifier:
             log.warning("evaluation of %r failed: %r", formula, err)
             return self._invalid(f"evaluation failed: {type(err).__name__}: {err}", self.config.reward_unparseable,
                                  formula=formula, error="evaluation")
-        return self._verdict(ev)
+        if ev.turnover < self.config.min_turnover_invalid:
+            return self._invalid(f"turnover {ev.turnover:.2%} a day is below the "
+                                 f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
+                                 self.config.reward_invalid_book, formula=ev.text, error="turnover",
+                                 **self._diagnostics(ev))
+        return ev
+
+    def score(self, answer: str) -> Score:
+        """Score a raw model answer (the formula inside `<alpha>...</alpha>`) against the archive."""
+        return self._score_all([answer], None, group=False).scores[0]
+
+    def score_formula(self, formula: str) -> Score:
+        """Score a bare formula against the archive."""
+        return self._score_all([None], [formula], group=False).scores[0]
+
+    def score_group(self, answers: list[str]) -> GroupScore:
+        """Score the answers to one prompt together (12 by default in training).
+
+        Deterministic and independent of the answers' order (up to the same permutation of the result).
+        """
+        return self._score_all(list(answers), None, group=True)
+
+    def _score_all(self, answers, formulas, group: bool) -> GroupScore:
+        cache: dict = {}
+        items = [self._prepare(a, None if formulas is None else formulas[i], cache) for i, a in enumerate(answers)]
+        live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
+        evs = [items[i] for i in live]
+        scores: list = list(items)
+        if evs:
+            for i, sc in zip(live, self._channel_scores(evs, group)):
+                scores[i] = sc
+        evaluated = [it if isinstance(it, Evaluated) else None for it in items]
+        return GroupScore.from_scores(scores, evaluated=evaluated)
+
+    # -------------------------------------------------------------- channels
+    def _channel_scores(self, evs: list[Evaluated], group: bool) -> list[Score]:
+        cfg = self.config
+        archive = self.archive
+        # R2: rank stability within the group (a single answer is ranked among the archive's books)
+        ins = np.array([ev.train_sharpes for ev in evs])
+        oos = np.array([ev.test_sharpes for ev in evs])
+        ref_in, ref_out = (None, None) if group else archive.sharpe_rows()
+        pbo = channels.pbo_channel(ins, oos, ref_in, ref_out, cfg.pbo_floor)
+        # R8/R9: correlation and form duplicates against the archive and (in a group) each other
+        z = np.array([_standardise(ev.net) for ev in evs])
+        group_corr = np.abs(z @ z.T) / z.shape[1] if group and len(evs) > 1 else np.zeros((len(evs), len(evs)))
+        np.fill_diagonal(group_corr, 0.0)
+        forms = [ev.form for ev in evs]
+        out = []
+        for k, ev in enumerate(evs):
+            max_corr = max(archive.max_abs_corr(ev.net), float(group_corr[k].max(initial=0.0)))
+            n_dup = archive.count_form(ev.form) + (forms.count(ev.form) - 1 if group else 0)
+            raw_sr = ev.sharpe
+            res_sr = residual_sharpe(ev.net, self.factors)
+            ch = {
+                "cpcv": channels.cpcv_channel(ev.cpcv),
+                "pbo": float(pbo[k]),
+                "jepa_stress": 0.0,
+                "factor_neutrality": channels.factor_neutrality_channel(raw_sr, res_sr),
+                "turnover": channels.turnover_channel(ev.turnover, cfg.turnover_cap),
+                "min_turnover": channels.min_turnover_channel(ev.turnover, cfg.min_turnover_free,
+                                                              cfg.min_turnover_invalid),
+                "ic": channels.ic_channel(ev.ic, ev.cpcv, cfg.ic_cap_when_unprofitable),
+                "novelty_pnl": channels.novelty_pnl_channel(max_corr, cfg.duplicate_corr),
+                "novelty_syntax": channels.novelty_syntax_channel(n_dup, max_corr, cfg.syntax_duplicate_penalty),
+                "motif_guard": channels.motif_guard_channel(ev.node, ev.ic, cfg.motif_min_ic),
+                "complexity": channels.complexity_channel(size(ev.node), cfg.complexity_free_nodes),
+                "format": channels.format_channel(ev.has_reasoning, cfg.format_enabled),
+            }
+            state = {"jepa_stress": "off: no world model configured (contributes 0)"}
+            if self.stress is not None:
+                ch["jepa_stress"], state["jepa_stress"] = self.stress.channel(ev.text, ev.cpcv)
+            reward = sum(cfg.priorities[name] * value for name, value in ch.items())
+            if ch["motif_guard"] < 0:
+                reward = min(reward, 0.0)  # R10: the guard takes away any positive reward
+                state["motif_guard"] = "fired: bare motif or price-only formula with IC below the minimum"
+            diag = self._diagnostics(ev)
+            diag.update(residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
+                        channel_state=state, has_reasoning=ev.has_reasoning)
+            out.append(Score(valid=True, reason="ok", reward=float(reward), channels=ch, diagnostics=diag,
+                             formula=ev.text))
+        return out
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:
-        beta, corr = metrics.beta_and_correlation(ev.book.net, self.market)
+        beta, corr = metrics.beta_and_correlation(ev.net, self.market)
         return {
             "cpcv_slices": ev.test_sharpes.tolist(),
             "cpcv_in_sample": ev.train_sharpes.tolist(),
@@ -164,24 +310,13 @@ class Verifier:
             "ic": ev.ic,
             "sharpe": ev.sharpe,
             "sharpe_gross": metrics.sharpe(ev.book.gross),
-            "total_return": metrics.total_return(ev.book.net),
-            "max_drawdown": metrics.max_drawdown(ev.book.net),
+            "total_return": metrics.total_return(ev.net),
+            "max_drawdown": metrics.max_drawdown(ev.net),
             "beta": beta,
             "market_correlation": corr,
             "traded_days": int((np.abs(ev.book.weights).sum(axis=1) > 0).sum()),
             "nodes": size(ev.node),
             "lookback": lookback(ev.node),
             "canonical": canonical(ev.node),
+            "canonical_bucketed": ev.form,
         }
-
-    def _verdict(self, ev: Evaluated) -> Score:
-        diag = self._diagnostics(ev)
-        if ev.turnover < self.config.min_turnover_invalid:
-            return self._invalid(f"turnover {ev.turnover:.2%} a day is below the {self.config.min_turnover_invalid:.0%}"
-                                 " floor (a static or empty book)", self.config.reward_invalid_book,
-                                 formula=ev.text, error="turnover", **diag)
-        channels = {name: 0.0 for name in CHANNELS}
-        channels["cpcv"] = ev.cpcv
-        reward = sum(self.config.priorities[k] * v for k, v in channels.items())
-        return Score(valid=True, reason="ok", reward=float(reward), channels=channels, diagnostics=diag,
-                     formula=ev.text)

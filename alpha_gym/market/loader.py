@@ -1,0 +1,543 @@
+"""Load a real market panel from a long-format file (CSV, CSV.gz, Parquet).
+
+The file holds one row per (date, ticker): `date,ticker,open,high,low,close,volume`,
+optionally `vwap` and `cap`. Rows may come in any order. `load_panel` checks
+the data, cuts it to a universe and a date window, and pivots it into a
+`Panel` of (days x stocks) arrays.
+
+pandas (`pip install alpha-gym[data]`) makes CSV loading fast and is needed for
+Parquet (with pyarrow); without it CSV files are read with the standard
+library's `csv` module, more slowly but with the same result and the same checks.
+
+Every problem is a `DataError` saying what is wrong and showing up to five of
+the offending rows, tickers or dates. Rows are named by their line in a CSV
+file (the header is line 1) and by their position (from 1) in a Parquet file.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import lzma
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from alpha_gym.market.panel import BASE_FIELDS, OPTIONAL_FIELDS, PRICE_FIELDS, DataError, Panel
+
+try:  # optional dependency: alpha-gym[data]
+    import pandas as _pd
+except ImportError:  # pragma: no cover - exercised by monkeypatching in tests
+    _pd = None
+
+REQUIRED_COLUMNS = ("date", "ticker") + BASE_FIELDS
+NUMERIC_COLUMNS = BASE_FIELDS + OPTIONAL_FIELDS
+#: Relative tolerance for the OHLC consistency checks (prices rounded to a few digits).
+OHLC_RTOL = 1e-6
+#: How many offending rows, tickers or dates an error message shows.
+SHOW = 5
+
+_NA_STRINGS = frozenset({"", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "-"})
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".gz")
+_INSTALL_HINT = "pip install alpha-gym[data]"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+# --------------------------------------------------------------------------- universe
+def load_universe(path_or_list) -> list[str]:
+    """The tickers of a universe, in order.
+
+    `path_or_list` is a path to a text file with one ticker per line (blank
+    lines and `#` comments are ignored), or a list of tickers. An empty
+    universe or a duplicated ticker is a `DataError`.
+    """
+    if isinstance(path_or_list, (str, os.PathLike)):
+        path = Path(path_or_list)
+        if not path.is_file():
+            raise FileNotFoundError(f"universe file not found: {path}")
+        tickers = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            ticker = line.split("#", 1)[0].strip()
+            if ticker:
+                tickers.append(ticker)
+        where = f"universe file {path}"
+    else:
+        try:
+            tickers = [str(t).strip() for t in path_or_list]
+        except TypeError:
+            raise TypeError(f"a universe is a path or a list of tickers, not {type(path_or_list).__name__}") from None
+        if any(not t for t in tickers):
+            raise DataError("universe list holds an empty ticker")
+        where = "universe list"
+    if not tickers:
+        raise DataError(f"{where} is empty (no tickers)")
+    seen, dups = set(), []
+    for t in tickers:
+        if t in seen and t not in dups:
+            dups.append(t)
+        seen.add(t)
+    if dups:
+        raise DataError(f"{where} lists {len(dups)} ticker(s) more than once: {_show(dups)}")
+    return tickers
+
+
+def _universe_name(universe) -> str:
+    if universe is None:
+        return "all"
+    if isinstance(universe, (str, os.PathLike)):
+        stem = Path(universe).name
+        for suffix in (".txt", ".csv", ".lst"):
+            if stem.endswith(suffix):
+                stem = stem[: -len(suffix)]
+        return stem[len("universe_"):] if stem.startswith("universe_") and len(stem) > 9 else stem
+    return f"custom{len(list(universe))}"
+
+
+# --------------------------------------------------------------------------- raw table
+@dataclass
+class _Raw:
+    """The file's columns, factorised: codes index into the unique values (-1: missing)."""
+
+    n_rows: int
+    date_codes: np.ndarray
+    date_values: Sequence
+    ticker_codes: np.ndarray
+    ticker_values: list
+    numeric: dict
+    label: Callable[[int], str]
+
+
+def _show(items: Sequence, n: int = SHOW) -> str:
+    items = list(items)
+    shown = ", ".join(str(x) for x in items[:n])
+    more = f", ... ({len(items) - n} more)" if len(items) > n else ""
+    return f"[{shown}{more}]"
+
+
+def _file_kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(_PARQUET_SUFFIXES):
+        return "parquet"
+    if name.endswith(_CSV_SUFFIXES):
+        return "csv"
+    raise DataError(f"cannot tell the format of {path}: use a .csv, .csv.gz or .parquet file")
+
+
+def _normalise_header(names: Sequence[str], path: Path) -> dict[str, str]:
+    """Map canonical lower-case names to the file's column names; check the required ones."""
+    mapping: dict[str, str] = {}
+    for name in names:
+        key = str(name).strip().lower()
+        if key in mapping:
+            raise DataError(f"{path}: column {key!r} appears more than once in the header")
+        mapping[key] = name
+    missing = [c for c in REQUIRED_COLUMNS if c not in mapping]
+    if missing:
+        raise DataError(f"{path}: missing required column(s) {missing}; the header has {list(names)} "
+                        f"(expected long format {','.join(REQUIRED_COLUMNS)})")
+    return {c: mapping[c] for c in REQUIRED_COLUMNS + OPTIONAL_FIELDS if c in mapping}
+
+
+def _floats(values: Sequence, name: str, label) -> np.ndarray:
+    """Strings (or numbers) to float64; empty / NA strings become NaN, anything else unparseable is an error."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (ValueError, TypeError):
+        pass
+    out = np.empty(len(values), dtype=np.float64)
+    bad = []
+    for i, v in enumerate(values):
+        if v is None:
+            out[i] = np.nan
+            continue
+        s = str(v).strip()
+        if s in _NA_STRINGS:
+            out[i] = np.nan
+            continue
+        try:
+            out[i] = float(s)
+        except ValueError:
+            bad.append(f"{label(i)}: {s!r}")
+    if bad:
+        raise DataError(f"{len(bad)} non-numeric value(s) in column {name!r}: {_show(bad)}")
+    return out
+
+
+def _factorize_py(values: Iterable) -> tuple[np.ndarray, list]:
+    """pandas.factorize in plain Python: codes in first-appearance order, -1 for missing."""
+    index: dict = {}
+    codes = []
+    for v in values:
+        if v is None or (isinstance(v, float) and v != v):
+            codes.append(-1)
+            continue
+        if isinstance(v, str):
+            v = v.strip()
+            if not v:
+                codes.append(-1)
+                continue
+        code = index.get(v)
+        if code is None:
+            code = index[v] = len(index)
+        codes.append(code)
+    return np.array(codes, dtype=np.int64), list(index)
+
+
+def _open_text(path: Path):
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rt", encoding="utf-8-sig", newline="")
+    if name.endswith(".xz"):
+        return lzma.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "r", encoding="utf-8-sig", newline="")
+
+
+def _line_label(i: int) -> str:
+    return f"line {i + 2}"
+
+
+def _row_label(i: int) -> str:
+    return f"row {i + 1}"
+
+
+def _read_csv_stdlib(path: Path) -> _Raw:
+    with _open_text(path) as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise DataError(f"{path} is empty (no header)") from None
+        columns = _normalise_header(header, path)
+        position = {c: header.index(orig) for c, orig in columns.items()}
+        width = len(header)
+        rows = []
+        ragged = []
+        for i, row in enumerate(reader):
+            if len(row) != width:
+                if not row:  # blank line
+                    continue
+                ragged.append(f"line {i + 2} has {len(row)} fields")
+                continue
+            rows.append(row)
+    if ragged:
+        raise DataError(f"{path}: {len(ragged)} row(s) do not have {width} fields: {_show(ragged)}")
+    cols = list(zip(*rows)) if rows else [()] * width
+    date_codes, date_values = _factorize_py(cols[position["date"]])
+    ticker_codes, ticker_values = _factorize_py(cols[position["ticker"]])
+    numeric = {c: _floats(cols[position[c]], c, _line_label) for c in NUMERIC_COLUMNS if c in columns}
+    return _Raw(len(rows), date_codes, date_values, ticker_codes, ticker_values, numeric, _line_label)
+
+
+def _from_frame(df, columns: Mapping[str, str], label) -> _Raw:
+    date_codes, date_uniques = _pd.factorize(df[columns["date"]])
+    tick = df[columns["ticker"]]
+    ticker_codes, ticker_uniques = _pd.factorize(tick)
+    ticker_values = [None if _pd.isna(t) else str(t) for t in ticker_uniques]
+    numeric = {}
+    for c in NUMERIC_COLUMNS:
+        if c in columns:
+            col = df[columns[c]]
+            try:
+                numeric[c] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+            except (ValueError, TypeError):
+                numeric[c] = _floats(col.astype(object).to_numpy(), c, label)
+    if isinstance(date_uniques, _pd.DatetimeIndex):
+        if date_uniques.tz is not None:
+            date_uniques = date_uniques.tz_localize(None)
+        date_values = date_uniques.to_numpy().astype("datetime64[D]")
+    else:
+        date_values = list(np.asarray(date_uniques, dtype=object))
+    raw = _Raw(len(df), np.asarray(date_codes, dtype=np.int64), date_values,
+               np.asarray(ticker_codes, dtype=np.int64), ticker_values, numeric, label)
+    return _clean_tickers(raw)
+
+
+def _clean_tickers(raw: _Raw) -> _Raw:
+    """Strip tickers; blanks become missing, tickers equal after stripping are merged."""
+    index: dict = {}
+    remap = np.empty(len(raw.ticker_values) + 1, dtype=np.int64)
+    remap[-1] = -1
+    for k, t in enumerate(raw.ticker_values):
+        s = None if t is None else str(t).strip()
+        if not s:
+            remap[k] = -1
+            continue
+        code = index.get(s)
+        if code is None:
+            code = index[s] = len(index)
+        remap[k] = code
+    raw.ticker_codes = remap[raw.ticker_codes]
+    raw.ticker_values = list(index)
+    return raw
+
+
+def _read_csv_pandas(path: Path) -> _Raw:
+    try:
+        header = list(_pd.read_csv(path, nrows=0).columns)
+    except _pd.errors.EmptyDataError:
+        raise DataError(f"{path} is empty (no header)") from None
+    columns = _normalise_header(header, path)
+    na = sorted(_NA_STRINGS)
+    dtype = {columns["date"]: str, columns["ticker"]: str}
+    na_values = {columns["date"]: [""], columns["ticker"]: [""]}
+    for c in NUMERIC_COLUMNS:
+        if c in columns:
+            dtype[columns[c]] = np.float64
+            na_values[columns[c]] = na
+    try:
+        try:
+            df = _pd.read_csv(path, dtype=dtype, index_col=False, keep_default_na=False, na_values=na_values)
+        except _pd.errors.ParserError:
+            raise
+        except ValueError:
+            # A value that is not a number: read everything as text to say where.
+            df = _pd.read_csv(path, dtype=str, index_col=False, keep_default_na=False, na_values=na_values)
+    except _pd.errors.ParserError as exc:
+        raise DataError(f"{path}: malformed CSV: {exc}") from None
+    return _from_frame(df, columns, _line_label)
+
+
+def _read_parquet(path: Path) -> _Raw:
+    if _pd is None:
+        raise DataError(f"reading Parquet ({path}) needs pandas and pyarrow: {_INSTALL_HINT}")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"reading Parquet ({path}) needs pyarrow: {_INSTALL_HINT}") from None
+    header = pq.read_schema(path).names
+    columns = _normalise_header(header, path)
+    df = _pd.read_parquet(path, columns=list(columns.values()))
+    return _from_frame(df, columns, _row_label)
+
+
+def _read(path: Path) -> _Raw:
+    kind = _file_kind(path)
+    try:
+        if kind == "parquet":
+            return _read_parquet(path)
+        if _pd is not None:
+            return _read_csv_pandas(path)
+        return _read_csv_stdlib(path)
+    except DataError as exc:
+        if str(exc).startswith(str(path)) or "pip install" in str(exc):
+            raise
+        raise DataError(f"{path}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- dates
+def _parse_dates(values) -> tuple[np.ndarray, list[int]]:
+    """Unique date values to datetime64[D]; returns the positions that do not parse."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "M":
+        out = values.astype("datetime64[D]")
+        return out, [int(i) for i in np.flatnonzero(np.isnat(out))]
+    out = np.empty(len(values), dtype="datetime64[D]")
+    bad = []
+    for i, v in enumerate(values):
+        try:
+            if isinstance(v, str):
+                d = np.datetime64(v.strip())
+            elif hasattr(v, "year") and hasattr(v, "month") and hasattr(v, "day"):
+                d = np.datetime64(f"{v.year:04d}-{v.month:02d}-{v.day:02d}")
+            else:
+                d = np.datetime64(v)
+            unit = np.datetime_data(d.dtype)[0]
+            if np.isnat(d) or unit in ("Y", "M", "W", "generic"):
+                raise ValueError(v)
+            out[i] = d.astype("datetime64[D]")
+        except (ValueError, TypeError, OverflowError):
+            bad.append(i)
+    return out, bad
+
+
+def _as_day(value, name: str):
+    if value is None:
+        return None
+    try:
+        d = np.datetime64(value.strip() if isinstance(value, str) else value)
+        if np.isnat(d):
+            raise ValueError
+        return d.astype("datetime64[D]")
+    except (ValueError, TypeError):
+        raise DataError(f"{name}={value!r} is not a date (use YYYY-MM-DD)") from None
+
+
+# --------------------------------------------------------------------------- sectors
+def _resolve_sectors(sectors, tickers: Sequence[str]) -> tuple[str, ...] | None:
+    if sectors is None:
+        return None
+    if isinstance(sectors, (str, os.PathLike)):
+        path = Path(sectors)
+        if not path.is_file():
+            raise FileNotFoundError(f"sector file not found: {path}")
+        mapping = {}
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            for row in csv.reader(fh):
+                if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+                    continue
+                if len(row) < 2:
+                    raise DataError(f"sector file {path}: expected 'ticker,sector' rows, got {row}")
+                t, s = row[0].strip(), row[1].strip()
+                if t.lower() == "ticker" and s.lower() == "sector":
+                    continue
+                mapping[t] = s
+        where = f"sector file {path}"
+    elif isinstance(sectors, Mapping):
+        mapping = {str(k): str(v) for k, v in sectors.items()}
+        where = "sectors mapping"
+    else:
+        raise TypeError("sectors is a {ticker: sector} mapping or a path to a 'ticker,sector' CSV file")
+    missing = [t for t in tickers if t not in mapping]
+    if missing:
+        raise DataError(f"{where} has no sector for {len(missing)} ticker(s): {_show(missing)}")
+    return tuple(mapping[t] for t in tickers)
+
+
+# --------------------------------------------------------------------------- loader
+def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=None) -> Panel:
+    """Load a long-format daily OHLCV file into a `Panel`.
+
+    path      CSV (optionally .gz/.bz2/.xz compressed) or Parquet, chosen by suffix,
+              with columns `date,ticker,open,high,low,close,volume` and optionally
+              `vwap` and `cap` (carried as panel fields when present).
+    universe  None (every ticker in the file, in order of first appearance), a
+              list of tickers, or a path to a universe file (`load_universe`);
+              the panel's columns follow the universe's order.
+    start,end inclusive date bounds. Rows outside them are dropped before any
+              array is built, so nothing after `end` is reachable from the panel.
+    sectors   optional {ticker: sector} mapping or 'ticker,sector' CSV path,
+              stored as `Panel.sectors`.
+
+    The session calendar is the union of the file's dates inside the window;
+    every selected ticker must trade on every session of it. Any problem in
+    the selected data raises `DataError`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"market data file not found: {path}")
+    wanted = None if universe is None else load_universe(universe)
+    lo, hi = _as_day(start, "start"), _as_day(end, "end")
+    if lo is not None and hi is not None and lo > hi:
+        raise DataError(f"start {lo} is after end {hi}")
+
+    raw = _read(path)
+    if raw.n_rows == 0:
+        raise DataError(f"{path} has a header but no rows")
+    label = raw.label
+
+    # -- dates and tickers: every row must have both (checked on the whole file)
+    day_of_unique, bad = _parse_dates(raw.date_values)
+    if bad:
+        shown = [repr(raw.date_values[i]) for i in bad]
+        first_rows = [label(int(np.flatnonzero(raw.date_codes == i)[0])) for i in bad[:SHOW]]
+        raise DataError(f"{path}: {len(bad)} unparseable date value(s) {_show(shown)} "
+                        f"(first at {', '.join(first_rows)}); expected ISO dates YYYY-MM-DD")
+    for name, codes in (("date", raw.date_codes), ("ticker", raw.ticker_codes)):
+        empty = np.flatnonzero(codes < 0)
+        if len(empty):
+            raise DataError(f"{path}: {len(empty)} row(s) with an empty {name}: "
+                            f"{_show([label(int(i)) for i in empty])}")
+
+    # -- the window (on unique dates, then rows)
+    in_window = np.ones(len(day_of_unique), dtype=bool)
+    if lo is not None:
+        in_window &= day_of_unique >= lo
+    if hi is not None:
+        in_window &= day_of_unique <= hi
+    calendar = np.unique(day_of_unique[in_window])
+    if len(calendar) == 0:
+        span = f"{day_of_unique.min()}..{day_of_unique.max()}"
+        raise DataError(f"no sessions between {lo or 'the start'} and {hi or 'the end'} in {path} (the file spans {span})")
+
+    # -- the universe
+    file_tickers = raw.ticker_values
+    if wanted is None:
+        tickers = list(file_tickers)
+    else:
+        known = set(file_tickers)
+        unknown = [t for t in wanted if t not in known]
+        if unknown:
+            raise DataError(f"{len(unknown)} universe ticker(s) not in {path}: {_show(unknown)}")
+        tickers = wanted
+    column_of = {t: j for j, t in enumerate(tickers)}
+    col_of_code = np.array([column_of.get(t, -1) for t in file_tickers], dtype=np.int64)
+    session_of_unique = np.where(in_window, np.searchsorted(calendar, day_of_unique), -1)
+
+    col = col_of_code[raw.ticker_codes]
+    day = session_of_unique[raw.date_codes]
+    rows = np.flatnonzero((col >= 0) & (day >= 0))
+    col, day = col[rows], day[rows]
+    values = {name: arr[rows] for name, arr in raw.numeric.items()}
+
+    def fail(what: str, sel: np.ndarray, fields: Sequence[str]) -> None:
+        shown = []
+        for k in sel[:SHOW]:
+            vals = " ".join(f"{f}={values[f][k]:g}" for f in fields)
+            shown.append(f"{label(int(rows[k]))}: {calendar[day[k]]} {tickers[col[k]]} {vals}")
+        more = f"; ... ({len(sel) - SHOW} more)" if len(sel) > SHOW else ""
+        raise DataError(f"{path}: {len(sel)} row(s) {what}: " + "; ".join(shown) + more)
+
+    # -- values
+    for name, arr in values.items():
+        bad_rows = np.flatnonzero(~np.isfinite(arr))
+        if len(bad_rows):
+            fail(f"with a missing (NaN/empty) or infinite {name!r}", bad_rows, [name])
+    prices = [f for f in PRICE_FIELDS + ("vwap",) if f in values]
+    for name in prices:
+        bad_rows = np.flatnonzero(values[name] <= 0)
+        if len(bad_rows):
+            fail(f"with a non-positive price in {name!r}", bad_rows, [name])
+    bad_rows = np.flatnonzero(values["volume"] < 0)
+    if len(bad_rows):
+        fail("with a negative volume", bad_rows, ["volume"])
+    if "cap" in values:
+        bad_rows = np.flatnonzero(values["cap"] < 0)
+        if len(bad_rows):
+            fail("with a negative cap", bad_rows, ["cap"])
+    o, h, l, c = (values[f] for f in PRICE_FIELDS)
+    tol_h = h * (1.0 + OHLC_RTOL)
+    tol_l = l * (1.0 - OHLC_RTOL)
+    bad_rows = np.flatnonzero(h < tol_l)
+    if len(bad_rows):
+        fail("with high < low", bad_rows, ["high", "low"])
+    for name, arr in (("open", o), ("close", c)):
+        bad_rows = np.flatnonzero((arr > tol_h) | (arr < tol_l))
+        if len(bad_rows):
+            fail(f"with {name} outside [low, high]", bad_rows, ["low", "high", name])
+
+    # -- duplicates and gaps, then the pivot
+    n_days, n_stocks = len(calendar), len(tickers)
+    key = day * n_stocks + col
+    counts = np.bincount(key, minlength=n_days * n_stocks)
+    dup_keys = np.flatnonzero(counts > 1)
+    if len(dup_keys):
+        shown = [f"{calendar[k // n_stocks]} {tickers[k % n_stocks]} (x{counts[k]})" for k in dup_keys]
+        raise DataError(f"{path}: {len(dup_keys)} duplicate (date, ticker) pair(s): {_show(shown)}")
+    missing = (counts == 0).reshape(n_days, n_stocks)
+    n_missing = missing.sum(axis=0)
+    gappy = np.flatnonzero(n_missing)
+    if len(gappy):
+        order = gappy[np.argsort(-n_missing[gappy], kind="stable")]
+        shown = []
+        for j in order[:SHOW]:
+            first = calendar[np.flatnonzero(missing[:, j])[:3]]
+            shown.append(f"{tickers[j]}: {n_missing[j]} of {n_days} (e.g. {', '.join(str(d) for d in first)})")
+        more = f"; ... ({len(order) - SHOW} more)" if len(order) > SHOW else ""
+        raise DataError(f"{path}: {len(gappy)} ticker(s) have missing sessions (the calendar is the union of the "
+                        f"file's dates, {n_days} sessions {calendar[0]}..{calendar[-1]}): " + "; ".join(shown) + more)
+
+    data = {}
+    for name in BASE_FIELDS + OPTIONAL_FIELDS:
+        if name in values:
+            arr = np.empty(n_days * n_stocks, dtype=np.float64)
+            arr[key] = values[name]
+            data[name] = arr.reshape(n_days, n_stocks)
+    return Panel(data, calendar, tuple(tickers), source=f"{path}#{_universe_name(universe)}",
+                 sectors=_resolve_sectors(sectors, tickers))

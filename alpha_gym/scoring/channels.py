@@ -1,0 +1,186 @@
+"""The reward channels, one small pure function each, with its formula and the hack it closes.
+
+Values are the RAW channel values (the reference's formulas include their own
+scale, e.g. R7 = 0.2 * clip(20 * IC, -1, 1)); GDPO standardises each channel
+within a group and multiplies it by its priority, and `Score.reward` is the
+priority-weighted sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alpha_gym.language.nodes import Field, Node, Num, Op, walk
+from alpha_gym.language.operators import OPERATORS
+
+
+def cpcv_channel(cpcv_score: float) -> float:
+    """R1 (priority 3.0): mean - 0.5 * std of the 15 CPCV slice Sharpes. Closes: luck, fit to one period."""
+    return float(cpcv_score)
+
+
+def _group_ranks(values: np.ndarray) -> np.ndarray:
+    """Per column, the rank of each row as a fraction: 0 = best (highest), 1 = worst; ties averaged."""
+    n = values.shape[0]
+    if n < 2:
+        return np.zeros_like(values)
+    order = (-values).argsort(axis=0, kind="stable")
+    ranks = np.empty_like(values)
+    np.put_along_axis(ranks, order, np.arange(n, dtype=np.float64)[:, None].repeat(values.shape[1], 1), axis=0)
+    # average ties so the result does not depend on the order of the rows
+    for j in range(values.shape[1]):
+        col = values[:, j]
+        _, inverse, counts = np.unique(col, return_inverse=True, return_counts=True)
+        if (counts > 1).any():
+            sums = np.bincount(inverse, weights=ranks[:, j])
+            ranks[:, j] = sums[inverse] / counts[inverse]
+    return ranks / (n - 1)
+
+
+def pbo_channel(in_sample: np.ndarray, out_of_sample: np.ndarray, ref_in: np.ndarray | None = None,
+                ref_out: np.ndarray | None = None, floor: float = -0.48) -> np.ndarray:
+    """R2 (priority 1.0): penalise answers that rank far better in-sample than out of sample.
+
+    For each CPCV slice s, answers (plus the reference rows, when given) are
+    ranked by in-sample Sharpe (the slice's purged complement) and by
+    out-of-sample Sharpe (its test blocks), as fractions 0 = best .. 1 = worst:
+
+        drop_{i,s} = max(0, rank_oos_{i,s} - rank_is_{i,s})
+        R2_i       = floor * mean_s(drop_{i,s})          (floor = -0.48)
+
+    First in-sample and last out of sample on every slice pays the floor; first
+    in-sample and tenth of twelve pays about -0.39. Closes: overfitting to a
+    period (the probability of backtest overfitting of Bailey et al. 2016).
+    `in_sample`, `out_of_sample`: (G, S). Fewer than two rows in all -> 0.
+    """
+    is_, oos = np.atleast_2d(in_sample), np.atleast_2d(out_of_sample)
+    g = is_.shape[0]
+    if ref_in is not None and len(ref_in):
+        is_ = np.vstack([is_, ref_in])
+        oos = np.vstack([oos, ref_out])
+    if is_.shape[0] < 2:
+        return np.zeros(g)
+    drop = np.maximum(0.0, _group_ranks(oos) - _group_ranks(is_))[:g]
+    return floor * drop.mean(axis=1)
+
+
+def factor_neutrality_channel(raw_sharpe: float, residual_sharpe: float) -> float:
+    """R4 (priority 0.4): -0.4 * clip(raw Sharpe - residual Sharpe, 0, 3) after the five known factors.
+
+    A formula whose Sharpe falls from 1.5 to 0.3 pays -0.4 * 1.2 = -0.48.
+    Closes: market beta and known factors in disguise.
+    """
+    return -0.4 * float(np.clip(raw_sharpe - residual_sharpe, 0.0, 3.0))
+
+
+def turnover_channel(turnover: float, cap: float = 0.5) -> float:
+    """R5 (priority 1.0): -2 * max(0, turnover - 0.5). Closes: books that pay their profit away in costs."""
+    return -2.0 * max(0.0, turnover - cap)
+
+
+def min_turnover_channel(turnover: float, free_above: float = 0.06, invalid_below: float = 0.02) -> float:
+    """R6 (priority 0.5): 0 at or above 6% a day, falling linearly to -1 at the 2% validity floor.
+
+        R6 = -clip((0.06 - turnover) / (0.06 - 0.02), 0, 1)
+
+    Below 2% the answer is invalid (handled by the verifier). Closes: static and empty books.
+    """
+    return -float(np.clip((free_above - turnover) / (free_above - invalid_below), 0.0, 1.0))
+
+
+def ic_channel(ic: float, cpcv_score: float, cap_when_unprofitable: float = 0.05) -> float:
+    """R7 (priority 0.2): 0.2 * clip(20 * IC, -1, 1), at most 0.05 while CPCV <= 0.
+
+    An IC of 0.05 earns the full 0.2. Closes: profit without prediction.
+    """
+    value = 0.2 * float(np.clip(20.0 * ic, -1.0, 1.0))
+    return min(value, cap_when_unprofitable) if cpcv_score <= 0 else value
+
+
+def novelty_pnl_channel(max_abs_corr: float, duplicate_corr: float = 0.98, duplicate_penalty: float = -0.4) -> float:
+    """R8 (priority 0.4): 0.4 * (1 - max |corr|) of the daily P&L against the archive and the group.
+
+    A book that correlates >= 0.98 with one already there is a duplicate and
+    pays -0.4. Closes: different code that trades an old book.
+    """
+    if max_abs_corr >= duplicate_corr:
+        return duplicate_penalty
+    return 0.4 * (1.0 - max_abs_corr)
+
+
+def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate: float = -0.3,
+                           max_counted: int = 4) -> float:
+    """R9 (priority 0.2): a bonus for an unseen canonical form (windows bucketed to 5/21/63/126/252).
+
+        unseen:  0.2 * (1 - max |P&L corr|)
+        seen:    -0.3 per duplicate (other group answers or archive entries with the same bucketed form),
+                 counting at most 4
+
+    `ts_mean(close, 20)` and `ts_mean(close, 21)` are the same idea. Closes: one template with jittered windows.
+    """
+    if n_duplicates <= 0:
+        return 0.2 * (1.0 - max_abs_corr)
+    return per_duplicate * min(n_duplicates, max_counted)
+
+
+# ------------------------------------------------------------------- R10 motif
+#: Wrappers that do not change what a formula bets on.
+_TRANSPARENT = {"rank", "scale", "neg", "sign", "abs"}
+PRICE_FIELDS = {"open", "high", "low", "close", "vwap", "returns"}
+
+
+def _strip(node: Node) -> Node:
+    while isinstance(node, Op) and node.name in _TRANSPARENT:
+        node = node.args[0]
+    return node
+
+
+def is_bare_motif(node: Node) -> bool:
+    """A *motif* is one field seen through at most one time-series operator.
+
+    A formula is a bare one-motif formula when, after removing wrappers that
+    do not change the bet (rank, scale, unary minus, sign, abs) and constants
+    it is multiplied, divided, added or subtracted by, what remains is:
+      - a field (`close`), or
+      - one time-series operator on one field (`ts_mean(close, 20)`), or
+      - a field against its own lag (`close / delay(close, 5)`, `close - delay(close, 5)`).
+    """
+    core = _strip(node)
+    while isinstance(core, Op) and core.name in ("add", "sub", "mul", "div") and \
+            any(isinstance(a, Num) for a in core.args):
+        core = _strip(next(a for a in core.args if not isinstance(a, Num)))
+    if isinstance(core, Field):
+        return True
+    if isinstance(core, Op) and OPERATORS[core.name].kind == "ts" and len(core.args) == 1:
+        return isinstance(_strip(core.args[0]), Field)
+    if isinstance(core, Op) and core.name in ("sub", "div") and len(core.args) == 2:
+        a, b = (_strip(x) for x in core.args)
+        if isinstance(a, Field) and isinstance(b, Op) and b.name == "delay" and b.args == (a,):
+            return True
+    return False
+
+
+def is_price_only(node: Node) -> bool:
+    """Reads price fields only (open, high, low, close, vwap, returns): no volume, no adv."""
+    fields = {n.name for n in walk(node) if isinstance(n, Field)}
+    uses_adv = any(isinstance(n, Op) and n.name == "adv" for n in walk(node))
+    return bool(fields) and fields <= PRICE_FIELDS and not uses_adv
+
+
+def motif_guard_channel(node: Node, ic: float, min_ic: float = 0.005) -> float:
+    """R10 (priority 0.3): -1 when a bare one-motif or price-only formula has IC < 0.005, else 0.
+
+    When it fires the answer also loses its positive reward (the verifier clamps
+    the scalar reward at 0). Closes: lazy single-motif formulas and slow tilts that ride a trend.
+    """
+    return -1.0 if (is_bare_motif(node) or is_price_only(node)) and ic < min_ic else 0.0
+
+
+def complexity_channel(n_nodes: int, free_nodes: int = 24, per_node: float = -0.02) -> float:
+    """R11 (priority 0.2): -0.02 per expression node beyond 24 (30 nodes cost -0.12). Closes: bloated formulas."""
+    return per_node * max(0, n_nodes - free_nodes)
+
+
+def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = 0.05) -> float:
+    """R12 (priority 1.0): +0.05 for a non-empty <think>...</think> block before the answer (switchable)."""
+    return bonus if (enabled and has_reasoning) else 0.0
