@@ -4,33 +4,34 @@ Every panel is a float64 array of shape ``(T, N)`` = (days, stocks).  Every kern
 
 * is pure: it never writes into its inputs and always returns a freshly allocated
   float64 array;
-* is causal: row ``t`` of the result depends only on input rows ``<= t``;
-* never returns ``+-inf`` (they are mapped to NaN on the way out) and never lets a
-  numpy ``RuntimeWarning`` escape.
+* is causal, bit for bit: row ``t`` of the result depends only on input rows ``<= t``;
+* never returns ``+-inf`` (mapped to NaN) and never lets a numpy ``RuntimeWarning``
+  escape.  Time-series and cross-sectional kernels treat a ``+-inf`` input as missing.
 
 The conventions (strict NaN rule, ``ddof=0``, rank scales, argmax direction and ties,
-decay weights, finite-window EMA, zero-variance handling) are documented, with the
-differences from the peer implementation ``alpha101v``, in ``docs/operators.md``.
+decay weights, finite-window EMA, zero-variance handling) and the differences from
+the peer implementation ``alpha101v`` are documented in ``docs/operators.md``.
 
 Time-series kernels expect 2-D arrays and an integer window ``1 <= d <= 252``;
 element-wise kernels also accept Python / numpy scalars (constants) and broadcast.
 
-Algorithms (all pure numpy, no Python loop over rows or stocks):
+Algorithms (pure numpy; no Python loop over rows or stocks):
 
-* Rolling sums, products, max/min, weighted sums and moments use the van Herk /
-  Gil-Werman block decomposition: the time axis is cut into blocks of ``d`` rows, and
-  every window is "suffix of the previous block" + "prefix of the current block".  The
-  prefix/suffix scans loop over the ``d`` positions of a block, each step being one
-  vectorised operation over all blocks and stocks (O(T*N) work, O(d) numpy calls).
-  Nothing is ever subtracted from a running total, so there is no cumulative-sum
-  drift, and a NaN anywhere in a window propagates to that window (the strict rule)
-  for free.
+* Rolling sums, products, max/min, linearly weighted sums, EMA, argmax and moments
+  use the van Herk / Gil-Werman block decomposition: the time axis is cut into blocks
+  of ``d`` rows, and every window is "suffix of the previous block" (+) "prefix of the
+  current block".  Blocks are stored position-major, ``(d, n_blocks, stocks)``, so a
+  scan is ``d`` numpy calls over contiguous slabs: O(T*N) work whatever ``d``.
+  Nothing is ever subtracted from a running total (no cumulative-sum drift), and a
+  NaN reaches exactly the windows that contain it (the strict rule for free).
 * Moments (std, cov, corr, skew, kurt, slope, decay) are accumulated on values centred
-  on a block-local reference (the mean of the current block), which keeps the
-  ``E[x^2] - E[x]^2`` cancellation harmless on price/volume scale data.
-* ``ts_rank`` counts, for each of the ``d - 1`` lags, the cells below / equal to today
-  (uint8 counters, row chunks that stay in cache): O(T*N*d) but branch-free.
-* ``rank`` is one ``argsort`` per row plus vectorised tie groups.
+  on the first row of each block, which is a member of every window ending in that
+  block: constant windows give exact zeros, and ``E[c^2] - E[c]^2`` loses at most
+  ``log10(d)`` digits (Samuelson's inequality), whatever the price level.
+* Work is done on column chunks whose temporaries stay cache-sized.
+* ``ts_rank`` counts, for each of the ``d - 1`` lags, the cells below / not above
+  today (uint8 counters over cache-sized row chunks): O(T*N*d) but branch-free.
+* ``rank`` is one ``argsort`` per row, vectorised tie groups and a flat scatter.
 """
 
 from __future__ import annotations
@@ -49,16 +50,17 @@ __all__ = [
     "ts_slope", "ts_argmax", "ts_argmin",
     "rank", "scale",
     "add", "sub", "mul", "div", "neg", "abs_", "log", "sign", "power", "signed_power",
-    "minimum", "maximum", "lt", "gt", "le", "ge", "eq", "logical_or", "logical_and", "where",
+    "minimum", "maximum", "lt", "gt", "le", "ge", "eq", "ne", "logical_or", "logical_and", "where",
 ]
 
 #: Largest accepted window (one trading year).
 MAX_WINDOW = 252
 
-#: A window's variance counts as zero when it is below this fraction of its second
-#: moment about the block reference.  The rounding noise of a constant window is at
-#: most ~3*d*eps (< 1e-13 for d <= 252) of that moment, so 1e-11 leaves a 100x margin;
-#: a real window below it would have lost all significant digits anyway.
+#: corr / skew / kurt are NaN where a window's variance is at most this fraction of its
+#: second moment about the block reference.  A constant window gives an exact 0 (the
+#: reference is one of its values); for any other window the variance is at least
+#: 1/d of that moment (Samuelson), while rounding noise is below ~3*d*eps (< 1e-13),
+#: so this threshold only guards against float noise, never a real window.
 ZERO_VAR_RTOL = 1e-11
 
 
@@ -67,11 +69,12 @@ ZERO_VAR_RTOL = 1e-11
 # ---------------------------------------------------------------------------
 
 
-def _kernel(fn: Callable[..., np.ndarray] | None = None, *, may_overflow: bool = True):
+def _kernel(fn: Callable[..., np.ndarray] | None = None, *, sweep_inf: bool = True):
     """Decorator: run with floating-point warnings silenced and map +-inf to NaN.
 
-    ``may_overflow=False`` marks kernels whose result is always an input value or a
-    bounded statistic (max, min, delay, ranks, argmax): the final inf sweep is skipped.
+    ``sweep_inf=False`` marks kernels that already guarantee a finite-or-NaN result
+    (the chunked time-series kernels clean each chunk while it is in cache; max, min,
+    delay and the ranks only return input values or bounded statistics).
     """
 
     def deco(f: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
@@ -79,7 +82,7 @@ def _kernel(fn: Callable[..., np.ndarray] | None = None, *, may_overflow: bool =
         def wrapper(*args, **kwargs):
             with np.errstate(all="ignore"):
                 out = np.asarray(f(*args, **kwargs), dtype=np.float64)
-                if may_overflow:
+                if sweep_inf:
                     np.copyto(out, np.nan, where=np.isinf(out))
             return out
 
@@ -88,19 +91,23 @@ def _kernel(fn: Callable[..., np.ndarray] | None = None, *, may_overflow: bool =
     return deco(fn) if fn is not None else deco
 
 
-def _panel(x: object) -> np.ndarray:
-    """float64 (T, N) view of ``x`` (never written to); +-inf is treated as missing."""
+def _panel(x: object, clean: bool = True) -> np.ndarray:
+    """float64 (T, N) view of ``x`` (never written to).
+
+    With ``clean`` +-inf is replaced by NaN (inf is treated as missing everywhere);
+    the chunked kernels pass ``clean=False`` and clean each chunk in :func:`_blocks`.
+    """
     a = np.asarray(x, dtype=np.float64)
     if a.ndim != 2:
         raise ValueError(f"expected a (T, N) panel, got an array of shape {a.shape}")
-    if np.isinf(a).any():
+    if clean and np.isinf(a).any():
         a = np.where(np.isinf(a), np.nan, a)
     return a
 
 
 def _pair(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
-    a = _panel(x)
-    b = _panel(y)
+    a = _panel(x, clean=False)
+    b = _panel(y, clean=False)
     if a.shape != b.shape:
         raise ValueError(f"shape mismatch: {a.shape} vs {b.shape}")
     return a, b
@@ -121,180 +128,223 @@ def _nan_panel(shape: tuple[int, ...]) -> np.ndarray:
     return np.full(shape, np.nan)
 
 
-#: Time-series kernels work on column chunks of about this many cells so that their
-#: temporaries stay cache-sized (2-3x faster on 3304 x 496 than one big pass).
-_CHUNK_CELLS = 1 << 17
+#: Time-series kernels work on column chunks: a chunk's stacked temporaries (k
+#: quantities x T rows x w columns) should stay around this many cells, so that they
+#: are cache-sized and recycled by the allocator ...
+_CHUNK_CELLS = 1 << 19
+#: ... but each scan step (one numpy call over all blocks of a chunk) should still see
+#: at least this many cells, or the per-call overhead dominates (large windows).
+_MIN_STEP_CELLS = 1 << 11
 _MIN_CHUNK_COLS = 16
 
 
-def _by_columns(core: Callable[..., np.ndarray], arrays: tuple[np.ndarray, ...], d: int,
-                dtype: type = np.float64) -> np.ndarray:
-    """Apply ``core(*column_chunks, d)`` chunk by chunk (each stock is independent)."""
+def _by_columns(core: Callable[..., None], arrays: tuple[np.ndarray, ...], d: int,
+                dtype: type = np.float64, k: int = 1) -> np.ndarray:
+    """Run ``core(*column_chunks, d, dest)`` over column chunks (stocks are independent).
+
+    ``core`` writes its (T, w) result into ``dest``, a view of the returned array; ``k``
+    is the number of stacked quantities the core scans at once (sizes the chunks).
+    """
     T, N = arrays[0].shape
     if T < d or N == 0:
         return np.full((T, N), np.nan if dtype is np.float64 else True, dtype=dtype)
-    w = max(_MIN_CHUNK_COLS, _CHUNK_CELLS // T)
-    if w >= N:
-        return core(*arrays, d)
     out = np.empty((T, N), dtype=dtype)
+    nb = -(-T // d)
+    w = max(_MIN_CHUNK_COLS, _CHUNK_CELLS // (k * T), -(-_MIN_STEP_CELLS // (k * nb)))
     for c0 in range(0, N, w):
-        out[:, c0:c0 + w] = core(*[a[:, c0:c0 + w] for a in arrays], d)
+        core(*[a[:, c0:c0 + w] for a in arrays], d, out[:, c0:c0 + w])
     return out
 
 
 # -- van Herk / Gil-Werman block machinery ----------------------------------
 #
-# The time axis is cut into blocks of d rows (the tail padded with NaN).  The window
-# ending at position j of block b is  suffix_{b-1}[j+1]  (+)  prefix_b[j]  (just
-# prefix_b[d-1] when j = d-1), for any associative (+).  Scans loop over the d
-# positions of a block, each step one ufunc call over all blocks x stocks.
+# The time axis is cut into nb blocks of d rows, stored POSITION-MAJOR as (d, nb, w):
+# y[j, b] is row b*d + j, so every scan step y[j] is one contiguous slab.  The tail
+# block is padded with NaN.  The window ending at position j of block b is
+#     suffix_{b-1}[j+1]  (+)  prefix_b[j]        (just prefix_b[d-1] when j = d-1)
+# for any associative (+): O(1) work per cell whatever d, and nothing is ever
+# subtracted from a running total (no drift; a NaN reaches exactly its windows).
 
 
 def _blocks(a: np.ndarray, d: int) -> np.ndarray:
-    """Owned (nb, d, N) copy of ``a``, tail rows padded with NaN."""
-    T, N = a.shape
+    """Owned (d, nb, w) position-major copy of ``a`` (T, w); NaN padding, inf -> NaN."""
+    T, w = a.shape
     nb = -(-T // d)
-    b = np.empty((nb, d, N))
-    flat = b.reshape(nb * d, N)
-    flat[:T] = a
-    flat[T:] = np.nan
+    nf, r = divmod(T, d)
+    b = np.empty((d, nb, w))
+    if nf:
+        b[:, :nf] = a[: nf * d].reshape(nf, d, w).transpose(1, 0, 2)
+    if r:
+        b[:r, nf] = a[nf * d:]
+        b[r:, nf] = np.nan
+    inf = np.isinf(b)
+    if inf.any():
+        b[inf] = np.nan
     return b
 
 
-def _from_blocks(b: np.ndarray, T: int) -> np.ndarray:
-    nb, d, N = b.shape
-    return b.reshape(nb * d, N)[:T]
+def _unblock(b: np.ndarray, dest: np.ndarray, sweep_inf: bool = True) -> None:
+    """Write the (d, nb, w) block array back to ``dest`` (T, w), mapping +-inf to NaN."""
+    if sweep_inf:
+        np.copyto(b, np.nan, where=np.isinf(b))
+    d = b.shape[0]
+    T, w = dest.shape
+    nf, r = divmod(T, d)
+    if nf:
+        np.reshape(dest[: nf * d], (nf, d, w), copy=False)[...] = b[:, :nf].transpose(1, 0, 2)
+    if r:
+        dest[nf * d:] = b[:r, nf]
 
 
 def _scan(y: np.ndarray, uf: np.ufunc, reverse: bool = False, out: np.ndarray | None = None) -> np.ndarray:
-    """Inclusive prefix (or suffix) ``uf``-scan along axis 1; in place unless ``out``."""
+    """Inclusive prefix (or suffix) ``uf``-scan along axis 0; in place unless ``out``.
+
+    One ufunc call per block position, each over a contiguous slab of all blocks.
+    """
     dst = y if out is None else out
-    d = y.shape[1]
+    d = y.shape[0]
     if reverse:
         if out is not None:
-            dst[:, d - 1] = y[:, d - 1]
+            dst[d - 1] = y[d - 1]
         for j in range(d - 2, -1, -1):
-            uf(dst[:, j + 1], y[:, j], out=dst[:, j])
+            uf(dst[j + 1], y[j], out=dst[j])
     else:
         if out is not None:
-            dst[:, 0] = y[:, 0]
+            dst[0] = y[0]
         for j in range(1, d):
-            uf(dst[:, j - 1], y[:, j], out=dst[:, j])
+            uf(dst[j - 1], y[j], out=dst[j])
     return dst
 
 
-def _combine(pre: np.ndarray, suf_prev: np.ndarray, uf: np.ufunc) -> np.ndarray:
-    """Window aggregates from block prefixes ``pre`` (nb, d, N) and the suffixes of the
-    previous blocks ``suf_prev`` (nb-1, d, N).  Warm-up cells are NaN; overwrites ``pre``.
+def _combine(pre: np.ndarray, suf: np.ndarray, uf: np.ufunc, warmup=np.nan) -> np.ndarray:
+    """Window aggregates, in place in ``pre``.
+
+    ``pre`` (d, ..., nb, w): prefix aggregates of every block; ``suf`` (d, ..., nb-1, w):
+    suffix aggregates of blocks 0..nb-2.  Warm-up cells get ``warmup``.
     """
-    nb, d, _ = pre.shape
+    d, nb = pre.shape[0], pre.shape[-2]
     if d > 1:
         if nb > 1:
-            uf(suf_prev[:, 1:], pre[1:, : d - 1], out=pre[1:, : d - 1])
-        pre[0, : d - 1] = np.nan
+            tgt = pre[: d - 1, ..., 1:, :]
+            uf(suf[1:], tgt, out=tgt)
+        pre[: d - 1, ..., 0, :] = warmup
     return pre
 
 
-def _window_sum(cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
-    """Window sums from block values ``cur`` and previous-block values ``prev`` (consumed)."""
-    _scan(cur, np.add)
-    _scan(prev, np.add, reverse=True)
-    return _combine(cur, prev, np.add)
-
-
-def _sliding_core(uf: np.ufunc) -> Callable[[np.ndarray, int], np.ndarray]:
-    def core(a: np.ndarray, d: int) -> np.ndarray:
+def _sliding_core(uf: np.ufunc, sweep_inf: bool) -> Callable[..., None]:
+    def core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
         y = _blocks(a, d)
         pre = _scan(y, uf, out=np.empty_like(y))
-        _scan(y[:-1], uf, reverse=True)
-        return _from_blocks(_combine(pre, y[:-1], uf), a.shape[0])
+        suf = y[:, :-1]
+        _scan(suf, uf, reverse=True)
+        _unblock(_combine(pre, suf, uf), dest, sweep_inf)
 
     return core
 
 
-_SUM_CORE = _sliding_core(np.add)
-_PROD_CORE = _sliding_core(np.multiply)
-_MAX_CORE = _sliding_core(np.maximum)
-_MIN_CORE = _sliding_core(np.minimum)
+_SUM_CORE = _sliding_core(np.add, True)
+_PROD_CORE = _sliding_core(np.multiply, True)
+_MAX_CORE = _sliding_core(np.maximum, False)
+_MIN_CORE = _sliding_core(np.minimum, False)
 
 
-def _centre(a: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Blocks centred on a block-local reference.
+def _centred(arrays: tuple[np.ndarray, ...], d: int, k: int):
+    """Stacks of block values centred on a block-local reference.
 
-    Returns ``(cur, prev, ref)``: ``cur[b] = block_b - ref_b``; ``prev[b-1] = block_{b-1}
-    - ref_b`` (the part of the windows ending in block b that lies in block b-1, centred
-    on the *same* reference); ``ref`` (nb, 1, N) = the first row of each block.
+    Returns ``(C, P, refs)``: ``C`` (d, k, nb, w) with ``C[:, i] = block_b - ref_b`` for
+    the i-th input (slots ``len(arrays)..k-1`` are left for the caller), ``P`` (d, k,
+    nb-1, w) the same for block b-1 centred on ``ref_b`` (the part of the windows
+    ending in block b that lies in the previous block), ``refs`` the (nb, w) references.
 
-    That row belongs to every window ending in its block, so the reference is always a
-    member of the window (no cancellation in ``E[c^2] - E[c]^2``) and never a future
-    row (bit-exact causality).  Where it is NaN every such window is NaN anyway, and
-    the reference is set to 0.
+    The reference of block b is its first row.  That row belongs to every window
+    ending in block b, so it is a member of the window: a constant window centres to
+    exact zeros, and by Samuelson's inequality E[c^2] <= d * var, so ``E[c^2] - E[c]^2``
+    loses at most log10(d) digits.  It is never a future row (bit-exact causality).
+    Where it is NaN all those windows are NaN anyway and the reference is 0.
     """
-    y = _blocks(a, d)
-    ref = y[:, :1].copy()
-    np.copyto(ref, 0.0, where=np.isnan(ref))
-    prev = y[:-1] - ref[1:]
-    y -= ref
-    return y, prev, ref
+    ys = [_blocks(a, d) for a in arrays]
+    _, nb, w = ys[0].shape
+    C = np.empty((d, k, nb, w))
+    P = np.empty((d, k, nb - 1, w))
+    refs = []
+    for i, y in enumerate(ys):
+        ref = y[0].copy()
+        np.copyto(ref, 0.0, where=np.isnan(ref))
+        np.subtract(y, ref, out=C[:, i])
+        np.subtract(y[:, :-1], ref[1:], out=P[:, i])
+        refs.append(ref)
+    return C, P, refs
 
 
-def _power_sums(cur: np.ndarray, prev: np.ndarray, kmax: int) -> list[np.ndarray]:
-    """Window sums of c, c^2, ..., c^kmax (consumes ``cur`` and ``prev``)."""
-    cs, ps = [cur], [prev]
-    if kmax >= 2:
-        cs.append(cur * cur)
-        ps.append(prev * prev)
-    if kmax >= 3:
-        cs.append(cs[1] * cur)
-        ps.append(ps[1] * prev)
-    if kmax >= 4:
-        cs.append(cs[1] * cs[1])
-        ps.append(ps[1] * ps[1])
-    return [_window_sum(c, p) for c, p in zip(cs, ps)]
+def _window_sums(C: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """Window sums of every stacked quantity (consumes ``C`` and ``P``)."""
+    _scan(C, np.add)
+    _scan(P, np.add, reverse=True)
+    return _combine(C, P, np.add)
 
 
-def _central(sums: list[np.ndarray], d: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """(delta, zero, raw) -> central moments.  Consumes ``sums``.
+def _powers(C: np.ndarray, P: np.ndarray, kmax: int) -> None:
+    """Fill slots 1..kmax-1 of the stacks with powers 2..kmax of slot 0."""
+    for X in (C, P):
+        c = X[:, 0]
+        if kmax >= 2:
+            np.multiply(c, c, out=X[:, 1])
+        if kmax >= 3:
+            np.multiply(X[:, 1], c, out=X[:, 2])
+        if kmax >= 4:
+            np.multiply(X[:, 1], X[:, 1], out=X[:, 3])
 
-    Returns ``(m2, zero, [raw1, raw2, ...])`` where raw_k = E[c^k] (c = x - ref), m2 the
-    population variance clipped at 0 and snapped to exactly 0 where ``zero`` (the
-    window is constant up to rounding noise).
-    """
+
+def _std_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    C, P, _ = _centred((a,), d, 2)
+    _powers(C, P, 2)
+    S = _window_sums(C, P)
+    s1, s2 = S[:, 0], S[:, 1]
+    # d^2 var = d S2 - S1^2  (>= 0 up to rounding; exactly 0 on a constant window)
+    np.multiply(s1, s1, out=s1)
+    s2 *= d
+    s2 -= s1
+    np.maximum(s2, 0.0, out=s2)
+    np.sqrt(s2, out=s2)
+    s2 *= 1.0 / d
+    _unblock(s2, dest)
+
+
+def _moments(S: np.ndarray, d: int, kmax: int):
+    """Central moments from stacked window power sums: ``(delta, m2, zero, raws)``."""
     inv = 1.0 / d
-    for s in sums:
-        s *= inv
-    delta, raw2 = sums[0], sums[1]
+    raws = [S[:, i] for i in range(kmax)]
+    for r in raws:
+        r *= inv
+    delta, raw2 = raws[0], raws[1]
     m2 = delta * delta
     np.subtract(raw2, m2, out=m2)
     zero = m2 <= ZERO_VAR_RTOL * raw2
-    np.maximum(m2, 0.0, out=m2)
-    np.copyto(m2, 0.0, where=zero)
-    return m2, zero, sums
+    return delta, m2, zero, raws
 
 
-def _std_core(a: np.ndarray, d: int) -> np.ndarray:
-    m2, _, _ = _central(_power_sums(*_centre(a, d)[:2], 2), d)
-    return _from_blocks(np.sqrt(m2, out=m2), a.shape[0])
-
-
-def _skew_core(a: np.ndarray, d: int) -> np.ndarray:
-    m2, zero, (delta, raw2, raw3) = _central(_power_sums(*_centre(a, d)[:2], 3), d)
+def _skew_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    C, P, _ = _centred((a,), d, 3)
+    _powers(C, P, 3)
+    delta, m2, zero, (_, raw2, raw3) = _moments(_window_sums(C, P), d, 3)
     # m3 = raw3 - delta * (3 raw2 - 2 delta^2)
     t = delta * delta
     t *= -2.0
     raw2 *= 3.0
     t += raw2
     t *= delta
-    np.subtract(raw3, t, out=raw3)
-    t = np.sqrt(m2, out=t)
+    raw3 -= t
+    np.sqrt(m2, out=t)
     t *= m2
     raw3 /= t
     np.copyto(raw3, np.nan, where=zero)
-    return _from_blocks(raw3, a.shape[0])
+    _unblock(raw3, dest)
 
 
-def _kurt_core(a: np.ndarray, d: int) -> np.ndarray:
-    m2, zero, (delta, raw2, raw3, raw4) = _central(_power_sums(*_centre(a, d)[:2], 4), d)
+def _kurt_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    C, P, _ = _centred((a,), d, 4)
+    _powers(C, P, 4)
+    delta, m2, zero, (_, raw2, raw3, raw4) = _moments(_window_sums(C, P), d, 4)
     # m4 = raw4 - delta * (4 raw3 - delta * (6 raw2 - 3 delta^2))
     u = delta * delta
     u *= -3.0
@@ -304,165 +354,175 @@ def _kurt_core(a: np.ndarray, d: int) -> np.ndarray:
     raw3 *= 4.0
     np.subtract(raw3, u, out=u)
     u *= delta
-    np.subtract(raw4, u, out=raw4)
+    raw4 -= u
     m2 *= m2
     raw4 /= m2
     raw4 -= 3.0
     np.copyto(raw4, np.nan, where=zero)
-    return _from_blocks(raw4, a.shape[0])
+    _unblock(raw4, dest)
 
 
-def _cov_core_parts(a: np.ndarray, b: np.ndarray, d: int):
-    cx, px, _ = _centre(a, d)
-    cy, py, _ = _centre(b, d)
-    sxy = _window_sum(cx * cy, px * py)
-    vx, zx, (dx, _) = _central(_power_sums(cx, px, 2), d)
-    vy, zy, (dy, _) = _central(_power_sums(cy, py, 2), d)
-    sxy *= 1.0 / d
-    dx *= dy
-    sxy -= dx  # cov = E[cx cy] - E[cx] E[cy]
-    zx |= zy
-    return sxy, vx, vy, zx
+def _cov_core(a: np.ndarray, b: np.ndarray, d: int, dest: np.ndarray) -> None:
+    C, P, _ = _centred((a, b), d, 3)
+    for X in (C, P):
+        np.multiply(X[:, 0], X[:, 1], out=X[:, 2])
+    S = _window_sums(C, P)
+    sx, sy, sxy = S[:, 0], S[:, 1], S[:, 2]
+    # d^2 cov = d Sxy - Sx Sy   (exactly 0 when either window is constant)
+    sx *= sy
+    sxy *= d
+    sxy -= sx
+    sxy *= 1.0 / (d * d)
+    _unblock(sxy, dest)
 
 
-def _cov_core(a: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
-    cov, _, _, zero = _cov_core_parts(a, b, d)
-    zero &= ~np.isnan(cov)
-    np.copyto(cov, 0.0, where=zero)
-    return _from_blocks(cov, a.shape[0])
+def _corr_core(a: np.ndarray, b: np.ndarray, d: int, dest: np.ndarray) -> None:
+    C, P, _ = _centred((a, b), d, 5)
+    for X in (C, P):
+        np.multiply(X[:, 0], X[:, 0], out=X[:, 2])
+        np.multiply(X[:, 1], X[:, 1], out=X[:, 3])
+        np.multiply(X[:, 0], X[:, 1], out=X[:, 4])
+    S = _window_sums(C, P)
+    sx, sy, sxx, syy, sxy = (S[:, i] for i in range(5))
+    # d^2 var = d Sxx - Sx^2, d^2 cov = d Sxy - Sx Sy
+    sxx *= d
+    syy *= d
+    sxy *= d
+    t = sx * sy
+    sxy -= t
+    np.multiply(sx, sx, out=t)
+    np.subtract(sxx, t, out=sx)  # sx <- d^2 var_x
+    np.multiply(sy, sy, out=t)
+    np.subtract(syy, t, out=sy)  # sy <- d^2 var_y
+    zero = sx <= ZERO_VAR_RTOL * sxx
+    zero |= sy <= ZERO_VAR_RTOL * syy
+    sx *= sy
+    np.sqrt(sx, out=sx)
+    sxy /= sx
+    np.copyto(sxy, np.nan, where=zero)
+    np.clip(sxy, -1.0, 1.0, out=sxy)
+    _unblock(sxy, dest, sweep_inf=False)
 
 
-def _corr_core(a: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
-    cov, vx, vy, zero = _cov_core_parts(a, b, d)
-    vx *= vy
-    np.sqrt(vx, out=vx)
-    cov /= vx
-    np.copyto(cov, np.nan, where=zero)
-    np.clip(cov, -1.0, 1.0, out=cov)
-    return _from_blocks(cov, a.shape[0])
+def _linear_weight_core(alpha: Callable[[np.ndarray, int], np.ndarray],
+                        gamma: Callable[[np.ndarray, int], np.ndarray],
+                        scale_: Callable[[int], float], add_ref: bool) -> Callable[..., None]:
+    """Window sums with weights linear in the row index.
 
-
-def _sum_and_age_sum(cur: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Window sums ``S = sum c`` and ``A = sum age * c`` (age = days ago, today = 0).
-
-    Prefix part (block b, j <= j_t): age = j_t - j       -> j_t * P(c) - P(j c)
-    Suffix part (block b-1, j > j_t): age = d + j_t - j  -> (d + j_t) * Q(c) - Q(j c)
-    Consumes ``cur`` and ``prev``.
+    For the window ending at position j_t of block b, the weight of row i of block b
+    (i <= j_t) is ``alpha(j_t) + i`` and that of row i of block b-1 (i > j_t) is
+    ``gamma(j_t) + i``; the result is ``scale * sum + (ref if add_ref)``.  Prefix part:
+    ``alpha * P(c) + P(i c)``; suffix part: ``gamma * Q(c) + Q(i c)``.
     """
-    nb, d, _ = cur.shape
-    jw = np.arange(d, dtype=np.float64)[None, :, None]
-    p1 = _scan(cur * jw, np.add)
-    p0 = _scan(cur, np.add)
-    np.negative(p1, out=p1)
-    p1 += p0 * jw  # age sums of the prefix part
-    age = p1
-    if d > 1 and nb > 1:
-        q1 = _scan(prev * jw, np.add, reverse=True)
-        q0 = _scan(prev, np.add, reverse=True)
-        t = q0[:, 1:] * (d + jw[:, : d - 1])
-        t -= q1[:, 1:]
-        age[1:, : d - 1] += t
-    else:
-        q0 = prev
-    age[0, : d - 1] = np.nan
-    return _combine(p0, q0, np.add), age
+
+    def core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+        C, P, (ref,) = _centred((a,), d, 2)
+        jw = np.arange(d, dtype=np.float64)[:, None, None]
+        np.multiply(C[:, 0], jw, out=C[:, 1])
+        np.multiply(P[:, 0], jw, out=P[:, 1])
+        _scan(C, np.add)
+        _scan(P, np.add, reverse=True)
+        r = C[:, 0]
+        r *= alpha(jw, d)
+        r += C[:, 1]
+        if d > 1:
+            if r.shape[1] > 1:
+                q = P[1:, 0]
+                q *= gamma(jw[: d - 1], d)  # Q at i = j_t + 1 gets gamma(j_t)
+                q += P[1:, 1]
+                r[: d - 1, 1:] += q
+            r[: d - 1, 0] = np.nan
+        r *= scale_(d)
+        if add_ref:
+            r += ref
+        _unblock(r, dest)
+
+    return core
 
 
-def _decay_core(a: np.ndarray, d: int) -> np.ndarray:
-    cur, prev, ref = _centre(a, d)
-    s, age = _sum_and_age_sum(cur, prev)
-    # sum (d - age) x / W,  W = d (d + 1) / 2,  x = c + ref
-    s *= d
-    s -= age
-    s *= 2.0 / (d * (d + 1.0))
-    s += ref
-    return _from_blocks(s, a.shape[0])
+# decay: weight d - age = (d - j_t) + i (prefix), i - j_t (suffix); sum of weights d(d+1)/2
+_DECAY_CORE = _linear_weight_core(lambda j, d: d - j, lambda j, d: -j,
+                                  lambda d: 2.0 / (d * (d + 1.0)), True)
+# slope: centred time index (d-1)/2 - age; sum of squares d(d^2-1)/12
+_SLOPE_CORE = _linear_weight_core(lambda j, d: 0.5 * (d - 1) - j, lambda j, d: 0.5 * (d - 1) - d - j,
+                                  lambda d: 12.0 / (d * (d * d - 1.0)), False)
 
 
-def _slope_core(a: np.ndarray, d: int) -> np.ndarray:
-    cur, prev, _ = _centre(a, d)
-    s, age = _sum_and_age_sum(cur, prev)
-    # time index i = d - 1 - age:  sum (i - (d-1)/2) x = (d-1)/2 * S - A
-    s *= 0.5 * (d - 1)
-    s -= age
-    s *= 12.0 / (d * (d * d - 1.0))
-    return _from_blocks(s, a.shape[0])
-
-
-def _ema_core(a: np.ndarray, d: int) -> np.ndarray:
+def _ema_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
     q = (d - 1.0) / (d + 1.0)
     j = np.arange(d, dtype=np.float64)
     total = (q ** j).sum()
-    qj = (q ** j)[None, :, None]
     y = _blocks(a, d)
-    # prefix part: sum_{i <= j_t} q^(j_t - i) x_i = q^j_t * P(q^-i x)   (q^-i <= e^2)
-    pre = y * (q ** -j)[None, :, None]
+    # prefix part: sum_{i <= j_t} q^(j_t - i) x_i = q^j_t * P(q^-i x)     (q^-i <= e^2)
+    pre = np.multiply(y, (q ** -j)[:, None, None])
     _scan(pre, np.add)
-    pre *= qj
-    if y.shape[0] > 1:
-        # suffix part: sum_{i > j_t} q^(d + j_t - i) x_i = q^(j_t + 1) * Q(q^(d-1-i) x)
-        suf = y[:-1]
-        suf *= (q ** (d - 1 - j))[None, :, None]
+    pre *= (q ** j / total)[:, None, None]
+    if y.shape[1] > 1:
+        # suffix part: sum_{i > j_t} q^(d + j_t - i) x_i = q^(j_t+1) * Q(q^(d-1-i) x)
+        suf = y[:, :-1]
+        suf *= (q ** (d - 1 - j))[:, None, None]
         _scan(suf, np.add, reverse=True)
-        t = suf[:, 1:]
-        t *= q * qj[:, : d - 1]
-        pre[1:, : d - 1] += t
-    pre[0, : d - 1] = np.nan
-    pre *= 1.0 / total
-    return _from_blocks(pre, a.shape[0])
+        tail = suf[1:]
+        tail *= (q ** j[1:] / total)[:, None, None]  # index i = j_t + 1 -> q^i
+        pre[: d - 1, 1:] += tail
+    pre[: d - 1, 0] = np.nan
+    _unblock(pre, dest)
 
 
-def _argmax_core(a: np.ndarray, d: int) -> np.ndarray:
-    """Days ago (today = 0) of the window maximum; ties -> the oldest occurrence."""
+def _argmax_core(a: np.ndarray, d: int, dest: np.ndarray, negate: bool = False) -> None:
+    """Days ago (today = 0) of the window maximum (of ``-a`` if ``negate``); ties -> the oldest."""
     y = _blocks(a, d)
-    nb = y.shape[0]
-    # prefix: running max + position of its earliest occurrence in the block
-    pm = np.empty_like(y)
-    pp = np.empty(y.shape, dtype=np.int16)
-    pm[:, 0] = y[:, 0]
-    pp[:, 0] = 0
-    for j in range(1, d):
-        newer = y[:, j] > pm[:, j - 1]  # strict: a tie keeps the older position
-        np.maximum(pm[:, j - 1], y[:, j], out=pm[:, j])
-        np.copyto(pp[:, j], pp[:, j - 1])
-        np.copyto(pp[:, j], j, where=newer)
-    jt = np.arange(d, dtype=np.float64)[None, :, None]
-    out = jt - pp
+    if negate:
+        np.negative(y, out=y)
+    nb = y.shape[1]
+    jw = np.arange(d, dtype=np.int16)[:, None, None]
+    # prefix: running max; its earliest position = last strict increase (max-scan)
+    pm = _scan(y, np.maximum, out=np.empty_like(y))
+    pp = np.zeros(y.shape, dtype=np.int16)
+    np.multiply(pm[1:] > pm[:-1], jw[1:], out=pp[1:])
+    _scan(pp, np.maximum)
+    out = np.subtract(jw, pp, dtype=np.float64)
     bad = np.isnan(pm)
     if d > 1 and nb > 1:
-        z = y[:-1]
-        sp = np.empty(z.shape, dtype=np.int16)
-        sp[:, d - 1] = d - 1
-        for j in range(d - 2, -1, -1):
-            older = z[:, j] >= z[:, j + 1]  # z[:, j+1] already holds the suffix max
-            np.maximum(z[:, j + 1], z[:, j], out=z[:, j])  # non-strict: older wins ties
-            np.copyto(sp[:, j], sp[:, j + 1])
-            np.copyto(sp[:, j], j, where=older)
-        sv = z[:, 1:]
-        use_suf = sv >= pm[1:, : d - 1]  # tie -> the suffix (older) part
-        suf_days = (d + jt[:, : d - 1]) - sp[:, 1:]
-        np.copyto(out[1:, : d - 1], suf_days, where=use_suf)
-        bad[1:, : d - 1] |= np.isnan(sv)
+        z = y[:, :-1]
+        sm = _scan(z, np.maximum, reverse=True, out=np.empty_like(z))
+        # suffix: earliest position i >= j with z[i] == sm[i] (older wins ties): min-scan
+        sp = np.equal(z, sm).astype(np.int16)
+        sp *= jw - d
+        sp += d
+        _scan(sp, np.minimum, reverse=True)
+        sv = sm[1:]
+        use_suf = sv >= pm[: d - 1, 1:]  # tie -> the suffix (older) part
+        tgt = out[: d - 1, 1:]
+        delta = np.subtract(d + jw[: d - 1], sp[1:], dtype=np.float64)  # suffix days ago
+        delta -= tgt
+        delta *= use_suf  # branch-free select (use_suf is a dense random mask)
+        tgt += delta
+        bad[: d - 1, 1:] |= np.isnan(sv)
     np.copyto(out, np.nan, where=bad)
-    out[0, : d - 1] = np.nan
-    return _from_blocks(out, a.shape[0])
+    out[: d - 1, 0] = np.nan
+    _unblock(out, dest, sweep_inf=False)
 
 
-def _nan_window_core(a: np.ndarray, d: int) -> np.ndarray:
+def _argmin_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    _argmax_core(a, d, dest, negate=True)
+
+
+def _nan_window_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
     """bool: the window ending at t holds a NaN (or t < d - 1)."""
-    T, N = a.shape
+    T, w = a.shape
     nb = -(-T // d)
-    y = np.empty((nb, d, N), dtype=bool)
-    flat = y.reshape(nb * d, N)
-    np.isnan(a, out=flat[:T])
-    flat[T:] = True
+    nf, r = divmod(T, d)
+    y = np.empty((d, nb, w), dtype=bool)
+    if nf:
+        np.isnan(a[: nf * d].reshape(nf, d, w).transpose(1, 0, 2), out=y[:, :nf])
+    if r:
+        np.isnan(a[nf * d:], out=y[:r, nf])
+        y[r:, nf] = True
     pre = _scan(y, np.logical_or, out=np.empty_like(y))
-    _scan(y[:-1], np.logical_or, reverse=True)
-    if d > 1:
-        if nb > 1:
-            np.logical_or(y[:-1, 1:], pre[1:, : d - 1], out=pre[1:, : d - 1])
-        pre[0, : d - 1] = True
-    return _from_blocks(pre, T)
+    suf = y[:, :-1]
+    _scan(suf, np.logical_or, reverse=True)
+    _unblock(_combine(pre, suf, np.logical_or, warmup=True), dest, sweep_inf=False)
 
 
 # ---------------------------------------------------------------------------
@@ -470,14 +530,14 @@ def _nan_window_core(a: np.ndarray, d: int) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def delay(x, d):
     """``x[t - d]``; NaN for ``t < d``."""
     a = _panel(x)
     d = _window(d)
     out = np.empty(a.shape)
     out[:d] = np.nan
-    out[d:] = a[: a.shape[0] - d]
+    out[d:] = a[: max(a.shape[0] - d, 0)]
     return out
 
 
@@ -488,116 +548,116 @@ def ts_delta(x, d):
     d = _window(d)
     out = np.empty(a.shape)
     out[:d] = np.nan
-    np.subtract(a[d:], a[: a.shape[0] - d], out=out[d:])
+    np.subtract(a[d:], a[: max(a.shape[0] - d, 0)], out=out[d:])
     return out
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_sum(x, d):
     """Sum of the last ``d`` rows (today included)."""
-    return _by_columns(_SUM_CORE, (_panel(x),), _window(d))
+    return _by_columns(_SUM_CORE, (_panel(x, clean=False),), _window(d))
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_mean(x, d):
     """Mean of the last ``d`` rows."""
     d = _window(d)
-    out = _by_columns(_SUM_CORE, (_panel(x),), d)
+    out = _by_columns(_SUM_CORE, (_panel(x, clean=False),), d)
     out *= 1.0 / d
     return out
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def ts_max(x, d):
     """Maximum of the last ``d`` rows."""
-    return _by_columns(_MAX_CORE, (_panel(x),), _window(d))
+    return _by_columns(_MAX_CORE, (_panel(x, clean=False),), _window(d))
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def ts_min(x, d):
     """Minimum of the last ``d`` rows."""
-    return _by_columns(_MIN_CORE, (_panel(x),), _window(d))
+    return _by_columns(_MIN_CORE, (_panel(x, clean=False),), _window(d))
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_product(x, d):
     """Product of the last ``d`` rows (exact zeros and signs; overflow -> NaN)."""
-    return _by_columns(_PROD_CORE, (_panel(x),), _window(d))
+    return _by_columns(_PROD_CORE, (_panel(x, clean=False),), _window(d))
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_std(x, d):
     """Population (ddof=0) standard deviation of the last ``d`` rows; 0 on a constant window."""
-    return _by_columns(_std_core, (_panel(x),), _window(d))
+    return _by_columns(_std_core, (_panel(x, clean=False),), _window(d), k=2)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_skew(x, d):
     """Population skewness ``m3 / m2**1.5`` of the last ``d`` rows; NaN on zero variance."""
-    return _by_columns(_skew_core, (_panel(x),), _window(d))
+    return _by_columns(_skew_core, (_panel(x, clean=False),), _window(d), k=3)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_kurt(x, d):
     """Population excess kurtosis ``m4 / m2**2 - 3``; NaN on zero variance."""
-    return _by_columns(_kurt_core, (_panel(x),), _window(d))
+    return _by_columns(_kurt_core, (_panel(x, clean=False),), _window(d), k=4)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_cov(x, y, d):
     """Population (ddof=0) covariance of the last ``d`` rows; 0 if either window is constant."""
-    return _by_columns(_cov_core, _pair(x, y), _window(d))
+    return _by_columns(_cov_core, _pair(x, y), _window(d), k=3)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_corr(x, y, d):
     """Pearson correlation of the last ``d`` rows; NaN if either window has zero variance."""
-    return _by_columns(_corr_core, _pair(x, y), _window(d))
+    return _by_columns(_corr_core, _pair(x, y), _window(d), k=5)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_decay_linear(x, d):
     """Linearly decaying weighted mean: weights d (today), d-1, ..., 1 (oldest), summing to 1."""
-    return _by_columns(_decay_core, (_panel(x),), _window(d))
+    return _by_columns(_DECAY_CORE, (_panel(x, clean=False),), _window(d), k=2)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ts_slope(x, d):
     """OLS slope (per day) of the last ``d`` rows on the time index 0..d-1; NaN for d == 1."""
-    a = _panel(x)
+    a = _panel(x, clean=False)
     d = _window(d)
     if d == 1:
         return _nan_panel(a.shape)
-    return _by_columns(_slope_core, (a,), d)
+    return _by_columns(_SLOPE_CORE, (a,), d, k=2)
 
 
 @_kernel
 def ts_ema(x, d):
     """Finite-window EMA: weight (1-alpha)**k on the row k days ago (k < d), alpha = 2/(d+1), normalised."""
-    a = _panel(x)
+    a = _panel(x, clean=False)
     d = _window(d)
     if d == 1:
         return a.copy()
     return _by_columns(_ema_core, (a,), d)
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def ts_argmax(x, d):
     """Days since the window maximum (today = 0, in [0, d-1]); ties -> the oldest (largest)."""
-    return _by_columns(_argmax_core, (_panel(x),), _window(d))
+    return _by_columns(_argmax_core, (_panel(x, clean=False),), _window(d), k=2)
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def ts_argmin(x, d):
     """Days since the window minimum (today = 0, in [0, d-1]); ties -> the oldest (largest)."""
-    return _by_columns(_argmax_core, (np.negative(_panel(x)),), _window(d))
+    return _by_columns(_argmin_core, (_panel(x, clean=False),), _window(d), k=2)
 
 
 #: cells per row chunk of ``ts_rank`` (its working set stays in cache)
 _RANK_CHUNK_CELLS = 1 << 15
 
 
-@_kernel(may_overflow=False)
+@_kernel(sweep_inf=False)
 def ts_rank(x, d):
     """Rank of today within the last ``d`` rows, in [0, 1].
 
@@ -643,40 +703,45 @@ def ts_rank(x, d):
 # ---------------------------------------------------------------------------
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def rank(x):
     """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
 
     NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
+    One ``argsort`` per row (NaN sorted last as +inf), tie groups by vectorised
+    forward/backward fills, then a flat scatter back to the original positions.
     """
     a = _panel(x)
     T, N = a.shape
-    out = _nan_panel(a.shape)
     if T == 0 or N == 0:
-        return out
-    valid = ~np.isnan(a)
-    n = valid.sum(axis=1)
-    key = np.where(valid, a, np.inf)
+        return _nan_panel(a.shape)
+    nan = np.isnan(a)
+    inv = 1.0 / (N - 1.0 - nan.sum(axis=1))  # 1 / (n - 1): inf for n = 1 -> 0 * inf = NaN
+    key = a.copy()
+    np.copyto(key, np.inf, where=nan)
     order = np.argsort(key, axis=1)
-    flat = order + (np.arange(T, dtype=order.dtype) * N)[:, None]
-    flat = flat.ravel()
-    s = key.ravel().take(flat).reshape(T, N)
-    idx = np.arange(N, dtype=np.float64)
-    eq_prev = s[:, 1:] == s[:, :-1]  # tie with the previous sorted cell
-    if (eq_prev & (s[:, 1:] != np.inf)).any():  # a tie between valid cells (NaN -> +inf)
-        ipos = np.arange(N, dtype=np.int64)
+    order += (np.arange(T, dtype=order.dtype) * N)[:, None]
+    flat = order.reshape(-1)
+    srt = key.reshape(-1).take(flat).reshape(T, N)
+    eq_prev = srt[:, 1:] == srt[:, :-1]  # tie with the previous sorted cell
+    pos = srt  # reuse: 0-based average position of every sorted cell
+    if (eq_prev & (srt[:, 1:] != np.inf)).any():  # a tie between valid cells
+        flat_pos = np.arange(T * N, dtype=np.int64).reshape(T, N)
         is_start = np.ones((T, N), dtype=bool)
         is_start[:, 1:] = ~eq_prev
         is_end = np.ones((T, N), dtype=bool)
         is_end[:, :-1] = ~eq_prev
-        start = np.maximum.accumulate(np.where(is_start, ipos, 0), axis=1)
-        end = np.minimum.accumulate(np.where(is_end, ipos, N)[:, ::-1], axis=1)[:, ::-1]
-        pos = (start + end) * 0.5
+        # every row starts (ends) a group, so 1-D fills never cross rows
+        start = np.maximum.accumulate(np.where(is_start, flat_pos, 0).reshape(-1))
+        end = np.minimum.accumulate(np.where(is_end, flat_pos, T * N).reshape(-1)[::-1])[::-1]
+        start += end
+        np.multiply(start.reshape(T, N) - 2 * (np.arange(T, dtype=np.int64) * N)[:, None], 0.5, out=pos)
     else:
-        pos = np.broadcast_to(idx, (T, N))
-    r = pos / (n - 1.0)[:, None]
-    out.ravel()[flat] = r.ravel()
-    out[~valid] = np.nan
+        pos[...] = np.arange(N, dtype=np.float64)
+    pos *= inv[:, None]
+    out = np.empty((T, N))
+    out.reshape(-1)[flat] = pos.reshape(-1)
+    np.copyto(out, np.nan, where=nan)
     return out
 
 
@@ -735,17 +800,49 @@ def sign(x):
     return np.sign(_scalar_or_array(x))
 
 
+def _pow(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
+    """``xa ** ya`` with NaN in -> NaN out, and fast paths for common constant exponents
+    (``np.power`` with a general exponent costs ~40 ns per cell)."""
+    if ya.ndim == 0 and not np.isnan(ya):
+        e = float(ya)
+        if e == 1.0:
+            return xa.copy()
+        if e == 2.0:
+            return xa * xa
+        if e == 0.5:
+            return np.sqrt(xa)
+        if e == 3.0:
+            return xa * xa * xa
+        if e == -1.0:
+            return 1.0 / xa
+        if e == 4.0:
+            sq = xa * xa
+            return sq * sq
+        if e == -2.0:
+            return 1.0 / (xa * xa)
+        if e == -0.5:
+            return 1.0 / np.sqrt(xa)
+        if e == 0.0:
+            return np.where(np.isnan(xa), np.nan, 1.0)
+        return np.power(xa, e)
+    out = np.power(xa, ya)
+    return np.where(np.isnan(xa) | np.isnan(ya), np.nan, out)
+
+
 @_kernel
 def power(x, y):
-    """``x ** y``; NaN where undefined (negative base with non-integer exponent, 0**-k)."""
-    return np.power(_scalar_or_array(x), _scalar_or_array(y))
+    """``x ** y``; NaN where undefined (negative base with non-integer exponent, 0**-k)
+    and wherever either argument is NaN (also ``NaN ** 0`` and ``1 ** NaN``)."""
+    return _pow(_scalar_or_array(x), _scalar_or_array(y))
 
 
 @_kernel
 def signed_power(x, y):
-    """``sign(x) * |x| ** y``."""
+    """``sign(x) * |x| ** y`` (NaN if either argument is NaN; ``0 ** -k`` -> NaN)."""
     xa = _scalar_or_array(x)
-    return np.sign(xa) * np.power(np.abs(xa), _scalar_or_array(y))
+    r = _pow(np.abs(xa), _scalar_or_array(y))
+    r *= np.sign(xa)
+    return r
 
 
 @_kernel
@@ -760,60 +857,77 @@ def maximum(x, y):
     return np.maximum(_scalar_or_array(x), _scalar_or_array(y))
 
 
-def _nan_either(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
-    return np.isnan(xa) | np.isnan(ya)
+def _nan_mask(*arrays: np.ndarray) -> np.ndarray:
+    nan = np.isnan(arrays[0])
+    for a in arrays[1:]:
+        nan = nan | np.isnan(a)
+    return nan
+
+
+def _as_float_out(op: np.ufunc, xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
+    """``op(xa, ya)`` (boolean) written straight into a new float64 array, NaN-propagating."""
+    out = np.empty(np.broadcast_shapes(xa.shape, ya.shape))
+    op(xa, ya, out=out, casting="unsafe")
+    np.copyto(out, np.nan, where=_nan_mask(xa, ya))
+    return out
 
 
 def _compare(op: np.ufunc, x, y) -> np.ndarray:
-    xa = _scalar_or_array(x)
-    ya = _scalar_or_array(y)
-    return np.where(_nan_either(xa, ya), np.nan, op(xa, ya).astype(np.float64))
+    return _as_float_out(op, _scalar_or_array(x), _scalar_or_array(y))
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def lt(x, y):
     """1.0 where x < y else 0.0 (NaN if either is NaN)."""
     return _compare(np.less, x, y)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def gt(x, y):
     """1.0 where x > y else 0.0 (NaN if either is NaN)."""
     return _compare(np.greater, x, y)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def le(x, y):
     """1.0 where x <= y else 0.0 (NaN if either is NaN)."""
     return _compare(np.less_equal, x, y)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def ge(x, y):
     """1.0 where x >= y else 0.0 (NaN if either is NaN)."""
     return _compare(np.greater_equal, x, y)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def eq(x, y):
     """1.0 where x == y else 0.0 (NaN if either is NaN)."""
     return _compare(np.equal, x, y)
 
 
+@_kernel(sweep_inf=False)
+def ne(x, y):
+    """1.0 where x != y else 0.0 (NaN if either is NaN)."""
+    return _compare(np.not_equal, x, y)
+
+
 def _truthy(op: np.ufunc, x, y) -> np.ndarray:
     xa = _scalar_or_array(x)
     ya = _scalar_or_array(y)
-    res = op(xa != 0, ya != 0).astype(np.float64)
-    return np.where(_nan_either(xa, ya), np.nan, res)
+    out = np.empty(np.broadcast_shapes(xa.shape, ya.shape))
+    op(xa != 0, ya != 0, out=out, casting="unsafe")
+    np.copyto(out, np.nan, where=_nan_mask(xa, ya))
+    return out
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def logical_or(x, y):
     """1.0 if x != 0 or y != 0 else 0.0 (NaN if either is NaN)."""
     return _truthy(np.logical_or, x, y)
 
 
-@_kernel
+@_kernel(sweep_inf=False)
 def logical_and(x, y):
     """1.0 if x != 0 and y != 0 else 0.0 (NaN if either is NaN)."""
     return _truthy(np.logical_and, x, y)
@@ -823,8 +937,11 @@ def logical_and(x, y):
 def where(c, a, b):
     """``a`` where ``c != 0`` else ``b``; NaN where ``c`` is NaN."""
     ca = _scalar_or_array(c)
-    res = np.where(ca != 0, _scalar_or_array(a), _scalar_or_array(b))
-    return np.where(np.isnan(ca), np.nan, res)
+    out = np.where(ca != 0, _scalar_or_array(a), _scalar_or_array(b))
+    if out.shape != ca.shape:
+        out = np.array(np.broadcast_to(out, np.broadcast_shapes(out.shape, ca.shape)))
+    np.copyto(out, np.nan, where=np.isnan(ca))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -869,6 +986,7 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "le": le,
     "ge": ge,
     "eq": eq,
+    "ne": ne,
     "or": logical_or,
     "and": logical_and,
     "where": where,

@@ -1,12 +1,14 @@
 """Design briefs: the prompts the model answers, each stating the answer contract and the DSL.
 
-This module holds a small fixed set of briefs; a seeded generator of the
-reference's six-part briefs builds on the same `Brief` type.
+This module holds a small fixed set of briefs; the seeded generator of the
+reference's six-part briefs (`alpha_gym.tasks.generator`) builds on the same
+`Brief` type and fills its optional `parts` and `constraints`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 DSL_REFERENCE = """\
 Fields: open high low close volume returns vwap.
@@ -24,15 +26,38 @@ ANSWER_CONTRACT = ("Answer with exactly one formula inside <alpha>...</alpha>, a
 
 @dataclass(frozen=True)
 class Brief:
-    """One design brief: an id, its template family and the text of its request."""
+    """One design brief: an id, its template family and the text of its request.
+
+    Optional, for generated briefs:
+    parts        part name -> {"id", "family", "text"} of the vocabulary entry drawn for
+                 it (mechanism, horizon, input, structure, forbidden, risk); excluded from hashing.
+    constraints  machine-checkable constraints (`alpha_gym.tasks.compliance`) the answer should meet.
+    """
 
     id: str
     family: str
     request: str
+    parts: Mapping[str, Mapping[str, str]] | None = field(default=None, hash=False)
+    constraints: tuple = ()
 
     def prompt(self) -> str:
         """The full prompt text: the request, the answer contract and the DSL reference."""
         return f"{self.request}\n\n{ANSWER_CONTRACT}\n\n{DSL_REFERENCE}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (one line of a briefs JSONL file)."""
+        return {"id": self.id, "family": self.family, "request": self.request,
+                "parts": None if self.parts is None else {k: dict(v) for k, v in self.parts.items()},
+                "constraints": [c.to_dict() for c in self.constraints]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Brief":
+        """Inverse of `to_dict`."""
+        from alpha_gym.tasks.compliance import constraint_from_dict
+        parts = d.get("parts")
+        return cls(id=str(d["id"]), family=str(d["family"]), request=str(d["request"]),
+                   parts=None if parts is None else {str(k): dict(v) for k, v in parts.items()},
+                   constraints=tuple(constraint_from_dict(c) for c in d.get("constraints") or ()))
 
 
 FIXED_BRIEFS: tuple[Brief, ...] = (

@@ -1,0 +1,13 @@
+"""Evaluation after training: holdout scoring, checkpoint and book selection, HTML reports."""
+
+from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutConfig, HoldoutError, HoldoutEvaluator,
+                                         HoldoutOverlapError, HoldoutReport, evaluate_holdout, holdout_score,
+                                         load_holdout)
+from alpha_gym.evaluation.selection import (BookSelection, Candidate, CheckpointChoice, TrainRecord,
+                                           checkpoint_table, compare_selectors, effective_bets, select_checkpoint,
+                                           select_correlation_capped, select_top_k)
+
+__all__ = ["BookSelection", "BookStats", "Candidate", "CheckpointChoice", "FormulaHoldout", "HoldoutConfig",
+           "HoldoutError", "HoldoutEvaluator", "HoldoutOverlapError", "HoldoutReport", "TrainRecord",
+           "checkpoint_table", "compare_selectors", "effective_bets", "evaluate_holdout", "holdout_score",
+           "load_holdout", "select_checkpoint", "select_correlation_capped", "select_top_k"]

@@ -1,0 +1,166 @@
+"""Command-line pieces for briefs, holdout scoring of formula files, and reports.
+
+`register(subparsers)` adds, to an `argparse` sub-parser collection:
+
+    briefs generate --n 500 --seed 0 --out FILE
+    briefs split --briefs FILE [--n-probe 50] [--seed 0] --train-out FILE --probe-out FILE
+    holdout-formulas --data PATH [--universe U] --holdout-start DATE [--holdout-end DATE]
+                     --formulas FILE [--train-start DATE] [--context 252] [--out RUN_DIR] [--json]
+    report RUN_DIR
+
+Each sub-command sets `func(args) -> int` (exit status), like the main CLI's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def read_formulas(path) -> list[str | None]:
+    """Formulas from a file: JSONL objects with a "formula" (or "answer") key, or one formula per line.
+
+    In a text file blank lines and lines starting with '#' are skipped.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    out: list[str | None] = []
+    if path.suffix in (".jsonl", ".json"):
+        for k, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if isinstance(row, str):
+                out.append(row)
+            elif isinstance(row, dict) and ("formula" in row or "answer" in row):
+                out.append(row.get("formula", row.get("answer")))
+            else:
+                raise ValueError(f"{path}:{k}: expected a string or an object with a 'formula' key")
+        return out
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def cmd_briefs_generate(args) -> int:
+    from alpha_gym.tasks.generator import generate_briefs, save_briefs
+    briefs = generate_briefs(args.n, args.seed)
+    path = save_briefs(briefs, args.out)
+    print(f"wrote {len(briefs)} briefs ({len({b.family for b in briefs})} mechanism families) to {path}")
+    return 0
+
+
+def cmd_briefs_split(args) -> int:
+    from alpha_gym.tasks.generator import load_briefs, save_briefs, split_briefs
+    split = split_briefs(load_briefs(args.briefs), args.n_probe, args.seed)
+    save_briefs(split.train, args.train_out)
+    save_briefs(split.probe, args.probe_out)
+    info = split.to_dict()
+    print(f"train: {info['n_train']} briefs -> {args.train_out}\nprobe: {info['n_probe']} briefs "
+          f"(families {', '.join(info['probe_families'])}) -> {args.probe_out}"
+          + (f"\nunused: {info['n_unused']} briefs of the probe families" if info["n_unused"] else ""))
+    return 0
+
+
+def _day_before(date: str) -> str:
+    import numpy as np
+    return str(np.datetime64(date, "D") - np.timedelta64(1, "D"))
+
+
+def cmd_holdout_formulas(args) -> int:
+    from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
+    from alpha_gym.market import load_panel
+    universe = args.universe
+    if universe is not None and not Path(universe).exists():
+        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    # One read of the file, cut in two: the training panel holds copies of the sessions before the
+    # holdout only, so nothing in it reaches the holdout window.
+    full = load_panel(args.data, universe=universe, start=args.train_start, end=args.holdout_end)
+    train = full.window(end=_day_before(args.holdout_start))
+    holdout = full.window(start=args.holdout_start, end=args.holdout_end)
+    del full
+    formulas = read_formulas(args.formulas)
+    verifier = None
+    if not args.no_train:
+        from alpha_gym.scoring.verifier import Verifier
+        verifier = Verifier(train)
+    report = evaluate_holdout(formulas, train, holdout, config=HoldoutConfig(context=args.context),
+                              train_verifier=verifier, label=args.label or Path(args.formulas).stem)
+    if args.out:
+        path = report.save(args.out)
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+        return 0
+    s, b = report.summary(), report.book
+    print(f"holdout {report.holdout_start}..{report.holdout_end} ({len(report.dates)} decision days), "
+          f"training ends {report.train_end}")
+    for a in report.answers:
+        score = f"{a.score:+.3f}" if a.valid else "invalid"
+        train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "  n/a"
+        extra = f"turnover {a.turnover:6.1%}  Sharpe {a.sharpe:+.2f}" if a.valid else a.reason
+        print(f"  {score:>8}  train {train}  {extra}  {a.formula}")
+    mean = f"{s['mean_score']:+.3f}" if s["mean_score"] is not None else "n/a"
+    print(f"mean score {mean}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
+          f"families {s['n_families']}")
+    down = f"{b.down_day_return:+.2%}" if b.down_day_return is not None else "n/a"
+    print(f"equal-weight book: return {b.total_return:+.1%}  Sharpe {b.sharpe:+.2f}  beta {b.beta:+.2f}  "
+          f"corr {b.market_correlation:+.2f}  max DD {b.max_drawdown:.1%}  "
+          f"mean on market drops > 1.5% ({b.n_down_days} days) {down}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from alpha_gym.evaluation.report import write_report
+    print(write_report(args.run_dir))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `briefs`, `holdout-formulas` and `report` to an argparse sub-parser collection."""
+    p = subparsers.add_parser("briefs", help="generate or split design briefs")
+    bsub = p.add_subparsers(dest="briefs_command", required=True)
+    g = bsub.add_parser("generate", help="write N seeded six-part briefs as JSONL")
+    g.add_argument("--n", type=int, default=500)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", required=True, help="output JSONL file")
+    g.set_defaults(func=cmd_briefs_generate)
+    s = bsub.add_parser("split", help="hold out whole mechanism families as probe briefs")
+    s.add_argument("--briefs", required=True, help="briefs JSONL file")
+    s.add_argument("--n-probe", type=int, default=50)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--train-out", required=True)
+    s.add_argument("--probe-out", required=True)
+    s.set_defaults(func=cmd_briefs_split)
+
+    h = subparsers.add_parser("holdout-formulas", help="score a file of formulas on a holdout window "
+                                                      "(realistic costs) and build their equal-weight book")
+    h.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
+    h.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    h.add_argument("--train-start", help="first training session to read (default: the file's first)")
+    h.add_argument("--holdout-start", required=True, help="first holdout session (YYYY-MM-DD); "
+                                                          "training ends the day before")
+    h.add_argument("--holdout-end", help="last holdout session (default: the file's last)")
+    h.add_argument("--formulas", required=True, help="one formula per line, or JSONL with a 'formula' key")
+    h.add_argument("--context", type=int, default=252, help="training sessions used as lookback history")
+    h.add_argument("--no-train", action="store_true", help="skip the train-window CPCV of each formula")
+    h.add_argument("--label", help="a label stored in holdout.json")
+    h.add_argument("--out", help="run directory to write holdout.json into")
+    h.add_argument("--json", action="store_true", help="print the holdout.json object")
+    h.set_defaults(func=cmd_holdout_formulas)
+
+    r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")
+    r.add_argument("run_dir")
+    r.set_defaults(func=cmd_report)
+
+
+def main(argv=None) -> int:
+    """Run these sub-commands on their own (the project CLI wires `register` into `alpha-gym`)."""
+    parser = argparse.ArgumentParser(prog="alpha-gym-eval")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""One-file HTML report of a run directory, with the plots embedded as base64 PNGs.
+
+`write_report(run_dir)` reads whichever of these files the run directory holds
+(at least one must exist) and writes `run_dir/report.html`:
+
+holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(...).save(run_dir)`)
+    {"format", "label", "step", "train_end", "holdout_start", "holdout_end", "n_days", "definition",
+     "costs": {...}, "config": {...},
+     "summary": {"n_answers", "n_valid", "mean_score", "n_positive", "n_families", "mean_train_cpcv"},
+     "book": {"n_members", "total_return", "annual_return", "sharpe", "beta", "market_correlation",
+              "max_drawdown", "down_day_return", "n_down_days", "turnover", "mean_cost", "market_total_return"},
+     "series": {"dates": ["YYYY-MM-DD", ...], "book": [daily net return], "market": [daily return]},
+     "answers": [{"formula", "valid", "reason", "score", "cpcv", "slice_sharpes": [15 floats], "sharpe",
+                  "total_return", "turnover", "mean_cost", "max_drawdown", "beta", "market_correlation",
+                  "form", "n_days", "train_cpcv", "train_turnover"}, ...]}
+    -> growth of $1 (book vs market), book vs market daily returns with the beta line,
+       the 15 CPCV slice Sharpes of every valid answer, and the answers table.
+holdout-*.json   the same format, e.g. one per checkpoint: their books are added to the growth plot.
+log.jsonl        one JSON object per training step: {"step": int, "reward_mean": float,
+                 "core_mean": float, "valid_share": float, ...}; missing keys are skipped
+    -> training curves.
+checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
+    -> the checkpoint table (train CPCV selects; holdout columns reported).
+books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
+
+Numbers in JSON may be null (not finite / not available); the report prints "n/a".
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+import numpy as np
+
+REPORT_NAME = "report.html"
+LOG_KEYS = (("reward_mean", "reward mean"), ("core_mean", "core score (CPCV) mean"), ("valid_share", "valid share"))
+
+
+def _mpl():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _mpl().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _arr(xs) -> np.ndarray:
+    return np.array([np.nan if x is None else float(x) for x in xs], dtype=np.float64)
+
+
+def _fmt(x, spec="+.3f") -> str:
+    if x is None:
+        return "n/a"
+    try:
+        return format(x, spec)
+    except (TypeError, ValueError):
+        return html.escape(str(x))
+
+
+# ----------------------------------------------------------------------------- plots
+def plot_growth(holdout: dict, others: list[dict] = ()) -> str:
+    """Growth of $1: the equal-weight book and the market over the holdout (plus other runs' books, thin)."""
+    plt = _mpl()
+    s = holdout["series"]
+    dates = np.array(s["dates"], dtype="datetime64[D]")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for o in others:
+        so = o["series"]
+        ax.plot(np.array(so["dates"], dtype="datetime64[D]"), np.cumprod(1 + np.nan_to_num(_arr(so["book"]))),
+                lw=0.8, alpha=0.6, label=f"book {o.get('label') or o.get('step') or ''}".strip())
+    ax.plot(dates, np.cumprod(1 + np.nan_to_num(_arr(s["book"]))), lw=2.0, color="tab:orange",
+            label=f"equal-weight book ({holdout['book']['n_members']} formulas)")
+    ax.plot(dates, np.cumprod(1 + np.nan_to_num(_arr(s["market"]))), lw=1.5, color="0.4",
+            label="equal-weight market")
+    ax.axhline(1.0, color="0.8", lw=0.8)
+    ax.set_title(f"Growth of $1 on the holdout, after realistic costs ({holdout['holdout_start']} .. "
+                 f"{holdout['holdout_end']})")
+    ax.set_ylabel("value of $1")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    return _png(fig)
+
+
+def plot_beta(holdout: dict) -> str:
+    """Scatter of the book's daily returns against the market's, with the OLS line (slope = beta)."""
+    plt = _mpl()
+    b, m = _arr(holdout["series"]["book"]), _arr(holdout["series"]["market"])
+    ok = np.isfinite(b) & np.isfinite(m)
+    b, m = b[ok] * 100, m[ok] * 100
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.scatter(m, b, s=10, alpha=0.6, color="tab:blue")
+    if len(m) > 1 and np.var(m) > 0:
+        beta = np.cov(m, b, ddof=0)[0, 1] / np.var(m)
+        alpha = b.mean() - beta * m.mean()
+        xs = np.linspace(m.min(), m.max(), 2)
+        ax.plot(xs, alpha + beta * xs, color="tab:red", lw=2, label=f"OLS fit, beta = {beta:+.2f}")
+        ax.legend(loc="best")
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.axvline(0, color="0.7", lw=0.8)
+    ax.set_xlabel("market daily return (%)")
+    ax.set_ylabel("book daily return (%)")
+    ax.set_title("Book vs market, daily (holdout)")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def _short(text: str, n: int = 48) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def plot_slices(holdout: dict, max_answers: int = 60) -> str | None:
+    """Box and strip plot of the 15 holdout CPCV slice Sharpes of each valid answer, best score on top."""
+    answers = [a for a in holdout["answers"] if a.get("valid") and a.get("slice_sharpes")]
+    if not answers:
+        return None
+    answers = sorted(answers, key=lambda a: (a.get("score") is None, -(a.get("score") or 0.0)))[:max_answers]
+    answers = answers[::-1]   # matplotlib draws the first box at the bottom
+    data = [np.nan_to_num(_arr(a["slice_sharpes"])) for a in answers]
+    plt = _mpl()
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * len(answers)))
+    box = dict(widths=0.6, showfliers=False, medianprops={"color": "0.15"})
+    try:  # matplotlib >= 3.10 spells it orientation=; older versions only know vert=
+        ax.boxplot(data, orientation="horizontal", **box)
+    except TypeError:
+        ax.boxplot(data, vert=False, **box)
+    rng = np.random.default_rng(0)
+    for k, d in enumerate(data, start=1):
+        ax.scatter(d, k + rng.uniform(-0.15, 0.15, size=len(d)), s=6, alpha=0.5, color="tab:blue")
+        ax.scatter([answers[k - 1]["score"]], [k], marker="D", s=22, color="tab:orange", zorder=3)
+    ax.set_yticks(range(1, len(answers) + 1))
+    ax.set_yticklabels([_short(a["formula"]) for a in answers], fontsize=7, family="monospace")
+    ax.axvline(0, color="0.6", lw=0.8)
+    ax.set_xlabel("annualised net Sharpe of each CPCV slice (orange: holdout score)")
+    ax.set_title("Holdout CPCV slices per answer")
+    ax.grid(alpha=0.3, axis="x")
+    return _png(fig)
+
+
+def plot_training(log: list[dict]) -> str | None:
+    """Reward mean, core score mean and valid share per step, from log.jsonl."""
+    keys = [(k, label) for k, label in LOG_KEYS if any(r.get(k) is not None for r in log)]
+    if not keys:
+        return None
+    plt = _mpl()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    for ax, (k, label) in zip(axes[0], keys):
+        pts = [(r["step"], r[k]) for r in log if r.get(k) is not None and r.get("step") is not None]
+        xs, ys = np.array([p[0] for p in pts], dtype=float), _arr([p[1] for p in pts])
+        ax.plot(xs, ys, lw=0.8, alpha=0.5, color="tab:blue")
+        if len(ys) >= 10:
+            w = max(2, len(ys) // 20)
+            smooth = np.convolve(np.nan_to_num(ys), np.ones(w) / w, mode="valid")
+            ax.plot(xs[w - 1:], smooth, lw=2, color="tab:blue", label=f"{w}-step mean")
+            ax.legend(fontsize=7)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+# ----------------------------------------------------------------------------- reading
+def _load_json(path: Path, fmt: str | None = None) -> dict | None:
+    if not path.is_file():
+        return None
+    d = json.loads(path.read_text(encoding="utf-8"))
+    if fmt is not None and d.get("format") != fmt:
+        raise ValueError(f"{path}: expected format {fmt!r}, found {d.get('format')!r}")
+    return d
+
+
+def read_log(path: Path) -> list[dict]:
+    """The rows of a log.jsonl file (blank and unparseable lines are skipped)."""
+    out = []
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------- html
+_CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
+color:#222;padding:0 1em}table{border-collapse:collapse;margin:1em 0;font-size:13px}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}code{font-size:12px}img{max-width:100%;display:block;margin:1em 0}
+.note{color:#666;font-size:13px}tr.sel{background:#fff4d6}"""
+
+
+def _img(b64: str | None, alt: str) -> str:
+    return "" if b64 is None else f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}"/>'
+
+
+def _kv_table(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f'<tr><th class="l">{html.escape(k)}</th><td>{v}</td></tr>' for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _table(headers: list[str], rows: list[list[str]], left: set[int] = frozenset(), classes=None) -> str:
+    head = "".join(f'<th class="{"l" if i in left else ""}">{html.escape(h)}</th>' for i, h in enumerate(headers))
+    body = []
+    for r, row in enumerate(rows):
+        cls = f' class="{classes[r]}"' if classes and classes[r] else ""
+        cells = "".join(f'<td class="{"l" if i in left else ""}">{c}</td>' for i, c in enumerate(row))
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _holdout_section(h: dict, others: list[dict]) -> list[str]:
+    s, b = h["summary"], h["book"]
+    out = [f"<h2>Holdout {html.escape(h['holdout_start'])} .. {html.escape(h['holdout_end'])}"
+           f"{' - ' + html.escape(str(h['label'])) if h.get('label') else ''}</h2>",
+           f'<p class="note">Training window ends {html.escape(h["train_end"])}; {h["n_days"]} holdout decision '
+           f"days. Score: {html.escape(h['definition'])}</p>",
+           _kv_table([
+               ("answers (valid / all)", f"{s['n_valid']} / {s['n_answers']}"),
+               ("mean holdout score (valid answers)", _fmt(s.get("mean_score"))),
+               ("answers scoring above 0", str(s.get("n_positive"))),
+               ("distinct formula families", str(s.get("n_families"))),
+               ("mean train CPCV (valid answers)", _fmt(s.get("mean_train_cpcv"))),
+               ("book return after costs", _fmt(b.get("total_return"), "+.1%")),
+               ("book Sharpe", _fmt(b.get("sharpe"), "+.2f")),
+               ("book beta / correlation to market",
+                f"{_fmt(b.get('beta'), '+.2f')} / {_fmt(b.get('market_correlation'), '+.2f')}"),
+               ("book max drawdown", _fmt(b.get("max_drawdown"), ".1%")),
+               (f"book mean return on market down days (n = {b.get('n_down_days')})",
+                _fmt(b.get("down_day_return"), "+.2%")),
+               ("book turnover / day, mean cost / day",
+                f"{_fmt(b.get('turnover'), '.1%')}, {_fmt(b.get('mean_cost'), '.4%')}"),
+               ("market return", _fmt(b.get("market_total_return"), "+.1%")),
+           ]),
+           _img(plot_growth(h, others), "growth of $1"),
+           _img(plot_beta(h), "book vs market"),
+           _img(plot_slices(h), "CPCV slices per answer")]
+    rows, classes = [], []
+    for a in sorted(h["answers"], key=lambda a: (not a["valid"], -(a.get("score") or 0.0))):
+        rows.append([f"<code>{html.escape(a['formula'])}</code>", "yes" if a["valid"] else "no",
+                     _fmt(a.get("score")), _fmt(a.get("train_cpcv")), _fmt(a.get("turnover"), ".1%"),
+                     _fmt(a.get("sharpe"), "+.2f"), _fmt(a.get("total_return"), "+.1%"),
+                     html.escape(a["reason"]) if not a["valid"] else ""])
+        classes.append("")
+    out.append("<h3>Answers</h3>")
+    out.append(_table(["formula", "valid", "holdout score", "train CPCV", "turnover/day", "holdout Sharpe",
+                       "holdout return", "reason"], rows, left={0, 7}))
+    return out
+
+
+def write_report(run_dir, out_name: str = REPORT_NAME) -> Path:
+    """Write `run_dir/report.html` from the files described in this module's docstring. Returns its path."""
+    from alpha_gym.evaluation.holdout import HOLDOUT_FORMAT
+    from alpha_gym.evaluation.selection import BOOKS_FORMAT, CHECKPOINTS_FORMAT
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    holdout = _load_json(run_dir / "holdout.json", HOLDOUT_FORMAT)
+    others = [d for p in sorted(run_dir.glob("holdout-*.json"))
+              if (d := _load_json(p)) is not None and d.get("format") == HOLDOUT_FORMAT]
+    log = read_log(run_dir / "log.jsonl")
+    checkpoints = _load_json(run_dir / "checkpoints.json", CHECKPOINTS_FORMAT)
+    books = _load_json(run_dir / "books.json", BOOKS_FORMAT)
+    if holdout is None and not others and not log and checkpoints is None and books is None:
+        raise FileNotFoundError(f"{run_dir} holds none of holdout.json, holdout-*.json, log.jsonl, "
+                                "checkpoints.json, books.json")
+    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>alpha-gym report: "
+             f"{html.escape(run_dir.name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>"]
+    if holdout is None and others:
+        holdout, others = others[-1], others[:-1]
+    if holdout is not None:
+        parts += _holdout_section(holdout, others)
+    if checkpoints is not None:
+        parts.append("<h2>Checkpoints</h2>")
+        parts.append(f'<p class="note">Selection rule: {html.escape(checkpoints.get("rule", ""))}. '
+                     f"Selected step: {checkpoints.get('selected_step')}.</p>")
+        rows = checkpoints.get("rows", [])
+        cols = ["step", "train_cpcv", "holdout_score", "n_valid", "n_families", "book_return", "book_sharpe"]
+        cols = [c for c in cols if any(c in r for r in rows)]
+        fmts = {"train_cpcv": "+.2f", "holdout_score": "+.2f", "book_return": "+.1%", "book_sharpe": "+.2f"}
+        parts.append(_table(cols, [[_fmt(r.get(c), fmts.get(c, "")) for c in cols] for r in rows],
+                            classes=["sel" if r.get("selected") else "" for r in rows]))
+    if books is not None:
+        parts.append("<h2>Book selectors (training window)</h2>")
+        parts.append('<p class="note">Effective bets = 1 / sum of squared eigenvalue shares of the members\' '
+                     "P&amp;L correlation matrix; book = equal-weight average of members' daily net P&amp;L.</p>")
+        rows = [[html.escape(s["method"]), str(s["n"]), _fmt(s.get("effective_bets"), ".1f"),
+                 _fmt(s.get("median_cpcv"), "+.2f"), _fmt(s.get("mean_abs_corr"), ".2f"),
+                 _fmt(s.get("sharpe"), "+.2f"), _fmt(s.get("max_drawdown"), ".1%")]
+                for s in books.get("selections", [])]
+        parts.append(_table(["selector", "members", "effective bets", "median CPCV", "mean |corr|", "Sharpe",
+                             "max drawdown"], rows, left={0}))
+    if log:
+        parts.append("<h2>Training</h2>")
+        parts.append(_img(plot_training(log), "training curves"))
+    parts.append("</body></html>")
+    path = run_dir / out_name
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(p for p in parts if p), encoding="utf-8")
+    tmp.replace(path)
+    return path

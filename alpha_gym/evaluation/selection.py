@@ -1,0 +1,292 @@
+"""Selection: which checkpoint to ship, and which formulas to put in a book.
+
+Checkpoint selection uses the TRAIN window only. `select_checkpoint` takes
+records that hold nothing but a step and the train-window CPCV of each probe
+answer, so a holdout number cannot reach the choice even by accident; the
+holdout is joined afterwards, for reporting (`checkpoint_table`).
+
+Book selection compares two selectors over candidates with train-window
+daily net P&L:
+
+- `select_top_k`: the k candidates with the highest CPCV (or reward).
+- `select_correlation_capped`: sort by CPCV, descending; skip a candidate
+  trading under 2% of the book a day; skip one whose daily P&L has
+  |Pearson correlation| >= 0.5 with any member already chosen; keep the rest.
+
+Each result reports the members' median CPCV, the Sharpe and max drawdown of
+their equal-weight book (the plain average of the members' daily net P&L),
+the mean absolute pairwise P&L correlation, and the effective number of bets:
+
+    C = members' P&L correlation matrix, lambda = its eigenvalues,
+    p_k = lambda_k / sum(lambda),  effective bets = 1 / sum(p_k^2)
+
+(n identical members -> 1, n uncorrelated members -> n).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from alpha_gym.book import metrics
+
+CHECKPOINTS_FORMAT = "alpha-gym/checkpoints/v1"
+BOOKS_FORMAT = "alpha-gym/books/v1"
+
+
+def _f(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------ checkpoints
+@dataclass(frozen=True)
+class TrainRecord:
+    """A checkpoint's train-window result on the probe prompts: one CPCV per answer, None for an invalid answer."""
+
+    step: int
+    probe_train_cpcv: tuple[float | None, ...]
+
+    @property
+    def valid_values(self) -> list[float]:
+        return [float(v) for v in self.probe_train_cpcv if v is not None and math.isfinite(float(v))]
+
+    @property
+    def mean_train_cpcv(self) -> float | None:
+        """Mean train CPCV over the valid answers (None when no answer is valid)."""
+        vals = self.valid_values
+        return float(np.mean(vals)) if vals else None
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    step: int
+    mean_train_cpcv: float | None
+    means: dict[int, float | None]   # every checkpoint's mean train CPCV
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "mean_train_cpcv": _f(self.mean_train_cpcv),
+                "means": {str(k): _f(v) for k, v in self.means.items()}}
+
+
+def _train_records(records) -> list[TrainRecord]:
+    if isinstance(records, Mapping):
+        return [TrainRecord(int(k), tuple(v)) for k, v in records.items()]
+    out = []
+    for r in records:
+        if not isinstance(r, TrainRecord):
+            raise TypeError("select_checkpoint takes TrainRecord objects (step + train CPCV only) or a "
+                            f"{{step: [train CPCV per probe answer]}} mapping, not {type(r).__name__}")
+        out.append(r)
+    return out
+
+
+def select_checkpoint(records: Sequence[TrainRecord] | Mapping[int, Sequence[float | None]]) -> CheckpointChoice:
+    """The checkpoint with the highest mean TRAIN-window CPCV over its valid probe answers.
+
+    Ties go to the earliest step; a checkpoint without a valid answer ranks last.
+    Holdout results are not an input: the choice is made before the holdout is read.
+    """
+    recs = _train_records(records)
+    if not recs:
+        raise ValueError("no checkpoints to select from")
+    steps = [r.step for r in recs]
+    if len(set(steps)) != len(steps):
+        raise ValueError("checkpoint steps must be unique")
+    means = {r.step: r.mean_train_cpcv for r in recs}
+    best = min(recs, key=lambda r: (-(r.mean_train_cpcv if r.mean_train_cpcv is not None else -math.inf), r.step))
+    return CheckpointChoice(step=best.step, mean_train_cpcv=best.mean_train_cpcv,
+                            means=dict(sorted(means.items())))
+
+
+def holdout_fields(report) -> dict[str, Any]:
+    """The per-checkpoint holdout columns of the reference's table, from a HoldoutReport or its dict."""
+    d = report.to_dict() if hasattr(report, "to_dict") else report
+    s, b = d["summary"], d["book"]
+    return {"holdout_score": s.get("mean_score"), "n_valid": s.get("n_valid"), "n_answers": s.get("n_answers"),
+            "n_families": s.get("n_families"), "book_return": b.get("total_return"),
+            "book_sharpe": b.get("sharpe"), "book_beta": b.get("beta")}
+
+
+def checkpoint_table(records, holdout: Mapping[int, Any] | None = None) -> dict[str, Any]:
+    """Choose on train CPCV, then join holdout columns for every checkpoint (reported, never consulted).
+
+    `holdout`: step -> HoldoutReport, holdout.json dict, or an already flat dict of columns.
+    Returns the `checkpoints.json` object: {"format", "selected_step", "rule", "rows": [...]}.
+    """
+    recs = _train_records(records)
+    choice = select_checkpoint(recs)
+    rows = []
+    for r in sorted(recs, key=lambda r: r.step):
+        row = {"step": r.step, "train_cpcv": _f(r.mean_train_cpcv), "n_valid_train": len(r.valid_values),
+               "n_probe": len(r.probe_train_cpcv), "selected": r.step == choice.step}
+        h = (holdout or {}).get(r.step)
+        if h is not None:
+            flat = holdout_fields(h) if (hasattr(h, "to_dict") or "summary" in h) else dict(h)
+            row.update({k: (_f(v) if isinstance(v, float) else v) for k, v in flat.items()})
+        rows.append(row)
+    return {"format": CHECKPOINTS_FORMAT, "selected_step": choice.step,
+            "rule": "highest mean train-window CPCV over valid probe answers; ties -> earliest step; "
+                    "holdout columns are reported only", "rows": rows}
+
+
+def save_checkpoints(run_dir, table: Mapping[str, Any]) -> Path:
+    """Write `run_dir/checkpoints.json` (the object `checkpoint_table` returns)."""
+    return _write_json(Path(run_dir) / "checkpoints.json", table)
+
+
+# ------------------------------------------------------------------------------ books
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """A formula offered to a book: train-window CPCV, mean daily turnover and daily net P&L."""
+
+    name: str
+    cpcv: float
+    turnover: float
+    pnl: np.ndarray = field(repr=False)
+    reward: float | None = None
+
+    @classmethod
+    def from_evaluated(cls, ev, reward: float | None = None) -> "Candidate":
+        """From a `Verifier.evaluate(...)` result (`alpha_gym.scoring.verifier.Evaluated`)."""
+        return cls(name=ev.text, cpcv=float(ev.cpcv), turnover=float(ev.turnover), pnl=np.asarray(ev.net),
+                   reward=reward)
+
+
+def _corr_matrix(pnls: np.ndarray) -> np.ndarray:
+    """Pearson correlation of rows; a constant row correlates 0 with everything but itself."""
+    x = np.asarray(pnls, dtype=np.float64)
+    x = x - x.mean(axis=1, keepdims=True)
+    norm = np.sqrt((x * x).sum(axis=1))
+    ok = norm > 1e-15
+    z = np.where(ok[:, None], x / np.where(ok, norm, 1.0)[:, None], 0.0)
+    c = z @ z.T
+    np.fill_diagonal(c, 1.0)
+    return np.clip(c, -1.0, 1.0)
+
+
+def effective_bets(pnls) -> float:
+    """1 / sum(p_k^2), p_k = eigenvalue shares of the P&L correlation matrix (0 for an empty book)."""
+    pnls = np.atleast_2d(np.asarray(pnls, dtype=np.float64))
+    if pnls.size == 0 or pnls.shape[0] == 0:
+        return 0.0
+    lam = np.clip(np.linalg.eigvalsh(_corr_matrix(pnls)), 0.0, None)
+    p = lam / lam.sum()
+    return float(1.0 / (p * p).sum())
+
+
+@dataclass(frozen=True, eq=False)
+class BookSelection:
+    """The members a selector chose and how their equal-weight book behaved."""
+
+    method: str
+    members: tuple[str, ...]
+    effective_bets: float
+    median_cpcv: float | None
+    sharpe: float
+    max_drawdown: float
+    total_return: float
+    mean_abs_corr: float | None
+    returns: np.ndarray = field(repr=False)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.members)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "n": self.n, "members": list(self.members),
+                "effective_bets": _f(self.effective_bets), "median_cpcv": _f(self.median_cpcv),
+                "sharpe": _f(self.sharpe), "max_drawdown": _f(self.max_drawdown),
+                "total_return": _f(self.total_return), "mean_abs_corr": _f(self.mean_abs_corr),
+                "skipped": dict(self.skipped)}
+
+
+def book_selection(method: str, members: Sequence[Candidate], skipped: Mapping[str, int] | None = None
+                   ) -> BookSelection:
+    """Statistics of the equal-weight book (average of members' daily net P&L) of `members`."""
+    if not members:
+        return BookSelection(method, (), 0.0, None, 0.0, 0.0, 0.0, None, np.zeros(0), dict(skipped or {}))
+    lengths = {len(m.pnl) for m in members}
+    if len(lengths) != 1:
+        raise ValueError(f"candidates' P&L series differ in length: {sorted(lengths)}")
+    pnls = np.array([np.nan_to_num(np.asarray(m.pnl, dtype=np.float64)) for m in members])
+    book = pnls.mean(axis=0)
+    c = _corr_matrix(pnls)
+    off = np.abs(c[~np.eye(len(members), dtype=bool)])
+    return BookSelection(method=method, members=tuple(m.name for m in members), effective_bets=effective_bets(pnls),
+                         median_cpcv=float(np.median([m.cpcv for m in members])), sharpe=metrics.sharpe(book),
+                         max_drawdown=metrics.max_drawdown(book), total_return=metrics.total_return(book),
+                         mean_abs_corr=float(off.mean()) if off.size else None, returns=book,
+                         skipped=dict(skipped or {}))
+
+
+def _by_score(candidates: Iterable[Candidate], key: str) -> list[Candidate]:
+    def score(c):
+        v = c.cpcv if key == "cpcv" else c.reward
+        return -math.inf if v is None or not math.isfinite(v) else float(v)
+    return sorted(candidates, key=lambda c: (-score(c), c.name))
+
+
+def select_top_k(candidates: Iterable[Candidate], k: int = 50, key: str = "cpcv",
+                 min_turnover: float = 0.0) -> BookSelection:
+    """The k candidates ranked highest by `key` ("cpcv" or "reward"; ties by name), turnover >= min_turnover."""
+    if key not in ("cpcv", "reward"):
+        raise ValueError("key must be 'cpcv' or 'reward'")
+    ranked = _by_score(candidates, key)
+    kept = [c for c in ranked if c.turnover >= min_turnover]
+    return book_selection(f"top_{k}_by_{key}", kept[:k], {"turnover": len(ranked) - len(kept)})
+
+
+def select_correlation_capped(candidates: Iterable[Candidate], max_corr: float = 0.5, min_turnover: float = 0.02,
+                              max_members: int | None = None) -> BookSelection:
+    """Greedy by CPCV (descending, ties by name): skip turnover < min_turnover and |corr| >= max_corr with a member."""
+    members: list[Candidate] = []
+    zs: list[np.ndarray] = []
+    skipped = {"turnover": 0, "correlation": 0}
+    for c in _by_score(candidates, "cpcv"):
+        if max_members is not None and len(members) >= max_members:
+            break
+        if c.turnover < min_turnover:
+            skipped["turnover"] += 1
+            continue
+        x = np.nan_to_num(np.asarray(c.pnl, dtype=np.float64))
+        x = x - x.mean()
+        norm = np.sqrt(x @ x)
+        z = x / norm if norm > 1e-15 else np.zeros_like(x)
+        if zs and max(abs(float(z @ m)) for m in zs) >= max_corr:
+            skipped["correlation"] += 1
+            continue
+        members.append(c)
+        zs.append(z)
+    return book_selection("correlation_capped", members, skipped)
+
+
+def compare_selectors(candidates: Sequence[Candidate], k: int = 50, max_corr: float = 0.5,
+                      min_turnover: float = 0.02) -> dict[str, BookSelection]:
+    """Both selectors on the same candidates: {"correlation_capped": ..., "top_k": ...}."""
+    candidates = list(candidates)
+    return {"correlation_capped": select_correlation_capped(candidates, max_corr, min_turnover),
+            "top_k": select_top_k(candidates, k)}
+
+
+def save_books(run_dir, selections: Mapping[str, BookSelection] | Sequence[BookSelection]) -> Path:
+    """Write `run_dir/books.json`: {"format": "alpha-gym/books/v1", "selections": [BookSelection.to_dict()...]}."""
+    sels = list(selections.values()) if isinstance(selections, Mapping) else list(selections)
+    return _write_json(Path(run_dir) / "books.json",
+                       {"format": BOOKS_FORMAT, "selections": [s.to_dict() for s in sels]})
+
+
+def _write_json(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
+    return path

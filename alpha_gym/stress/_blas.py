@@ -1,0 +1,57 @@
+"""Limit numpy's OpenBLAS threads for a block (best effort, ctypes; a no-op where the symbol is not found).
+
+Small LAPACK calls (46 x 46 eigen-decompositions, thousands of them) run far
+slower with several BLAS threads on a busy 2-core machine than with one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+
+_SETTERS: list | None = None
+_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
+          "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
+            "openblas_get_num_threads")
+
+
+def _libraries():
+    global _SETTERS
+    if _SETTERS is not None:
+        return _SETTERS
+    import numpy as np
+    found = []
+    base = os.path.dirname(os.path.dirname(np.__file__))
+    for path in sorted(glob.glob(os.path.join(base, "numpy.libs", "*openblas*")))[:4]:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _NAMES if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            getter.restype = ctypes.c_int
+            found.append((setter, getter))
+    _SETTERS = found
+    return found
+
+
+@contextlib.contextmanager
+def blas_threads(n: int = 1):
+    libs = _libraries()
+    previous = []
+    for setter, getter in libs:
+        try:
+            previous.append(int(getter()))
+            setter(ctypes.c_int(n))
+        except Exception:  # pragma: no cover - best effort
+            previous.append(None)
+    try:
+        yield
+    finally:
+        for (setter, _), prev in zip(libs, previous):
+            if prev is not None:
+                setter(ctypes.c_int(prev))

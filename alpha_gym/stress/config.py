@@ -1,0 +1,170 @@
+"""Settings of the JEPA world model, its gates and its scenarios (no torch here)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Mapping
+
+#: The four scenario channels, in the order R3 reports them.
+SCENARIOS: tuple[str, ...] = ("dispersion", "trend_flip", "correlation", "volatility")
+
+
+class StressError(ValueError):
+    """A world-model checkpoint that cannot be used here (other data, corrupt files, bad settings)."""
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Quality gates, fixed before fitting and stored with the checkpoint; a model that fails one is not used.
+
+    prediction: on the held-back tail of the train window, the predictor's
+    mean squared error in latent space, and the geometry head's in the
+    (standardised) geometry targets, must each be below `max_error_ratio`
+    times the "no change" baseline (the current window's latent / geometry as
+    the forecast of the next).
+
+    geometry: the out-of-sample R^2 of the geometry head on the tail, averaged
+    over the ten targets and measured against the training-part mean, must
+    reach `min_geometry_r2`.
+
+    stylised facts: a panel decoded from the real windows' latents with
+    SIMULATED shocks (no real shocks replayed) must reproduce the real panel's
+    volatility clustering (lag-1 autocorrelation of |r|, ratio within
+    `acf_ratio`), correlation level (mean pairwise correlation within
+    `corr_tolerance`, absolute) and tail weight (mean excess kurtosis, ratio
+    within `kurtosis_ratio`).
+    """
+
+    max_error_ratio: float = 1.0
+    min_geometry_r2: float = 0.10
+    acf_ratio: tuple[float, float] = (0.5, 2.0)
+    corr_tolerance: float = 0.10
+    kurtosis_ratio: tuple[float, float] = (1.0 / 3.0, 3.0)
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """What each scenario asks of the decoded regime, and how the shifted latents become panels.
+
+    Each scenario moves the latents of every window so that the DECODED
+    regime reaches a target while the other regime statistics stay where
+    they were (a penalty of weight `side_weight` on their change):
+
+    dispersion   cross-sectional std of the drifts x `dispersion_factor` (mean drift kept)
+    trend_flip   every drift x `trend_factor` (-1: flipped)
+    correlation  mean pairwise correlation + `correlation_add` (capped at 0.95)
+    volatility   total volatility x `volatility_factor`
+
+    The shift is found by `steps` Adam steps (learning rate `lr` x the
+    latents' std) and is bounded by a per-element RMS of `max_shift` latent
+    standard deviations. innovations: "replay" (default) keeps the real
+    panel's shocks and changes the decoded regime around them; "simulate"
+    draws fresh seeded shocks.
+    """
+
+    dispersion_factor: float = 2.0
+    trend_factor: float = -1.0
+    correlation_add: float = 0.15
+    volatility_factor: float = 1.5
+    side_weight: float = 5.0
+    max_shift: float = 3.0
+    steps: int = 150
+    lr: float = 0.2
+    innovations: str = "replay"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.innovations not in ("replay", "simulate"):
+            raise StressError(f"innovations must be 'replay' or 'simulate', not {self.innovations!r}")
+        if self.volatility_factor <= 0 or self.dispersion_factor <= 0:
+            raise StressError("volatility_factor and dispersion_factor must be positive")
+
+
+@dataclass(frozen=True)
+class StressConfig:
+    """World-model size, training schedule, gates and scenarios. `preset(name)` gives tiny / small / default."""
+
+    window: int = 40              # sessions per window (a multiple of mask_span)
+    latent: int = 32              # latent size per stock
+    hidden: int = 64              # width of the encoder / predictor / decoder
+    heads: int = 4
+    encoder_layers: int = 2       # attention blocks across stocks
+    predictor_layers: int = 2
+    factors: int = 3              # common factors of the decoded covariance
+    basis: int = 4                # smooth (Legendre) basis of the within-window paths
+    mask_ratio: float = 0.25      # share of stock-day cells hidden from the context encoder
+    mask_span: int = 8            # ... in spans of this many sessions
+    sample_stride: int = 1        # sessions between consecutive training samples
+    batch: int = 32
+    steps: int = 3000
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    ema: float = 0.996            # target encoder = EMA of the online encoder
+    geometry_weight: float = 0.1  # auxiliary OMD geometry loss
+    head_dropout: float = 0.2     # dropout in the geometry head
+    decoder_weight: float = 0.5
+    tail_fraction: float = 0.15   # held-back tail of the train window (gates)
+    volume_window: int = 60       # trailing sessions for the volume level
+    seed: int = 0
+    threads: int = 1
+    save_every: int = 250         # steps between resumable partial checkpoints
+    gates: GateConfig = GateConfig()
+    scenarios: ScenarioConfig = ScenarioConfig()
+
+    def __post_init__(self):
+        if self.window % self.mask_span or self.window % 4 or self.window < 8:
+            raise StressError(f"window ({self.window}) must be a multiple of mask_span ({self.mask_span}) and of 4")
+        if not 0 < self.mask_ratio < 1:
+            raise StressError("mask_ratio must be in (0, 1)")
+        if self.hidden % self.heads:
+            raise StressError("hidden must be a multiple of heads")
+        if isinstance(self.gates, Mapping):
+            object.__setattr__(self, "gates", GateConfig(**_tuples(self.gates)))
+        if isinstance(self.scenarios, Mapping):
+            object.__setattr__(self, "scenarios", ScenarioConfig(**dict(self.scenarios)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StressConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise StressError(f"unknown stress config fields {sorted(unknown)}")
+        return cls(**dict(d))
+
+    def with_(self, **changes) -> "StressConfig":
+        return replace(self, **changes)
+
+    def model_dict(self) -> dict[str, Any]:
+        """The settings that define the trained weights (not gates, scenarios or threads)."""
+        d = self.to_dict()
+        for k in ("gates", "scenarios", "threads", "save_every"):
+            d.pop(k)
+        return d
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tuples(d):
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in dict(d).items()}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # for the test suite: a small panel in well under a minute on 2 cores
+    "tiny": dict(window=16, latent=16, hidden=32, heads=2, encoder_layers=1, predictor_layers=1, batch=16,
+                 steps=300, lr=2e-3, ema=0.99, save_every=100),
+    "small": dict(window=32, latent=24, hidden=48, heads=4, encoder_layers=1, predictor_layers=1, batch=24,
+                  steps=1200, lr=1.5e-3, ema=0.99),
+    "default": {},
+}
+
+
+def preset(name: str = "default", **overrides) -> StressConfig:
+    if name not in PRESETS:
+        raise StressError(f"unknown size {name!r}; sizes are {sorted(PRESETS)}")
+    return StressConfig(**{**PRESETS[name], **overrides})

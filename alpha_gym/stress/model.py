@@ -1,0 +1,226 @@
+"""The JEPA world model (torch): encoder, EMA target encoder, predictor, geometry head, decoder.
+
+Shapes: B windows, N stocks, W sessions, F features, d latent size.
+
+* `Encoder`: (B, N, W, F) features + (B, N, W) mask -> (B, N, d), one latent
+  per stock. Each stock's window is cut into patches of 4 sessions, embedded
+  and flattened (masked cells are zeroed and flagged in an extra input
+  channel); attention blocks
+  across stocks (with a learned per-stock embedding) let each latent see the
+  rest of the market.
+* `Predictor`: the latents of the current window -> the latents of the next
+  window (residual: it predicts the change).
+* `GeometryHead`: predicted latents -> the ten OMD geometry targets of the
+  next window's correlation matrix (`geometry.TARGET_NAMES`), standardised.
+* `Decoder`: latents of a window -> a factor model of that window, per
+  session tau and stock i:
+
+      x[tau, i] = mu[i] + B[tau, i, :] . f[tau] + s[tau, i] * e[tau, i]
+      f ~ N(0, I_K),  e ~ unit shocks,   B[tau] = L[i, :] * exp(g(tau)),
+      log s[tau, i] and the volume level v[tau, i] are smooth paths
+
+  (x: log returns in units of the panel's daily volatility; the paths are
+  spanned by a Legendre basis of `basis` smooth functions over the window, so
+  the decoder describes a REGIME and cannot copy single days). It is trained
+  by the exact Gaussian likelihood of the window's returns under the
+  low-rank-plus-diagonal covariance B B' + diag(s^2), plus a squared error on
+  the volume path. `decode_window` in `scenarios.py` turns these parameters
+  into complete OHLCV panels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from alpha_gym.stress.config import StressConfig
+from alpha_gym.stress.data import N_FEATURES
+from alpha_gym.stress.geometry import N_TARGETS
+
+
+class Block(nn.Module):
+    """Pre-norm attention block across stocks (hand-written, so training and inference share one code path)."""
+
+    def __init__(self, h: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(h)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.ln2 = nn.LayerNorm(h)
+        self.mlp = nn.Sequential(nn.Linear(h, 2 * h), nn.GELU(), nn.Linear(2 * h, h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).reshape(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // self.heads), dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, n, h)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class Encoder(nn.Module):
+    PATCH = 4   # sessions per temporal patch
+
+    def __init__(self, cfg: StressConfig, n_stocks: int):
+        super().__init__()
+        h = cfg.hidden
+        self.patch = nn.Sequential(nn.Linear(self.PATCH * (N_FEATURES + 1), h), nn.GELU())
+        self.flat = nn.Linear(h * (cfg.window // self.PATCH), h)
+        self.stock = nn.Parameter(torch.randn(n_stocks, h) * 0.02)
+        self.blocks = nn.ModuleList(Block(h, cfg.heads) for _ in range(cfg.encoder_layers))
+        self.out = nn.Sequential(nn.LayerNorm(h), nn.Linear(h, cfg.latent))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, w, f = x.shape
+        if mask is None:
+            mask = torch.zeros(b, n, w, dtype=torch.bool)
+        x = x.masked_fill(mask[..., None], 0.0)
+        inp = torch.cat([x, mask[..., None].to(x.dtype)], dim=-1).reshape(b, n, w // self.PATCH, -1)
+        y = self.flat(self.patch(inp).flatten(2)) + self.stock
+        for blk in self.blocks:
+            y = blk(y)
+        return self.out(y)
+
+
+class Predictor(nn.Module):
+    def __init__(self, cfg: StressConfig, n_stocks: int):
+        super().__init__()
+        h = cfg.hidden
+        self.inp = nn.Linear(cfg.latent, h)
+        self.stock = nn.Parameter(torch.randn(n_stocks, h) * 0.02)
+        self.blocks = nn.ModuleList(Block(h, cfg.heads) for _ in range(cfg.predictor_layers))
+        self.out = nn.Sequential(nn.LayerNorm(h), nn.Linear(h, cfg.latent))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        y = self.inp(F.layer_norm(z, z.shape[-1:])) + self.stock
+        for blk in self.blocks:
+            y = blk(y)
+        return self.out(y)
+
+
+class GeometryHead(nn.Module):
+    def __init__(self, cfg: StressConfig):
+        super().__init__()
+        # dropout: the train window holds only ~T / W independent correlation matrices, so the head overfits easily
+        self.mlp = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(2 * cfg.latent, cfg.hidden), nn.GELU(),
+                                 nn.Dropout(cfg.head_dropout), nn.Linear(cfg.hidden, N_TARGETS))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.mlp(torch.cat([z.mean(dim=1), z.std(dim=1, unbiased=False)], dim=-1))
+
+
+def legendre_basis(window: int, degree: int) -> torch.Tensor:
+    """(window, degree) Legendre polynomials P_0..P_{degree-1} on an even grid of [-1, 1]."""
+    t = np.linspace(-1.0, 1.0, window)
+    cols = [np.ones_like(t), t]
+    for k in range(2, degree):
+        cols.append(((2 * k - 1) * t * cols[-1] - (k - 1) * cols[-2]) / k)
+    return torch.tensor(np.stack(cols[:degree], axis=1), dtype=torch.float32)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: StressConfig):
+        super().__init__()
+        h, d, p, k = cfg.hidden, cfg.latent, cfg.basis, cfg.factors
+        self.k, self.p = k, p
+        self.register_buffer("basis", legendre_basis(cfg.window, p), persistent=False)
+        self.stock = nn.Sequential(nn.Linear(2 * d, h), nn.GELU(), nn.Linear(h, h), nn.GELU(),
+                                   nn.Linear(h, 1 + p + k + p))
+        self.market = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, p))
+        with torch.no_grad():
+            last = self.stock[-1]
+            last.weight.mul_(0.1)
+            last.bias.zero_()
+            last.bias[1] = math.log(0.8)                 # idiosyncratic vol ~0.8 daily-vol units
+            last.bias[1 + p:1 + p + k] = 0.35            # loadings
+            self.market[-1].weight.mul_(0.1)
+            self.market[-1].bias.zero_()
+
+    def forward(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parameters of the window: mu (B,N), log_s (B,W,N), loadings (B,W,N,K), volume (B,W,N)."""
+        n = z.shape[1]
+        pooled = z.mean(dim=1)
+        out = self.stock(torch.cat([z, pooled[:, None, :].expand(-1, n, -1)], dim=-1))
+        p, k = self.p, self.k
+        mu = out[..., 0]
+        log_s = torch.einsum("wp,bnp->bwn", self.basis, out[..., 1:1 + p])
+        load = out[..., 1 + p:1 + p + k]
+        vol_path = torch.einsum("wp,bnp->bwn", self.basis, out[..., 1 + p + k:])
+        g = torch.einsum("wp,bp->bw", self.basis, self.market(pooled))
+        loadings = load[:, None, :, :] * torch.exp(g)[:, :, None, None]
+        return {"mu": mu, "log_s": log_s.clamp(-6.0, 3.0), "loadings": loadings, "volume": vol_path}
+
+
+def factor_nll(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean negative log-likelihood per cell of returns x (B, W, N) under the decoded factor model."""
+    s2 = torch.exp(2 * params["log_s"])
+    dist = torch.distributions.LowRankMultivariateNormal(params["mu"][:, None, :].expand_as(x),
+                                                         params["loadings"], s2, validate_args=False)
+    return -dist.log_prob(x).mean() / x.shape[-1]
+
+
+def factor_scores(x: torch.Tensor, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Posterior-mean factor realisations f (B, W, K) and idiosyncratic residuals u (B, W, N) of returns x.
+
+    x = mu + B f + u exactly, with f = (I + B' D^-1 B)^-1 B' D^-1 (x - mu).
+    """
+    e = x - params["mu"][:, None, :]
+    b = params["loadings"]
+    d_inv = torch.exp(-2 * params["log_s"])
+    bd = b * d_inv[..., None]
+    a = torch.einsum("bwnk,bwnl->bwkl", bd, b) + torch.eye(b.shape[-1])
+    rhs = torch.einsum("bwnk,bwn->bwk", bd, e)
+    f = torch.linalg.solve(a, rhs[..., None])[..., 0]
+    u = e - torch.einsum("bwnk,bwk->bwn", b, f)
+    return f, u
+
+
+def total_log_vol(params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """log of each stock-day's decoded total volatility (B, W, N)."""
+    return 0.5 * torch.log((params["loadings"] ** 2).sum(-1) + torch.exp(2 * params["log_s"]))
+
+
+def implied_mean_corr(params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean off-diagonal correlation of the decoded covariance, per window (B,)."""
+    b = params["loadings"]
+    cov = torch.einsum("bwnk,bwmk->bwnm", b, b)
+    var = (b ** 2).sum(-1) + torch.exp(2 * params["log_s"])
+    sd = torch.sqrt(var)
+    corr = cov / (sd[..., :, None] * sd[..., None, :])
+    n = b.shape[2]
+    off = (corr.sum(dim=(-1, -2)) - torch.diagonal(corr, dim1=-2, dim2=-1).sum(-1)) / (n * (n - 1))
+    return off.mean(dim=1)
+
+
+class WorldModel(nn.Module):
+    """All parts together; `target` is the EMA copy of `online` and receives no gradients."""
+
+    def __init__(self, cfg: StressConfig, n_stocks: int):
+        super().__init__()
+        self.cfg = cfg
+        self.online = Encoder(cfg, n_stocks)
+        self.target = Encoder(cfg, n_stocks)
+        self.target.load_state_dict(self.online.state_dict())
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.predictor = Predictor(cfg, n_stocks)
+        self.head = GeometryHead(cfg)
+        self.decoder = Decoder(cfg)
+
+    @torch.no_grad()
+    def update_target(self, momentum: float) -> None:
+        for pt, po in zip(self.target.parameters(), self.online.parameters()):
+            pt.mul_(momentum).add_(po.detach(), alpha=1.0 - momentum)
+
+    def trainable(self):
+        return [p for name, p in self.named_parameters() if not name.startswith("target.")]
+
+
+def normalised(z: torch.Tensor) -> torch.Tensor:
+    """The JEPA target space: each latent layer-normalised (no learned scale)."""
+    return F.layer_norm(z, z.shape[-1:])

@@ -1,0 +1,118 @@
+"""The R3 provider: re-score a formula in the scenario worlds and turn the score drop into the channel value.
+
+    R3 = -min(1, 0.4 * log(1 + mean_s max(0, CPCV_real - CPCV_s)))
+
+over the enabled scenarios s. Each world is a `Verifier` on the scenario
+panel with the same config (costs, CPCV, limits) and no archive seeding, and
+the formula's score there is `Verifier.evaluate(formula).cpcv`: the same
+number as R1 on the real panel. Scoring needs no torch once the scenario
+panels are cached (they are built at fit time).
+
+When there is no checkpoint, when the model failed a gate, or when every
+scenario is switched off, the provider is OFF: `channel` returns
+(0.0, "off: <why>") for every formula, never an invented value. A checkpoint
+fitted on other data is refused (`StressError`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+
+from alpha_gym.stress import checkpoint as ck
+from alpha_gym.stress.config import SCENARIOS, StressError
+from alpha_gym.stress.geometry import r3_value
+
+log = logging.getLogger("alpha_gym")
+
+
+class StressProvider:
+    """`channel(formula_text, base_cpcv) -> (value, state)` for the verifier's R3 hook."""
+
+    def __init__(self, worlds: dict | None = None, reason: str = "", manifest: dict | None = None,
+                 directory: str | None = None):
+        self.worlds = dict(worlds or {})
+        self.reason = reason
+        self.manifest = manifest
+        self.directory = directory
+
+    @property
+    def on(self) -> bool:
+        return bool(self.worlds)
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def off(cls, reason: str, manifest: dict | None = None, directory=None) -> "StressProvider":
+        return cls({}, reason, manifest, None if directory is None else str(directory))
+
+    @classmethod
+    def from_checkpoint(cls, directory, verifier) -> "StressProvider":
+        """The provider of a checkpoint directory for this verifier's panel.
+
+        Off (with the reason) when the directory holds no model, the model
+        failed its gates, or no scenario is enabled. Raises `StressError` when
+        the checkpoint was fitted on other data or its weights do not match
+        the manifest.
+        """
+        if directory is None:
+            return cls.off("no world model configured (config.stress_checkpoint is None)")
+        d = Path(directory)
+        if not ck.has_checkpoint(d):
+            partial = (d / ck.PARTIAL_JSON).is_file()
+            why = "a fit is in progress there (resume it with `alpha-gym stress fit`)" if partial else "none found"
+            return cls.off(f"no world model at {d}: {why}", directory=d)
+        manifest = ck.read_manifest(d)
+        ck.check_data(manifest, verifier.panel, d)
+        ck.check_weights(manifest, d)
+        gates = manifest.get("gates", {})
+        if not gates.get("passed", False):
+            failed = [name for name in ("prediction", "geometry", "stylised_facts")
+                      if not gates.get(name, {}).get("passed", False)]
+            return cls.off(f"the world model at {d} failed its gates ({', '.join(failed) or 'unknown'}); "
+                           f"see `alpha-gym stress check {d}`", manifest, d)
+        enabled = [s for s in SCENARIOS if manifest["scenarios"]["enabled"].get(s, False)]
+        if not enabled:
+            return cls.off(f"every scenario of the world model at {d} is switched off", manifest, d)
+        from alpha_gym.stress.scenarios import load_or_build
+        panels, _meta = load_or_build(d, verifier.panel, manifest)
+        from alpha_gym.scoring.verifier import Verifier
+        config = verifier.config.with_(archive_seed=False, stress_checkpoint=None)
+        worlds = {name: Verifier(panels[name], config) for name in enabled}
+        return cls(worlds, "on", manifest, str(d))
+
+    # ------------------------------------------------------------ the channel
+    def scenario_scores(self, formula_text: str) -> dict[str, float]:
+        """The formula's CPCV score in each enabled world (a world where it fails to evaluate scores -0.8)."""
+        from alpha_gym.language import FormulaError
+        out = {}
+        for name, world in self.worlds.items():
+            try:
+                out[name] = float(world.evaluate(formula_text).cpcv)
+            except (FormulaError, FloatingPointError, MemoryError, ValueError) as err:
+                log.warning("R3: %r failed in world %s: %r", formula_text, name, err)
+                out[name] = float(world.config.reward_unparseable)
+        return out
+
+    def channel(self, formula_text: str, base_cpcv: float) -> tuple[float, str]:
+        if not self.on:
+            return 0.0, f"off: {self.reason} (contributes 0)"
+        scores = self.scenario_scores(formula_text)
+        value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()))
+        detail = ", ".join(f"{n} {s:+.3f}" for n, s in scores.items())
+        return value, f"on: mean drop {mean_drop:.3f} over {len(scores)} worlds (CPCV {detail})"
+
+    def __repr__(self) -> str:
+        state = f"on, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
+        return f"StressProvider({state})"
+
+
+def attach(verifier, directory=None) -> StressProvider:
+    """Set `verifier.stress` from `directory` (default: `verifier.config.stress_checkpoint`); returns the provider."""
+    directory = verifier.config.stress_checkpoint if directory is None else directory
+    provider = StressProvider.from_checkpoint(directory, verifier)
+    verifier.stress = provider
+    return provider
+
+
+__all__ = ["StressProvider", "StressError", "attach"]

@@ -1,0 +1,185 @@
+"""Every training setting in one dataclass, and the named recipes of the reference runs.
+
+Option names follow TRL's `GRPOConfig` wherever the meaning is the same (learning_rate, beta,
+num_generations, temperature, max_completion_length, num_iterations, epsilon, epsilon_high,
+loss_type, top_entropy_quantile, max_grad_norm, weight_decay, lr_scheduler_type, seed,
+save_steps, logging_steps, log_completions). The rest are ours; `trainers/trl_adapter.py` maps
+them onto TRL where TRL has an equivalent.
+
+Reference settings (Multi-Reward RL, Part 3, section 2): rank-32 adapter (alpha 64), 4 prompts per
+step with 12 answers each, temperature 1.0, learning rate 1e-5, KL beta 0.08, GDPO, seed 42, answers
+of at most 128 tokens. The REPO-R rows also switch on full-token loss (top_entropy_quantile 1.0
+instead of 0.2) and two optimizer passes per rollout batch (num_iterations 2) (section 5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+LOSS_TYPES = ("grpo", "dapo", "cispo")
+ADVANTAGE_MODES = ("gdpo", "grpo")
+LR_SCHEDULES = ("linear", "constant")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. `TrainConfig()` is the reference base; `RECIPES` holds the named variants."""
+
+    # --- optimisation (TRL GRPOConfig names and meanings)
+    learning_rate: float = 1e-5
+    beta: float = 0.08                  # KL(pi || pi_ref) coefficient, k3 estimator; 0 skips the reference pass
+    num_generations: int = 12           # answers per prompt (a "group")
+    prompts_per_step: int = 4           # groups per optimizer step (TRL: generation_batch_size / num_generations)
+    temperature: float = 1.0
+    max_completion_length: int = 128
+    num_iterations: int = 1             # optimizer passes over each rollout batch (TRL's mu)
+    epsilon: float = 0.2                # lower clip of the ratio (grpo, dapo)
+    # Upper clip margin (grpo, dapo: clip(r, 1 - epsilon, 1 + epsilon_high)) or the CISPO weight cap margin
+    # (cispo: min(r, 1 + epsilon_high)). None = the loss's default: grpo epsilon, dapo 0.28, cispo 0.2.
+    # TRL differs for cispo: there epsilon_high is the absolute cap (ours 0.2 = TRL's 1.2).
+    epsilon_high: float | None = None
+    loss_type: str = "dapo"             # "grpo" | "dapo" | "cispo"
+    top_entropy_quantile: float = 1.0   # share of completion tokens (highest entropy) kept in the policy term
+    max_grad_norm: float = 1.0          # 0 or None: no clipping
+    weight_decay: float = 0.0
+    lr_scheduler_type: str = "linear"   # "linear" (to 0 over the run, TRL's default) | "constant"
+    seed: int = 42
+
+    # --- adapters
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.0           # 0: sampling, old and new log-probs come from one deterministic function
+    use_dora: bool = False
+    load_in_4bit: bool | None = None    # None = auto: NF4 only when CUDA is available (see trainers/models.py)
+
+    # --- advantages
+    advantage_mode: str = "gdpo"        # "gdpo": standardise each channel per group, then add with priorities
+    advantage_floor: float | None = None  # None = off; answers with core score <= floor never get A > 0
+
+    # --- entropy control
+    repo_r: bool = False                # REPO-R token shaping with the entropy thermostat (zeta)
+    adapo: bool = False                 # ADAPO: entropy feedback on epsilon_high (grpo, dapo only)
+
+    # --- dynamic sampling
+    refill_rounds: int = 2              # DAPO-refill: resample zero-variance groups up to this many rounds
+
+    # --- bookkeeping
+    save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
+    logging_steps: int = 1              # JSONL line every N steps (and at the last step)
+    log_completions: bool = False       # also write every answer and its score to completions.jsonl
+
+    def __post_init__(self):
+        problems = _problems(self)
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    @property
+    def resolved_epsilon_high(self) -> float:
+        """epsilon_high as the loss uses it (None -> the loss's own default, see the field comment)."""
+        if self.epsilon_high is not None:
+            return self.epsilon_high
+        return {"grpo": self.epsilon, "dapo": 0.28, "cispo": 0.2}[self.loss_type]
+
+    def with_(self, **changes: Any) -> "TrainConfig":
+        """A validated copy with some fields changed; unknown names raise ValueError."""
+        bad = set(changes) - {f.name for f in fields(self)}
+        if bad:
+            raise ValueError(f"unknown TrainConfig fields {sorted(bad)}")
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _problems(c: TrainConfig) -> list[str]:
+    """Every bad value, each with what would work."""
+    p = []
+
+    def need(ok: bool, msg: str):
+        if not ok:
+            p.append(msg)
+
+    def number(name, lo=None, hi=None, lo_open=False, integer=False):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            p.append(f"{name} must be {'an integer' if integer else 'a number'}, got {v!r}")
+            return
+        if not math.isfinite(v):
+            p.append(f"{name} must be finite, got {v!r}")
+            return
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            p.append(f"{name} must be {'>' if lo_open else '>='} {lo}, got {v!r}")
+        if hi is not None and v > hi:
+            p.append(f"{name} must be <= {hi}, got {v!r}")
+
+    number("learning_rate", 0, lo_open=True)
+    number("beta", 0)
+    number("num_generations", 2, integer=True)  # a group of one has no baseline
+    number("prompts_per_step", 1, integer=True)
+    number("temperature", 0, lo_open=True)
+    number("max_completion_length", 1, integer=True)
+    number("num_iterations", 1, integer=True)
+    number("epsilon", 0, 1, lo_open=True)
+    if c.epsilon_high is not None:
+        number("epsilon_high", 0)
+    need(c.loss_type in LOSS_TYPES, f"loss_type must be one of {LOSS_TYPES}, got {c.loss_type!r}")
+    number("top_entropy_quantile", 0, 1)
+    if c.max_grad_norm is not None:
+        number("max_grad_norm", 0)
+    number("weight_decay", 0)
+    need(c.lr_scheduler_type in LR_SCHEDULES,
+         f"lr_scheduler_type must be one of {LR_SCHEDULES}, got {c.lr_scheduler_type!r}")
+    number("seed", 0, integer=True)
+    number("lora_r", 1, integer=True)
+    number("lora_alpha", 0, lo_open=True)
+    number("lora_dropout", 0, 1)
+    need(isinstance(c.use_dora, bool), f"use_dora must be True or False, got {c.use_dora!r}")
+    need(c.load_in_4bit in (None, True, False), f"load_in_4bit must be None (auto), True or False, "
+                                                f"got {c.load_in_4bit!r}")
+    need(c.advantage_mode in ADVANTAGE_MODES,
+         f"advantage_mode must be one of {ADVANTAGE_MODES}, got {c.advantage_mode!r}")
+    if c.advantage_floor is not None:
+        number("advantage_floor")
+    need(isinstance(c.repo_r, bool), f"repo_r must be True or False, got {c.repo_r!r}")
+    need(isinstance(c.adapo, bool), f"adapo must be True or False, got {c.adapo!r}")
+    need(not (c.adapo and c.loss_type == "cispo"),
+         "adapo steers the clip band of grpo/dapo; with loss_type='cispo' epsilon_high is a weight cap, "
+         "not a band: use repo_r for entropy control, or loss_type 'dapo'")
+    number("refill_rounds", 0, integer=True)
+    number("save_steps", 0, integer=True)
+    number("logging_steps", 1, integer=True)
+    need(isinstance(c.log_completions, bool), f"log_completions must be True or False, got {c.log_completions!r}")
+    return p
+
+
+_BASE = TrainConfig()
+
+#: The reference ladder (Part 3 section 6) plus plain GRPO (Part 2). All use GDPO except "grpo".
+#: Without REPO-R the policy term keeps the 20% highest-entropy tokens and makes one pass per batch;
+#: the REPO-R recipes keep every token and make two passes (Part 3 section 5: measured as a bundle).
+RECIPES: dict[str, TrainConfig] = {
+    # DAPO: clip-higher band 0.8 / 1.28, token-level averaging, dynamic sampling (refill).
+    "dapo": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2),
+    # CISPO: importance weight capped at 1.2, every token keeps its gradient.
+    "cispo": _BASE.with_(loss_type="cispo", epsilon_high=0.2, top_entropy_quantile=0.2),
+    # The best held-out run: CISPO + REPO-R (w5 thermostat), full-token loss, two passes.
+    "cispo_repo_r": _BASE.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
+                                num_iterations=2),
+    "cispo_repo_r_dora": _BASE.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
+                                     num_iterations=2, use_dora=True),
+    "dapo_repo_r_dora": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, repo_r=True,
+                                    top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
+    # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
+    # averaging, no dynamic sampling.
+    "grpo": _BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
+                        top_entropy_quantile=1.0, refill_rounds=0),
+}
+
+
+def recipe(name: str, **overrides: Any) -> TrainConfig:
+    """A named recipe, optionally with some fields changed. Unknown names raise ValueError."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; choose from {sorted(RECIPES)}")
+    return RECIPES[name].with_(**overrides) if overrides else RECIPES[name]

@@ -1,0 +1,450 @@
+"""The training loop: sample answers, score them, turn scores into advantages, update the adapters.
+
+One step, top to bottom (`train`):
+
+    1. take `prompts_per_step` briefs (a seeded order), chat-template each prompt
+    2. sample `num_generations` answers per prompt (one "group"), score each group with the verifier
+    3. DAPO-refill: resample a group whose rewards have zero variance (at most `refill_rounds` rounds)
+    4. advantages: GDPO (or GRPO) per group, then the validity projection (and the optional floor)
+    5. one no-grad pass: old log-probs and entropies (sampling policy); one with adapters off: reference
+    6. entropy control: REPO-R's thermostat sets zeta, or ADAPO sets epsilon_high
+    7. `num_iterations` passes of the loss (grpo | dapo | cispo, + beta * KL), one AdamW step each
+    8. one JSONL line to out_dir/log.jsonl; a checkpoint every `save_steps`
+
+Every group's answers share its prompt: the prompt runs through the model once and its KV cache is
+repeated for the answers (sampling and every log-prob pass). On a CPU that is ~4x less compute than
+running prompt + answer for each of the 12 answers, and it gives the same numbers (to float rounding).
+
+Determinism: each step reseeds torch, numpy and random from (seed, step), so a run resumed from a
+checkpoint repeats the uninterrupted run's later steps exactly (same machine, same thread count).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from alpha_gym.scoring.config import CHANNELS
+from trainers.advantages import compute_advantages, nonzero_share
+from trainers.config import TrainConfig
+from trainers.losses import policy_loss, top_entropy_mask
+from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
+
+#: Every key of a log.jsonl line (channel means are "rewards/<channel>").
+LOG_FIELDS = ("step", "reward", "reward_std", *(f"rewards/{c}" for c in CHANNELS), "core", "valid_share",
+              "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high", "refills", "loss", "clip_ratio",
+              "learning_rate", "completion_length", "seconds/generation", "seconds/scoring", "seconds/update",
+              "seconds/total")
+
+
+@dataclass
+class Group:
+    """The answers to one prompt: token ids (G, T) right-padded, mask (G, T) incl. the EOS token, texts."""
+
+    brief_id: str
+    prompt_ids: torch.Tensor        # (1, L)
+    completion_ids: torch.Tensor    # (G, T)
+    mask: torch.Tensor              # (G, T) float, 1 on answer tokens (the first EOS included)
+    texts: list[str]
+
+
+# ------------------------------------------------------------------------------------------- the loop
+def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model=None, steps: int = 10,
+          resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train for `steps` steps (the total, counting steps done before a resume). Returns a summary dict.
+
+    model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
+    (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
+    briefs: objects with `.id` and `.prompt()` (default: `alpha_gym.tasks.briefs.FIXED_BRIEFS`).
+    """
+    from tqdm.auto import tqdm
+    if briefs is None:
+        from alpha_gym.tasks.briefs import FIXED_BRIEFS
+        briefs = FIXED_BRIEFS
+    briefs = list(briefs)
+    if not briefs:
+        raise ValueError("train needs at least one brief")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    policy, tokenizer = _policy(model, config)
+    policy.eval()  # no dropout anywhere: sampling, old and new log-probs come from one deterministic function
+    device = next(policy.parameters()).device
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    thermostat = EntropyThermostat() if config.repo_r else None
+    adapo = AdapoController(epsilon_high=config.resolved_epsilon_high) if config.adapo else None
+    priorities = [verifier.config.priorities[c] for c in CHANNELS]
+    eos_ids = _eos_ids(policy, tokenizer)
+
+    start = 0
+    if resume:
+        ckpt = latest_checkpoint(out)
+        if ckpt is None:
+            raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
+        start = load_checkpoint(ckpt, policy, optimizer, thermostat, adapo)
+    for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
+        _truncate_jsonl(out / name, start)
+    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+
+    summary = {"out_dir": str(out), "start_step": start, "steps": steps, "refills": 0, "checkpoint": None,
+               "last": None}
+    bar = tqdm(range(start + 1, steps + 1), initial=start, total=steps, disable=not progress, desc="train")
+    for step in bar:
+        _seed_everything(config.seed, step)
+        t_step = time.perf_counter()
+        t = {"generation": 0.0, "scoring": 0.0}
+
+        # 1-2. sample a group per prompt and score it
+        chosen = briefs_for_step(briefs, config, step)
+        prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
+        groups, scores = [], []
+        for brief, prompt in zip(chosen, prompts):
+            group, score = _sample_and_score(policy, tokenizer, verifier, brief.id, prompt, config, eos_ids, t)
+            groups.append(group)
+            scores.append(score)
+
+        # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
+        refills = 0
+        for _ in range(config.refill_rounds):
+            flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
+            for i in flat:
+                groups[i], scores[i] = _sample_and_score(policy, tokenizer, verifier, chosen[i].id, prompts[i],
+                                                         config, eos_ids, t)
+            refills += len(flat)
+            if not flat:
+                break
+        summary["refills"] += refills
+
+        # 4. advantages (P, G): GDPO/GRPO, then no positive advantage for an invalid answer, groups sum to 0
+        t_update = time.perf_counter()
+        channels = torch.as_tensor(np.stack([s.matrix for s in scores]))        # (P, G, K) float64
+        valid = torch.as_tensor(np.stack([s.valid for s in scores]))
+        core = torch.as_tensor(np.stack([s.core for s in scores]))
+        adv = compute_advantages(channels, priorities, valid, core, mode=config.advantage_mode,
+                                 floor=config.advantage_floor).float()
+
+        # 5. one length for the batch; old log-probs + entropies (sampling policy) and reference log-probs
+        completion_ids, mask = _pad_batch(groups, tokenizer.pad_token_id)   # (P, G, T)
+        with torch.no_grad():
+            old_logp, entropy = zip(*(group_logps(policy, g.prompt_ids, ids, config.temperature, with_entropy=True)
+                                      for g, ids in zip(groups, completion_ids)))
+            old_logp, entropy = torch.stack(old_logp), torch.stack(entropy)
+            ref_logp = None
+            if config.beta != 0.0:
+                with policy.disable_adapter():  # the reference is the base model: adapters off
+                    ref_logp = torch.stack([group_logps(policy, g.prompt_ids, ids, config.temperature)[0]
+                                            for g, ids in zip(groups, completion_ids)])
+        n_tokens = mask.sum()
+        mean_entropy = ((entropy * mask).sum() / n_tokens).item()
+
+        # 6. entropy control, once per rollout batch, from the sampling policy's entropy
+        zeta = thermostat.update(mean_entropy) if thermostat else 0.0
+        eps_high = adapo.update(mean_entropy) if adapo else config.resolved_epsilon_high
+        # The high-entropy mask over the whole batch, folded into per-token advantages: every loss is linear
+        # in A and the KL term is never masked, so A * keep is the same as masking the policy term.
+        keep = top_entropy_mask(entropy.flatten(0, 1), mask.flatten(0, 1), config.top_entropy_quantile)
+        token_adv = adv[..., None] * keep.view_as(mask).to(adv.dtype)    # (P, G, T)
+
+        # 7. num_iterations optimizer passes; gradients of the groups add up to the whole batch's gradient
+        kw = _loss_kwargs(config, eps_high, n_tokens)
+        scale = 1.0 / len(groups) if config.loss_type == "grpo" else 1.0  # grpo averages sequences; dapo/cispo
+        stats = {"loss": 0.0, "kl": 0.0, "clip": 0.0}                      # divide by n_tokens already
+        for it in range(config.num_iterations):
+            lr = _learning_rate(config, (step - 1) * config.num_iterations + it, steps * config.num_iterations)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            for i, g in enumerate(groups):
+                logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i], config.temperature)
+                a = shape_advantages(token_adv[i], logp.detach(), zeta) if config.repo_r else token_adv[i]
+                loss, m = policy_loss(config.loss_type, logp, old_logp[i], a, mask[i],
+                                      ref_logp=None if ref_logp is None else ref_logp[i], **kw)
+                (loss * scale).backward()
+                share = mask[i].sum().item() / n_tokens.item()
+                stats["loss"] += loss.item() * scale / config.num_iterations
+                stats["kl"] += m.get("kl", 0.0) * share / config.num_iterations
+                stats["clip"] += m.get("cispo_clip_ratio", m.get("clip_ratio/region_mean", 0.0)) * share \
+                    / config.num_iterations
+            if config.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+        t_update = time.perf_counter() - t_update
+
+        # 8. log, checkpoint
+        rewards = np.concatenate([s.rewards for s in scores])
+        matrix = np.concatenate([s.matrix for s in scores])
+        record = {
+            "step": step,
+            "reward": float(rewards.mean()),
+            "reward_std": float(rewards.std(ddof=1)) if rewards.size > 1 else 0.0,
+            **{f"rewards/{c}": float(matrix[:, k].mean()) for k, c in enumerate(CHANNELS)},
+            "core": float(np.concatenate([s.core for s in scores]).mean()),
+            "valid_share": float(np.concatenate([s.valid for s in scores]).mean()),
+            "nonzero_adv_share": nonzero_share(adv),
+            "kl": stats["kl"],
+            "entropy": mean_entropy,
+            "zeta": zeta,
+            "epsilon_high": eps_high,
+            "refills": refills,
+            "loss": stats["loss"],
+            "clip_ratio": stats["clip"],
+            "learning_rate": lr,
+            "completion_length": (n_tokens / mask.shape[0] / mask.shape[1]).item(),
+            "seconds/generation": t["generation"],
+            "seconds/scoring": t["scoring"],
+            "seconds/update": t_update,
+            "seconds/total": time.perf_counter() - t_step,
+        }
+        if step % config.logging_steps == 0 or step == steps:
+            _append_jsonl(out / "log.jsonl", record)
+        if config.log_completions:
+            for g, s, a in zip(groups, scores, adv):
+                for text, sc, ai in zip(g.texts, s.scores, a.tolist()):
+                    _append_jsonl(out / "completions.jsonl", {"step": step, "brief_id": g.brief_id, "answer": text,
+                                                               "valid": sc.valid, "reason": sc.reason,
+                                                               "reward": sc.reward, "advantage": ai})
+        if (config.save_steps and step % config.save_steps == 0) or step == steps:
+            summary["checkpoint"] = str(save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config))
+        if thermostat is not None:
+            _write_jsonl(out / "thermostat.jsonl", thermostat.log)
+        if adapo is not None:
+            _write_jsonl(out / "adapo.jsonl", adapo.log)
+        summary["last"] = record
+        bar.set_postfix(reward=f"{record['reward']:.3f}", valid=f"{record['valid_share']:.2f}",
+                        kl=f"{record['kl']:.4f}")
+    summary["policy"] = policy
+    return summary
+
+
+# ------------------------------------------------------------------------------------ model pieces
+def _policy(model, config: TrainConfig):
+    from trainers.models import add_adapters, load_policy
+    if isinstance(model, tuple):
+        policy, tokenizer = model
+        if not hasattr(policy, "disable_adapter"):  # a plain model: give it adapters
+            policy = add_adapters(policy, config)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return policy, tokenizer
+    return load_policy(model, config)
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    """Every id that ends an answer: the tokenizer's EOS and the model's (an end-of-turn token), as TRL."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return sorted({tokenizer.eos_token_id, *ids} - {None})
+
+
+def _prompt_ids(tokenizer, text: str, device) -> torch.Tensor:
+    """The chat-templated prompt (one user turn, then the assistant header), as (1, L) ids."""
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=False)
+    return tokenizer(chat, add_special_tokens=False, return_tensors="pt").input_ids.to(device)
+
+
+def _prompt_cache(model, prompt_ids: torch.Tensor, repeats: int, upto: int):
+    """Run prompt_ids[:, :upto] once and repeat its KV cache `repeats` times. Returns (cache, logits of the last)."""
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    logits = model(prompt_ids[:, :upto], cache=cache, use_cache=True, logits_to_keep=1).logits
+    cache.batch_repeat_interleave(repeats)
+    return cache, logits
+
+
+@torch.no_grad()
+def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig, eos_ids: list[int]):
+    """`num_generations` answers to one prompt: (completion ids (G, T), mask (G, T), texts).
+
+    Plain multinomial sampling at `temperature` (top_k=0, top_p=1: transformers' default top_k=50 would
+    sample from a different distribution than the one the loss scores). The prompt but its last token is
+    cached once; generate feeds the last token and continues.
+    """
+    G, L = config.num_generations, prompt_ids.shape[1]
+    cache, _ = _prompt_cache(model, prompt_ids, G, L - 1)
+    out = model.generate(input_ids=prompt_ids.expand(G, -1), attention_mask=torch.ones_like(prompt_ids).expand(G, -1),
+                         cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
+                         max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
+                         pad_token_id=tokenizer.pad_token_id)
+    completion = out[:, L:]
+    # The answer runs up to and including its first EOS (as TRL); what generate pads after it is masked.
+    is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device))
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1])
+    mask = (torch.arange(completion.shape[1], device=completion.device)[None] <= first[:, None]).float()
+    texts = [tokenizer.decode(c[:f], skip_special_tokens=True) for c, f in zip(completion, first.tolist())]
+    return completion, mask, texts
+
+
+def _sample_and_score(policy, tokenizer, verifier, brief_id, prompt, config, eos_ids, t):
+    t0 = time.perf_counter()
+    ids, mask, texts = sample_group(policy, tokenizer, prompt, config, eos_ids)
+    t1 = time.perf_counter()
+    score = verifier.score_group(texts)
+    t["generation"] += t1 - t0
+    t["scoring"] += time.perf_counter() - t1
+    return Group(brief_id, prompt, ids, mask, texts), score
+
+
+def group_logps(model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
+                with_entropy: bool = False):
+    """Per-token log-probs (G, T) of G answers to one prompt at `temperature`, and entropies when asked.
+
+        logp[g, t] = log softmax(logits / temperature)[answer token t]   (TRL scores at the same temperature)
+
+    The prompt runs once; its cache is repeated for the G answers. Answers are right-padded, so no real
+    token attends to padding (causal attention) and no attention mask is needed. Gradients flow through
+    the shared prompt too (the adapters act on it).
+    """
+    G, T = completion_ids.shape
+    L = prompt_ids.shape[1]
+    cache, head = _prompt_cache(model, prompt_ids, G, L)          # head predicts answer token 0
+    logits = head.expand(G, -1, -1)
+    if T > 1:
+        positions = torch.arange(L, L + T - 1, device=prompt_ids.device).expand(G, -1)
+        rest = model(completion_ids[:, :-1], cache=cache, use_cache=True, position_ids=positions).logits
+        logits = torch.cat([logits, rest], dim=1)
+    logits = logits.float() / temperature
+    logp = -F.cross_entropy(logits.reshape(G * T, -1), completion_ids.reshape(-1), reduction="none").view(G, T)
+    entropy = None
+    if with_entropy:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def _pad_batch(groups: list[Group], pad_id: int):
+    """(P, G, T) ids and mask, every group right-padded to the longest answer of the batch."""
+    T = max(g.completion_ids.shape[1] for g in groups)
+    ids = torch.stack([F.pad(g.completion_ids, (0, T - g.completion_ids.shape[1]), value=pad_id) for g in groups])
+    mask = torch.stack([F.pad(g.mask, (0, T - g.mask.shape[1]), value=0.0) for g in groups])
+    return ids, mask
+
+
+def _loss_kwargs(config: TrainConfig, eps_high: float, n_tokens: torch.Tensor) -> dict:
+    kw = {"beta": config.beta, "epsilon_high": eps_high}
+    if config.loss_type in ("grpo", "dapo"):
+        kw["epsilon"] = config.epsilon
+    if config.loss_type in ("dapo", "cispo"):
+        kw["num_items_in_batch"] = n_tokens  # every group divides by the batch's token count
+    return kw
+
+
+def _learning_rate(config: TrainConfig, update: int, total_updates: int) -> float:
+    """TRL's schedules without warmup: linear goes from lr at update 0 to lr / total at the last one."""
+    if config.lr_scheduler_type == "constant":
+        return config.learning_rate
+    return config.learning_rate * max(0.0, (total_updates - update) / total_updates)
+
+
+# -------------------------------------------------------------------------------- order and seeds
+def briefs_for_step(briefs: Sequence, config: TrainConfig, step: int) -> list:
+    """The briefs of a step (1-based): a fresh seeded permutation per pass over the briefs, read in order."""
+    n, P = len(briefs), config.prompts_per_step
+    chosen = []
+    for k in range((step - 1) * P, step * P):
+        epoch, pos = divmod(k, n)
+        order = np.random.default_rng([config.seed, epoch]).permutation(n)
+        chosen.append(briefs[order[pos]])
+    return chosen
+
+
+def _seed_everything(seed: int, step: int) -> None:
+    s = int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
+    random.seed(s)
+    np.random.seed(s)
+    torch.manual_seed(s)
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, config: TrainConfig) -> Path:
+    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step."""
+    target = out / f"checkpoint-{step}"
+    tmp = out / f".checkpoint-{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+                "thermostat": thermostat.state_dict() if thermostat else None,
+                "adapo": adapo.state_dict() if adapo else None}, tmp / "trainer_state.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": config.to_dict()}, indent=2))
+    if thermostat is not None:
+        _write_jsonl(tmp / "thermostat.jsonl", thermostat.log)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = [(int(p.name.split("-")[1]), p) for p in Path(out).glob("checkpoint-*")
+             if p.is_dir() and p.name.split("-")[1].isdigit() and (p / "trainer_state.pt").exists()]
+    return max(found)[1] if found else None
+
+
+def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
+    """Restore everything `save_checkpoint` wrote; returns the step it was taken after."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    weights = load_file(str(Path(ckpt) / "adapter_model.safetensors"), device=str(next(policy.parameters()).device))
+    result = set_peft_model_state_dict(policy, weights)
+    missing = [k for k in getattr(result, "unexpected_keys", [])]
+    if missing:
+        raise ValueError(f"checkpoint {ckpt} does not match the model's adapters (unexpected keys {missing[:3]}...)")
+    state = torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)  # our own file: RNG states are tuples
+    optimizer.load_state_dict(state["optimizer"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    torch.set_rng_state(state["rng"]["torch"])
+    for controller, key in ((thermostat, "thermostat"), (adapo, "adapo")):
+        if (controller is None) != (state[key] is None):
+            raise ValueError(f"checkpoint {ckpt} was written with {key} {'off' if state[key] is None else 'on'}; "
+                             "resume with the same config")
+        if controller is not None:
+            controller.load_state_dict(state[key])
+    return int(state["step"])
+
+
+# ---------------------------------------------------------------------------------------- files
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(_clean(record)) + "\n")
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(_clean(r)) + "\n" for r in records))
+
+
+def _truncate_jsonl(path: Path, last_step: int) -> None:
+    """Keep the lines of steps <= last_step (0: none)."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= last_step]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def read_log(out_dir) -> list[dict]:
+    """The log.jsonl records of a run."""
+    path = Path(out_dir) / "log.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
