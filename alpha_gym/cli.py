@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the environment on the embedded market scoring example answers")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+
+    from alpha_gym.evaluation.cli import register as register_evaluation
+    register_evaluation(sub)
     return parser
 
 
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return args.func(args)
-    except (DataError, ConfigError, FileNotFoundError, FormulaError) as err:
+    except (DataError, ConfigError, FileNotFoundError, FormulaError, ValueError) as err:
         print(f"alpha-gym: error: {err}", file=sys.stderr)
         return 2
 

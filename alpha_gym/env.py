@@ -22,6 +22,20 @@ CHARSET = string.printable
 MAX_PROMPT_CHARS = 4096
 
 
+@lru_cache(maxsize=2)
+def brief_set(name: str) -> tuple[Brief, ...]:
+    """Named brief sets: `train` and `probe` (the seeded 500 briefs split by template family), `fixed`."""
+    if name == "fixed":
+        return FIXED_BRIEFS
+    from alpha_gym.tasks.generator import generate_briefs, split_briefs
+    split = split_briefs(generate_briefs(500, seed=0), n_probe=50)
+    if name == "train":
+        return tuple(split.train)
+    if name == "probe":
+        return tuple(split.probe)
+    raise ValueError(f"unknown brief set {name!r}; use 'train', 'probe', 'fixed' or a sequence of Brief")
+
+
 @lru_cache(maxsize=4)
 def default_panel(n_stocks: int = 46, n_days: int = 3304, seed: int = 0) -> Panel:
     """The embedded synthetic market, built once per process."""
@@ -70,14 +84,16 @@ class AlphaFormulaEnv(gym.Env):
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
     `train_start`/`train_end` (dates; nothing after `train_end` is reachable),
-    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`), `briefs`.
+    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`), `briefs` ("train" (default):
+    the training split of the 500 seeded briefs; "probe": the 50 held-out probe briefs; "fixed";
+    or a sequence of `Brief`).
     """
 
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, panel: Panel | None = None, data: str | None = None, universe=None,
                  train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
-                 config: VerifierConfig | None = None, briefs: Sequence[Brief] | None = None,
+                 config: VerifierConfig | None = None, briefs: str | Sequence[Brief] = "train",
                  verifier: Verifier | None = None, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
@@ -88,7 +104,7 @@ class AlphaFormulaEnv(gym.Env):
                 config = config.with_(costs=cost_model)
             verifier = Verifier(resolve_panel(panel, data, universe, train_start, train_end), config)
         self.verifier = verifier
-        self.briefs = tuple(briefs) if briefs is not None else FIXED_BRIEFS
+        self.briefs = brief_set(briefs) if isinstance(briefs, str) else tuple(briefs)
         if not self.briefs:
             raise ValueError("the environment needs at least one brief")
         for b in self.briefs:
@@ -119,7 +135,7 @@ class AlphaFormulaEnv(gym.Env):
     def step(self, action: str):
         if self._brief is None:
             raise RuntimeError("call reset() before step()")
-        score = self.verifier.score(action)
+        score = self.verifier.score(action, brief=self._brief)
         self._last = score
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
                 "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id}

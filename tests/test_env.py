@@ -42,7 +42,7 @@ def test_reset_is_seeded(small_env_kwargs):
 
 
 def test_reset_options_select_a_brief(small_env_kwargs):
-    env = gym.make("AlphaFormula-v0", **small_env_kwargs)
+    env = gym.make("AlphaFormula-v0", briefs="fixed", **small_env_kwargs)
     _, info = env.reset(options={"brief_id": "fixed-003"})
     assert info["brief_id"] == "fixed-003"
     with pytest.raises(ValueError):
@@ -87,3 +87,16 @@ def test_import_does_not_pull_torch():
     code = "import sys, alpha_gym, alpha_gym.env; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_default_briefs_are_the_training_split_and_report_compliance(small_synthetic):
+    from alpha_gym.env import brief_set
+    train, probe = brief_set("train"), brief_set("probe")
+    assert len(probe) == 50 and len(train) >= 400
+    assert not {b.family for b in train} & {b.family for b in probe}
+    env = AlphaFormulaEnv(panel=small_synthetic)
+    assert env.briefs == train
+    env.reset(options={"brief_id": train[0].id})
+    _, _, _, _, info = env.step("<alpha>rank(ts_corr(close, volume, 20))</alpha>")
+    compliance = info["diagnostics"]["brief_compliance"]
+    assert 0.0 <= compliance["share"] <= 1.0 and compliance["n"] == len(train[0].constraints)

@@ -937,7 +937,19 @@ def logical_and(x, y):
 def where(c, a, b):
     """``a`` where ``c != 0`` else ``b``; NaN where ``c`` is NaN."""
     ca = _scalar_or_array(c)
-    out = np.where(ca != 0, _scalar_or_array(a), _scalar_or_array(b))
+    aa = _scalar_or_array(a)
+    ba = _scalar_or_array(b)
+    if ca.ndim and ca.shape == aa.shape == ba.shape:
+        # branch-free bit blend: np.where is branchy on a dense random condition
+        m = (ca != 0).view(np.uint8).astype(np.uint64)
+        np.negative(m, out=m)  # all ones where c != 0
+        out = np.bitwise_and(np.ascontiguousarray(aa).view(np.uint64), m)
+        np.invert(m, out=m)
+        m &= np.ascontiguousarray(ba).view(np.uint64)
+        out |= m
+        out = out.view(np.float64)
+    else:
+        out = np.where(ca != 0, aa, ba)
     if out.shape != ca.shape:
         out = np.array(np.broadcast_to(out, np.broadcast_shapes(out.shape, ca.shape)))
     np.copyto(out, np.nan, where=np.isnan(ca))

@@ -29,6 +29,7 @@ from alpha_gym.scoring.archive import Archive, ArchiveError, _standardise
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
 from alpha_gym.scoring.seeds import SEED_FORMULAS
+from alpha_gym.tasks.compliance import brief_compliance
 
 log = logging.getLogger("alpha_gym")
 
@@ -225,22 +226,25 @@ class Verifier:
                                  **self._diagnostics(ev))
         return ev
 
-    def score(self, answer: str) -> Score:
-        """Score a raw model answer (the formula inside `<alpha>...</alpha>`) against the archive."""
-        return self._score_all([answer], None, group=False).scores[0]
+    def score(self, answer: str, brief=None) -> Score:
+        """Score a raw model answer (the formula inside `<alpha>...</alpha>`) against the archive.
 
-    def score_formula(self, formula: str) -> Score:
+        With a `brief`, its checkable constraints are reported as `diagnostics["brief_compliance"]`.
+        """
+        return self._score_all([answer], None, group=False, brief=brief).scores[0]
+
+    def score_formula(self, formula: str, brief=None) -> Score:
         """Score a bare formula against the archive."""
-        return self._score_all([None], [formula], group=False).scores[0]
+        return self._score_all([None], [formula], group=False, brief=brief).scores[0]
 
-    def score_group(self, answers: list[str]) -> GroupScore:
+    def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
 
         Deterministic and independent of the answers' order (up to the same permutation of the result).
         """
-        return self._score_all(list(answers), None, group=True)
+        return self._score_all(list(answers), None, group=True, brief=brief)
 
-    def _score_all(self, answers, formulas, group: bool) -> GroupScore:
+    def _score_all(self, answers, formulas, group: bool, brief=None) -> GroupScore:
         cache: dict = {}
         items = [self._prepare(a, None if formulas is None else formulas[i], cache) for i, a in enumerate(answers)]
         live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
@@ -248,6 +252,8 @@ class Verifier:
         scores: list = list(items)
         if evs:
             for i, sc in zip(live, self._channel_scores(evs, group)):
+                if brief is not None and getattr(brief, "constraints", ()):
+                    sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].node)
                 scores[i] = sc
         evaluated = [it if isinstance(it, Evaluated) else None for it in items]
         return GroupScore.from_scores(scores, evaluated=evaluated)
