@@ -363,6 +363,7 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
     prep = prepare(panel, cfg)
     torch.manual_seed(cfg.seed)
     model = WorldModel(cfg, panel.n_stocks)
+    model.head.set_standardisation(prep.g_mean, prep.g_std)
     opt = _optimizer(model, cfg)
     step, log, earlier = 0, [], 0.0
     if (d / ck.PARTIAL_FILE).is_file() and (d / ck.PARTIAL_JSON).is_file():
@@ -426,6 +427,7 @@ def random_model_checkpoint(directory, panel: Panel, cfg: StressConfig, seed: in
     prep = prepare(panel, cfg)
     torch.manual_seed(seed)
     model = WorldModel(cfg, panel.n_stocks)
+    model.head.set_standardisation(prep.g_mean, prep.g_std)
     return finalise(directory, model, panel, cfg, prep, {}, {"steps": 0, "note": "random weights (broken on purpose)"})
 
 

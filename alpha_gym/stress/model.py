@@ -104,14 +104,63 @@ class Predictor(nn.Module):
 
 
 class GeometryHead(nn.Module):
-    def __init__(self, cfg: StressConfig):
+    """Predicted latents -> the ten geometry targets of the next window, standardised.
+
+    The head does not regress the targets on pooled features (with only ~T/W
+    independent correlation matrices in a train window, that overfits and
+    breaks when the market's level of co-movement shifts). It builds a
+    correlation matrix from the latents instead, C_hat = corr(L L' + diag(psi))
+    with per-stock loadings L (N x `rank`) and idiosyncratic variances psi
+    read from each stock's latent, and computes the targets from it exactly
+    as `geometry.py` does from data: mean off-diagonal entry, lambda_1 / N,
+    participation fraction N / sum lambda^2, the residual fraction, and the
+    top-5 shares (eigenvalues by `eigvalsh`). Projector drift, which needs
+    eigenvectors (unstable gradients), comes from a small MLP on the pooled
+    latents. A per-target affine map (initialised to identity) absorbs the
+    finite-sample bias of correlation matrices estimated from W sessions; the
+    result is standardised with the training targets' mean and std.
+    """
+
+    def __init__(self, cfg: StressConfig, rank: int = 8):
         super().__init__()
-        # dropout: the train window holds only ~T / W independent correlation matrices, so the head overfits easily
-        self.mlp = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(2 * cfg.latent, cfg.hidden), nn.GELU(),
-                                 nn.Dropout(cfg.head_dropout), nn.Linear(cfg.hidden, N_TARGETS))
+        d, h = cfg.latent, cfg.hidden
+        self.loadings = nn.Linear(d, rank)
+        self.psi = nn.Linear(d, 1)
+        self.drift = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(2 * d, h), nn.GELU(), nn.Linear(h, 1))
+        self.scale = nn.Parameter(torch.ones(N_TARGETS))
+        self.shift = nn.Parameter(torch.zeros(N_TARGETS))
+        self.register_buffer("target_mean", torch.zeros(N_TARGETS))
+        self.register_buffer("target_std", torch.ones(N_TARGETS))
+
+    def set_standardisation(self, mean, std) -> None:
+        with torch.no_grad():
+            self.target_mean.copy_(torch.as_tensor(np.asarray(mean), dtype=torch.float32))
+            self.target_std.copy_(torch.as_tensor(np.asarray(std), dtype=torch.float32))
+
+    def raw(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, 10) targets in their natural units (before the affine map)."""
+        b, n, _ = z.shape
+        load = self.loadings(z)
+        cov = load @ load.transpose(1, 2) + torch.diag_embed(F.softplus(self.psi(z))[..., 0] + 1e-3)
+        sd = torch.sqrt(torch.diagonal(cov, dim1=1, dim2=2))
+        corr = cov / (sd[:, :, None] * sd[:, None, :])
+        lam = torch.flip(torch.linalg.eigvalsh(corr), dims=[-1]).clamp_min(0.0)
+        total = lam.sum(-1)
+        sq = (lam ** 2).sum(-1)
+        mean_corr = (corr.sum(dim=(1, 2)) - total) / (n * (n - 1))
+        market = lam[:, 0] / total
+        effective = total ** 2 / sq / n
+        rest = total - lam[:, 0]
+        residual = rest ** 2 / (sq - lam[:, 0] ** 2).clamp_min(1e-9) / (n - 1)
+        drift = torch.sigmoid(self.drift(torch.cat([z.mean(dim=1), z.std(dim=1, unbiased=False)], dim=-1)))[:, 0]
+        top = lam[:, :5] / total[:, None]
+        if top.shape[1] < 5:
+            top = F.pad(top, (0, 5 - top.shape[1]))
+        return torch.cat([torch.stack([mean_corr, market, effective, residual, drift], dim=1), top], dim=1)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.mlp(torch.cat([z.mean(dim=1), z.std(dim=1, unbiased=False)], dim=-1))
+        standard = (self.raw(z) - self.target_mean) / self.target_std
+        return self.scale * standard + self.shift
 
 
 def legendre_basis(window: int, degree: int) -> torch.Tensor:

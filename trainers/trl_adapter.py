@@ -1,0 +1,232 @@
+"""Train with TRL's `GRPOTrainer` on the alpha-gym verifier: reward functions, weights and a small subclass.
+
+    from trl import GRPOConfig
+    from trainers.trl_adapter import AlphaGRPOTrainer, reward_funcs, reward_weights
+
+    v = Verifier(panel)
+    args = GRPOConfig(reward_weights=reward_weights(v), multi_objective_aggregation="normalize_then_sum",
+                      loss_type="cispo", epsilon_high=1.2, beta=0.08, learning_rate=1e-5, num_generations=12,
+                      per_device_train_batch_size=48, temperature=1.0, max_completion_length=128,
+                      bf16=False, ...)                      # bf16=False on CPU: TRL turns bf16 on by default
+    trainer = AlphaGRPOTrainer(model, v, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+`reward_funcs(v)` gives one function per reward channel (R1..R12, named after the channel) and
+`reward_weights(v)` the verifier's priorities in the same order; with
+`multi_objective_aggregation="normalize_then_sum"` TRL standardises each channel inside its group and
+adds them with the weights: GDPO. (TRL then standardises the summed advantage over the whole batch,
+which our loop does not; the per-group ranking is the same.) A plain `GRPOTrainer` works with these
+functions too; `AlphaGRPOTrainer` adds what TRL lacks:
+
+  * the validity projection: an invalid answer never gets a positive advantage and each group's
+    advantages still sum to zero (`trainers.advantages.enforce_validity`);
+  * optional REPO-R token shaping with its entropy thermostat (`repo_r=True`).
+
+Hook: `_generate_and_score_completions` returns the batch dict with `advantages`; we post-process
+that tensor. `_calculate_rewards` is wrapped to record which answers were valid, in TRL's order.
+Single process is what the tests cover; the code gathers across processes like TRL does.
+
+Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
+
+    TrainConfig              TRL                                   notes
+    -----------------------  ------------------------------------  ----------------------------------------
+    learning_rate            learning_rate                         TRL default 1e-6 (ours 1e-5)
+    beta                     beta                                  TRL default 0.0 = no KL, no reference pass
+    num_generations          num_generations                       TRL default 8
+    prompts_per_step         generation_batch_size / num_generations  per_device_train_batch_size x
+                                                                   gradient_accumulation_steps x processes;
+                                                                   one optimizer step per generation batch
+                                                                   needs gradient_accumulation_steps ==
+                                                                   steps_per_generation (the default)
+    temperature              temperature (+ top_k=0, top_p=1.0)    same; both score log-probs at temperature
+    max_completion_length    max_completion_length                 TRL default 512
+    num_iterations           num_iterations                        same (TRL's mu)
+    epsilon                  epsilon                               same
+    epsilon_high (grpo/dapo) epsilon_high                          same band 1 + eps_high; unset: TRL uses
+                                                                   epsilon, ours dapo 0.28
+    epsilon_high (cispo)     epsilon_high = 1 + ours               TRAP: TRL's cispo cap is ABSOLUTE,
+                                                                   clamp(r, max=epsilon_high); ours 0.2 =
+                                                                   TRL 1.2. Unset, TRL caps at epsilon =
+                                                                   0.2: every token's weight ~1 -> 0.2
+    loss_type                loss_type ("grpo"|"dapo"|"cispo")     TRL default "dapo"
+    top_entropy_quantile     top_entropy_quantile                  TRL: threshold per micro-batch from the
+                                                                   current forward; ours: whole step batch,
+                                                                   sampling policy's entropies
+    max_grad_norm            max_grad_norm                         same (1.0)
+    weight_decay             weight_decay                          same (0.0)
+    lr_scheduler_type        lr_scheduler_type                     same ("linear" default)
+    seed                     seed                                  same
+    lora_r/alpha/dropout     peft_config=LoraConfig(r, lora_alpha, lora_dropout, use_dora,
+      use_dora                 target_modules="all-linear")
+    load_in_4bit             GRPOTrainer(quantization_config=BitsAndBytesConfig(...)) (model id only)
+    advantage_mode "gdpo"    multi_objective_aggregation="normalize_then_sum" + reward_weights
+    advantage_mode "grpo"    multi_objective_aggregation="sum_then_normalize", scale_rewards="group"
+    advantage_floor          (none)                                AlphaGRPOTrainer applies validity only
+    repo_r                   AlphaGRPOTrainer(repo_r=True)         no TRL option
+    adapo                    (none)                                TRL's use_adaptive_entropy is an entropy
+                                                                   BONUS coefficient, a different mechanism
+    refill_rounds            (none)                                TRL 1.16 has no dynamic sampling; it logs
+                                                                   frac_reward_zero_std
+    save_steps               save_steps                            same
+    logging_steps            logging_steps                         TRL default 10
+    log_completions          log_completions                       same
+    (CPU fp32)               bf16=False                            TRL sets bf16=True when fp16 is unset
+    (fp32 master adapters)   -                                     TRL casts adapters to bf16 when the base
+                                                                   model is quantized (not the DoRA magnitude)
+
+Other TRL 1.16 behaviours worth knowing (read from grpo_trainer.py):
+  * With `beta > 0` and a model that is ALREADY a PeftModel, TRL adds a "ref" adapter copied from
+    "default" and uses it as the reference; pass a base model + `peft_config` (or accept the copy).
+  * `GRPOTrainer.__init__` patches `model.forward` in place (a fused LM head at TRL's temperature);
+    do not reuse that model object in our loop afterwards.
+  * `gradient_checkpointing` defaults to True (slower on a small CPU model; set False).
+  * With `num_iterations == 1` TRL skips the old-log-prob pass and uses logp.detach() (ratio exactly 1).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+import torch
+
+from alpha_gym.scoring.config import CHANNELS
+from trainers.advantages import enforce_validity
+from trainers.repo_r import EntropyThermostat, shape_advantages
+
+__all__ = ["completion_text", "ScoreCache", "reward_funcs", "reward_weights", "AlphaGRPOTrainer"]
+
+
+def completion_text(completion: Any) -> str:
+    """The answer text of a TRL completion: a plain string, or a conversation (list of message dicts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)):
+        parts = []
+        for msg in completion:
+            if not isinstance(msg, dict) or msg.get("role", "assistant") != "assistant":
+                continue
+            content = msg.get("content", "")
+            if isinstance(content, list):  # content blocks: [{"type": "text", "text": ...}, ...]
+                content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            parts.append(content if isinstance(content, str) else str(content))
+        return "".join(parts)
+    return "" if completion is None else str(completion)
+
+
+class ScoreCache:
+    """The verifier's Score per answer text, kept for the last `maxsize` texts: 12 channels, one scoring."""
+
+    def __init__(self, verifier, maxsize: int = 16384):
+        self.verifier = verifier
+        self.maxsize = maxsize
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self.calls = 0  # verifier.score calls, for tests
+
+    def score(self, text: str):
+        if text in self._cache:
+            self._cache.move_to_end(text)
+            return self._cache[text]
+        self.calls += 1
+        result = self.verifier.score(text)
+        self._cache[text] = result
+        if len(self._cache) > self.maxsize:
+            self._cache.popitem(last=False)
+        return result
+
+    def scores(self, completions) -> list:
+        return [self.score(completion_text(c)) for c in completions]
+
+
+def reward_funcs(verifier) -> list[Callable[..., list[float]]]:
+    """One TRL reward function per channel, in `CHANNELS` order, sharing one score cache.
+
+    Each has TRL's signature f(prompts, completions, **kwargs) -> list[float] and is named after its
+    channel (TRL logs rewards/<name>/mean). `f.scorer` is the shared `ScoreCache`.
+    """
+    scorer = ScoreCache(verifier)
+
+    def make(channel: str):
+        def reward(prompts=None, completions=None, **kwargs) -> list[float]:
+            return [float(s.channels[channel]) for s in scorer.scores(completions)]
+        reward.__name__ = reward.__qualname__ = channel
+        reward.scorer = scorer
+        return reward
+
+    return [make(c) for c in CHANNELS]
+
+
+def reward_weights(verifier) -> list[float]:
+    """The verifier's priorities, in the order of `reward_funcs`."""
+    return [float(verifier.config.priorities[c]) for c in CHANNELS]
+
+
+_reward_funcs = reward_funcs
+
+
+def _trainer_base():
+    from trl import GRPOTrainer
+    return GRPOTrainer
+
+
+class AlphaGRPOTrainer(_trainer_base()):
+    """TRL's GRPOTrainer with the validity projection and optional REPO-R shaping.
+
+    verifier: builds `reward_funcs`/`reward_weights` when they are not given (reward_weights is filled
+    into `args` when left None). repo_r: shape advantages per token with `thermostat` (default: the w5
+    `EntropyThermostat`), once per generation batch, from the sampling policy's log-probs and entropy.
+    """
+
+    def __init__(self, model, verifier=None, *, reward_funcs=None, args=None, repo_r: bool = False,
+                 thermostat: EntropyThermostat | None = None, **kwargs):
+        if reward_funcs is None:
+            if verifier is None:
+                raise ValueError("AlphaGRPOTrainer needs a verifier or reward_funcs=reward_funcs(verifier)")
+            reward_funcs = _reward_funcs(verifier)
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        self.scorer = next((f.scorer for f in funcs if hasattr(f, "scorer")), None)
+        if self.scorer is None:
+            raise ValueError("AlphaGRPOTrainer reads validity from the scores of trainers.trl_adapter.reward_funcs; "
+                             "pass those functions (or a verifier)")
+        if args is not None and args.reward_weights is None and verifier is not None and len(funcs) == len(CHANNELS):
+            args.reward_weights = reward_weights(verifier)
+        super().__init__(model, reward_funcs=funcs, args=args, **kwargs)
+        self.thermostat = (thermostat or EntropyThermostat()) if repo_r else None
+        self._valid = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        from accelerate.utils import gather
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        valid = torch.tensor([s.valid for s in self.scorer.scores(completions)], dtype=torch.int32,
+                             device=rewards.device)
+        self._valid = gather(valid).bool()  # every process, in the order of the gathered rewards
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        G = self.num_generations if self.model.training else self.num_generations_eval
+        local = out["advantages"]
+        n, rank = local.shape[0], self.accelerator.process_index
+        adv = self.accelerator.gather(local)  # the projection needs whole groups
+        adv = enforce_validity(adv.view(-1, G), self._valid.view(-1, G).to(adv.device)).view(-1)
+        adv = adv[rank * n:(rank + 1) * n]
+        if self.thermostat is not None and self.model.training:
+            adv = self._shape(out, adv)
+        out["advantages"] = adv
+        return out
+
+    @torch.no_grad()
+    def _shape(self, out: dict, adv: torch.Tensor) -> torch.Tensor:
+        """REPO-R: zeta from the batch's mean token entropy, then A -> A * f(log p) per token (B, T)."""
+        completion_ids = out["completion_ids"]
+        ids = torch.cat([out["prompt_ids"], completion_ids], dim=1)
+        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        logps, entropy, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, completion_ids.size(1),
+                                                                    compute_entropy=True)
+        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        mask = mask.float()
+        totals = self.accelerator.reduce(torch.stack([(entropy * mask).sum(), mask.sum()]), reduction="sum")
+        zeta = self.thermostat.update((totals[0] / totals[1].clamp(min=1.0)).item())
+        self._metrics["train"]["repo_r/zeta"].append(zeta)
+        return shape_advantages(adv, logps, zeta) * mask
