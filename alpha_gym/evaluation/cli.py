@@ -62,6 +62,33 @@ def cmd_briefs_split(args) -> int:
     return 0
 
 
+def cmd_briefs_filter(args) -> int:
+    from alpha_gym.env import brief_set, resolve_panel
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.generator import load_briefs, save_briefs
+    from trainers.difficulty import filter_briefs, pass_rates
+    from trainers.models import load_base
+    briefs = load_briefs(args.briefs) if args.briefs else list(brief_set("train"))
+    if args.limit:
+        briefs = briefs[: args.limit]
+    universe = args.universe
+    if universe is not None and not Path(universe).exists():
+        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    verifier = Verifier(resolve_panel(data=args.data, universe=universe, train_end=args.end))
+    model, tokenizer = load_base(args.model)
+    rates = pass_rates(model, tokenizer, verifier, briefs, tries=args.tries, max_new_tokens=args.max_new_tokens,
+                       seed=args.seed)
+    kept = filter_briefs(briefs, rates, args.upper)
+    save_briefs(kept, args.out)
+    rates_path = Path(args.out).with_suffix(".pass_rates.jsonl")
+    rates_path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rates))
+    never = sum(r.solved == 0 for r in rates)
+    always = sum(r.solved == r.tries for r in rates)
+    print(f"kept {len(kept)}/{len(briefs)} briefs -> {args.out} (never solved {never}, always solved {always}); "
+          f"pass rates -> {rates_path}")
+    return 0
+
+
 def _day_before(date: str) -> str:
     import numpy as np
     return str(np.datetime64(date, "D") - np.timedelta64(1, "D"))
@@ -132,6 +159,19 @@ def register(subparsers) -> None:
     s.add_argument("--train-out", required=True)
     s.add_argument("--probe-out", required=True)
     s.set_defaults(func=cmd_briefs_split)
+    f = bsub.add_parser("filter", help="keep briefs a model solves in some but not all tries (needs the train extra)")
+    f.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct)")
+    f.add_argument("--tries", type=int, default=8)
+    f.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
+    f.add_argument("--out", required=True, help="kept briefs JSONL; pass rates go beside it")
+    f.add_argument("--upper", type=float, default=None, help="also drop briefs solved more often than this (e.g. 0.75)")
+    f.add_argument("--limit", type=int, default=0, help="only the first N briefs")
+    f.add_argument("--max-new-tokens", type=int, default=128)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--data", help="market data for the verifier (default: the synthetic market)")
+    f.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    f.add_argument("--end", help="last training session (YYYY-MM-DD)")
+    f.set_defaults(func=cmd_briefs_filter)
 
     h = subparsers.add_parser("holdout-formulas", help="score a file of formulas on a holdout window "
                                                       "(realistic costs) and build their equal-weight book")
