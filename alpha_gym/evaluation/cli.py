@@ -119,6 +119,11 @@ def cmd_holdout_formulas(args) -> int:
     if args.json:
         print(json.dumps(report.to_dict()))
         return 0
+    _print_report(report)
+    return 0
+
+
+def _print_report(report) -> None:
     s, b = report.summary(), report.book
     print(f"holdout {report.holdout_start}..{report.holdout_end} ({len(report.dates)} decision days), "
           f"training ends {report.train_end}")
@@ -134,6 +139,40 @@ def cmd_holdout_formulas(args) -> int:
     print(f"equal-weight book: return {b.total_return:+.1%}  Sharpe {b.sharpe:+.2f}  beta {b.beta:+.2f}  "
           f"corr {b.market_correlation:+.2f}  max DD {b.max_drawdown:.1%}  "
           f"mean on market drops > 1.5% ({b.n_down_days} days) {down}")
+
+
+def cmd_holdout(args) -> int:
+    """Greedy answers of a checkpoint to the probe briefs, scored on the holdout window."""
+    from alpha_gym.env import brief_set
+    from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
+    from alpha_gym.language import AnswerError, extract
+    from alpha_gym.market import load_panel
+    from alpha_gym.scoring.verifier import Verifier
+    from trainers.answers import generate_answers, load_for_inference
+    universe = args.universe
+    if universe is not None and not Path(universe).exists():
+        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    full = load_panel(args.data, universe=universe, end=args.holdout_end)
+    train = full.window(end=_day_before(args.holdout_start))
+    holdout = full.window(start=args.holdout_start, end=args.holdout_end)
+    del full
+    briefs = list(brief_set("probe"))[: args.probe]
+    model, tokenizer = load_for_inference(args.checkpoint)
+    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+                                              max_new_tokens=args.max_new_tokens)]
+    formulas = []
+    for a in answers:
+        try:
+            formulas.append(extract(a).formula)
+        except AnswerError:
+            formulas.append(None)
+    label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
+    report = evaluate_holdout(formulas, train, holdout, config=HoldoutConfig(context=args.context),
+                              train_verifier=Verifier(train), label=label)
+    if args.out:
+        print(f"wrote {report.save(args.out, name=f'holdout-{label}.json' if args.name_by_label else 'holdout.json')}",
+              file=sys.stderr)
+    _print_report(report)
     return 0
 
 
@@ -188,6 +227,21 @@ def register(subparsers) -> None:
     h.add_argument("--out", help="run directory to write holdout.json into")
     h.add_argument("--json", action="store_true", help="print the holdout.json object")
     h.set_defaults(func=cmd_holdout_formulas)
+
+    c = subparsers.add_parser("holdout", help="greedy answers of a checkpoint to the probe briefs, scored on the "
+                                                "holdout window with realistic costs (needs the train extra)")
+    c.add_argument("--checkpoint", help="a training checkpoint (adapters) or a model folder (default: the base model)")
+    c.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
+    c.add_argument("--holdout-start", required=True, help="first holdout session; training ends the day before")
+    c.add_argument("--holdout-end", help="last holdout session (default: the file's last)")
+    c.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    c.add_argument("--probe", type=int, default=50, help="how many probe briefs")
+    c.add_argument("--max-new-tokens", type=int, default=128)
+    c.add_argument("--context", type=int, default=252, help="training sessions used as lookback history")
+    c.add_argument("--label", help="a label stored in the JSON (default: the checkpoint folder's name)")
+    c.add_argument("--out", help="run directory to write holdout.json into")
+    c.add_argument("--name-by-label", action="store_true", help="write holdout-LABEL.json instead of holdout.json")
+    c.set_defaults(func=cmd_holdout)
 
     r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")
     r.add_argument("run_dir")

@@ -1,4 +1,4 @@
-"""The difficulty filter: the rule by hand, and a real (tiny) run with SmolLM2-135M through the CLI."""
+"""Model-driven tools: the difficulty filter and the checkpoint holdout, with the real SmolLM2-135M through the CLI."""
 
 from __future__ import annotations
 
@@ -36,6 +36,22 @@ def test_filter_cli_with_the_real_model(tmp_path, small_synthetic):
     assert rc == 0 and out.exists()
     rates = [json.loads(line) for line in out.with_suffix(".pass_rates.jsonl").read_text().splitlines()]
     assert len(rates) == 2 and all(r["tries"] == 2 and 0 <= r["pass_rate"] <= 1 for r in rates)
+
+
+@pytest.mark.slow
+def test_holdout_cli_with_the_real_model(tmp_path, small_synthetic):
+    pytest.importorskip("trl")
+    from alpha_gym.cli import main
+    data = tmp_path / "market.csv"
+    _write_long_csv(small_synthetic, data)
+    start = str(small_synthetic.dates[300])
+    run = tmp_path / "run"
+    rc = main(["holdout", "--data", str(data), "--holdout-start", start, "--probe", "2", "--max-new-tokens", "16",
+               "--out", str(run)])
+    assert rc == 0
+    saved = json.loads((run / "holdout.json").read_text())
+    assert saved["summary"]["n_answers"] == 2 and saved["holdout_start"] == start
+    assert saved["train_end"] < start
 
 
 def _write_long_csv(panel, path):
