@@ -163,7 +163,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)
+    try:  # `train` needs the train extra (torch); without it the command says how to install it
+        from trainers.cli import register as register_train
+    except ImportError as err:
+        p = sub.add_parser("train", help="RL training (needs: pip install alpha-gym[train])")
+        p.set_defaults(func=lambda args, err=err: _missing_extra("train", err))
+    else:
+        register_train(sub)
+    from alpha_gym.stress.cli import register as register_stress
+    register_stress(sub)
     return parser
+
+
+def _missing_extra(extra: str, err: Exception) -> int:
+    print(f"alpha-gym: this command needs the `{extra}` extra ({err}); "
+          f"install torch==2.13.0 (CPU) first, then: pip install -e '.[{extra}]'", file=sys.stderr)
+    return 2
+
+
+
 
 
 def main(argv=None) -> int:

@@ -26,6 +26,7 @@ import math
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -62,6 +63,9 @@ class Group:
 def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model=None, steps: int = 10,
           resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train for `steps` steps (the total, counting steps done before a resume). Returns a summary dict.
+
+    The linear learning-rate schedule decays over `steps`: resume with the same value to repeat a run.
+    The summary holds the trained model under "policy" (the rest is JSON-friendly).
 
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
@@ -274,11 +278,13 @@ def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig
     cached once; generate feeds the last token and continues.
     """
     G, L = config.num_generations, prompt_ids.shape[1]
-    cache, _ = _prompt_cache(model, prompt_ids, G, L - 1)
-    out = model.generate(input_ids=prompt_ids.expand(G, -1), attention_mask=torch.ones_like(prompt_ids).expand(G, -1),
-                         cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
-                         max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
-                         pad_token_id=tokenizer.pad_token_id)
+    with _dora_cached(model):
+        cache, _ = _prompt_cache(model, prompt_ids, G, L - 1)
+        out = model.generate(input_ids=prompt_ids.expand(G, -1),
+                             attention_mask=torch.ones_like(prompt_ids).expand(G, -1), cache=cache, do_sample=True,
+                             temperature=config.temperature, top_k=0, top_p=1.0,
+                             max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
+                             pad_token_id=tokenizer.pad_token_id)
     completion = out[:, L:]
     # The answer runs up to and including its first EOS (as TRL); what generate pads after it is masked.
     is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device))
@@ -286,6 +292,20 @@ def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig
     mask = (torch.arange(completion.shape[1], device=completion.device)[None] <= first[:, None]).float()
     texts = [tokenizer.decode(c[:f], skip_special_tokens=True) for c, f in zip(completion, first.tolist())]
     return completion, mask, texts
+
+
+@contextmanager
+def _dora_cached(model):
+    """DoRA recomputes every layer's weight norm on each forward, i.e. per sampled token; the weights do not
+    change while sampling, so let PEFT cache them (about half the sampling time), then drop the cache."""
+    from peft.helpers import DoraCaching
+    try:
+        with DoraCaching():
+            yield
+    finally:
+        for module in model.modules():
+            if hasattr(module, "_cache_clear"):
+                module._cache_clear()
 
 
 def _sample_and_score(policy, tokenizer, verifier, brief_id, prompt, config, eos_ids, t):
@@ -399,9 +419,10 @@ def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
     from safetensors.torch import load_file
     weights = load_file(str(Path(ckpt) / "adapter_model.safetensors"), device=str(next(policy.parameters()).device))
     result = set_peft_model_state_dict(policy, weights)
-    missing = [k for k in getattr(result, "unexpected_keys", [])]
-    if missing:
-        raise ValueError(f"checkpoint {ckpt} does not match the model's adapters (unexpected keys {missing[:3]}...)")
+    mismatch = list(result.unexpected_keys) + [k for k in result.missing_keys if "lora_" in k]
+    if mismatch:
+        raise ValueError(f"checkpoint {ckpt} does not match the model's adapters (e.g. {mismatch[:3]}): resume "
+                         "with the recipe and model the run started with")
     state = torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)  # our own file: RNG states are tuples
     optimizer.load_state_dict(state["optimizer"])
     random.setstate(state["rng"]["python"])

@@ -1,0 +1,245 @@
+"""Trainer comparison: the reference's ladder with one seed, one probe and one selection rule.
+
+    python benchmarks/compare_trainers.py --scale smoke --out runs/compare-smoke     # minutes, CI-sized
+    python benchmarks/compare_trainers.py --scale cpu --model runs/sft/model          # hours on 2 cores
+    python benchmarks/compare_trainers.py --scale gpu --model Qwen/Qwen2.5-32B-Instruct  # reference settings
+
+Rungs: DAPO; CISPO; CISPO + REPO-R; the same on the filtered prompts; DoRA instead of LoRA.
+For each rung: train, checkpoint every `eval_every` steps; at step 0 and every checkpoint answer
+the probe briefs greedily; score the answers on the TRAIN window (the selection rule: best mean
+train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the last 252
+sessions of the train window, cut off before training: the sealed real holdout is never read).
+
+Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
+checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, and one run
+folder per rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for `alpha-gym report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LADDER = (
+    # (rung, recipe, prompts)
+    ("dapo", "dapo", "all"),
+    ("cispo", "cispo", "all"),
+    ("cispo_repo_r", "cispo_repo_r", "all"),
+    ("cispo_repo_r_filtered", "cispo_repo_r", "filtered"),
+    ("cispo_repo_r_dora_filtered", "cispo_repo_r_dora", "filtered"),
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    steps: int
+    eval_every: int
+    prompts_per_step: int
+    num_generations: int
+    max_completion_length: int
+    probe: int                 # probe briefs answered at each checkpoint
+    train_briefs: int          # 0 = all training briefs
+    filter_briefs: int         # briefs the difficulty filter looks at
+    filter_tries: int
+    learning_rate: float
+    pseudo_holdout: int        # sessions at the end of the train window held out of training
+
+
+SCALES = {
+    "smoke": Scale(steps=2, eval_every=1, prompts_per_step=1, num_generations=2, max_completion_length=16, probe=2,
+                   train_briefs=8, filter_briefs=4, filter_tries=2, learning_rate=1e-5, pseudo_holdout=120),
+    "cpu": Scale(steps=60, eval_every=20, prompts_per_step=2, num_generations=8, max_completion_length=64, probe=50,
+                 train_briefs=0, filter_briefs=96, filter_tries=4, learning_rate=2e-5, pseudo_holdout=252),
+    "gpu": Scale(steps=600, eval_every=100, prompts_per_step=4, num_generations=12, max_completion_length=128,
+                 probe=50, train_briefs=0, filter_briefs=500, filter_tries=8, learning_rate=1e-5, pseudo_holdout=252),
+}
+
+
+def _panels(args, scale: Scale):
+    """(train panel, pseudo-holdout panel): the last `pseudo_holdout` sessions are cut off before training."""
+    from alpha_gym.env import resolve_panel
+    from alpha_gym.market import synthetic_panel
+    if args.data:
+        full = resolve_panel(data=args.data, universe=args.universe)
+    else:
+        full = synthetic_panel(n_stocks=20, n_days=800, seed=0) if args.scale == "smoke" else synthetic_panel()
+    cut = full.n_days - scale.pseudo_holdout
+    return full.window(end=full.dates[cut - 1]), full.window(start=full.dates[cut])
+
+
+def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, run_dir):
+    """Greedy probe answers of one checkpoint: train-window CPCV per answer, then the pseudo-holdout report."""
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    from alpha_gym.language import AnswerError, extract
+    from trainers.answers import generate_answers, load_for_inference
+    model, tokenizer = load_for_inference(model_path)
+    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+                                              max_new_tokens=scale.max_completion_length)]
+    del model
+    formulas = []
+    for a in answers:
+        try:
+            formulas.append(extract(a).formula)
+        except AnswerError:
+            formulas.append(None)
+    train_cpcv = []
+    for f in formulas:
+        s = verifier.score_formula(f) if f is not None else None
+        train_cpcv.append(s.channels["cpcv"] if s is not None and s.valid else None)
+    report = evaluate_holdout(formulas, train, holdout, train_verifier=verifier, label=run_dir.name, step=step)
+    report.save(run_dir, name=f"holdout-step-{step}.json")
+    return train_cpcv, report
+
+
+def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, holdout, briefs, filtered, probe,
+             out: Path) -> dict:
+    from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
+    from trainers.config import RECIPES
+    from trainers.loop import read_log, train as train_policy
+    config = replace(RECIPES[recipe], prompts_per_step=scale.prompts_per_step,
+                     num_generations=scale.num_generations, max_completion_length=scale.max_completion_length,
+                     save_steps=scale.eval_every, learning_rate=scale.learning_rate, seed=args.seed)
+    run_dir = out / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rung_briefs = filtered if prompts == "filtered" else briefs
+    t0 = time.perf_counter()
+    train_policy(config, verifier, rung_briefs, run_dir, model=start_model, steps=scale.steps,
+                 resume=(run_dir / "log.jsonl").exists(), progress=True)
+    train_s = time.perf_counter() - t0
+    checkpoints = {0: start_model}
+    for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
+        checkpoints[step] = str(run_dir / f"checkpoint-{step}")
+    checkpoints[scale.steps] = str(run_dir / f"checkpoint-{scale.steps}")
+    records, reports = [], {}
+    for step, path in sorted(checkpoints.items()):
+        cpcvs, report = _probe_records(path, verifier, train, holdout, probe, scale, step, run_dir)
+        records.append(TrainRecord(step, tuple(cpcvs)))
+        reports[step] = report
+    choice = select_checkpoint(records)  # train CPCV only; the holdout below is reported, never consulted
+
+    def row(step):
+        rep = reports[step]
+        s, b = rep.summary(), rep.book
+        return {"step": step, "train_cpcv": next(r.mean_train_cpcv for r in records if r.step == step),
+                "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
+                "families": s["n_families"], "book_return": b.total_return, "book_sharpe": b.sharpe}
+    return {"rung": name, "recipe": recipe, "prompts": prompts, "n_prompts": len(rung_briefs),
+            "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
+            "checkpoints": [row(s) for s in sorted(reports)], "log": read_log(run_dir)}
+
+
+def _fmt(x, spec):
+    return "n/a" if x is None else format(x, spec)
+
+
+def write_table(results, scale_name, out: Path) -> str:
+    lines = [f"Trainer comparison, scale `{scale_name}` (pseudo-holdout: the last sessions of the train window).",
+             "", "| rung | prompts | step-0 valid | step-0 holdout | shipped step | train CPCV | holdout score | valid "
+             "| families | book return | book Sharpe |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        first = r["checkpoints"][0]
+        ship = next(c for c in r["checkpoints"] if c["step"] == r["selected_step"])
+        lines.append(f"| {r['rung']} | {r['n_prompts']} | {first['valid']}/{first['n']} | "
+                     f"{_fmt(first['holdout_score'], '+.2f')} | {ship['step']} | {_fmt(ship['train_cpcv'], '+.2f')} | "
+                     f"{_fmt(ship['holdout_score'], '+.2f')} | {ship['valid']}/{ship['n']} | {ship['families']} | "
+                     f"{_fmt(ship['book_return'], '+.1%')} | {_fmt(ship['book_sharpe'], '+.2f')} |")
+    text = "\n".join(lines) + "\n"
+    (out / "comparison.md").write_text(text)
+    return text
+
+
+def write_plots(results, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for r in results:
+        steps = [x["step"] for x in r["log"]]
+        for ax, key in zip(axes, ("reward_mean", "core_mean", "valid_share")):
+            ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", label=r["rung"])
+            ax.set_title(key.replace("_", " "))
+            ax.set_xlabel("step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in results:
+        steps = [c["step"] for c in r["checkpoints"]]
+        axes[0].plot(steps, [c["train_cpcv"] for c in r["checkpoints"]], marker="o", label=r["rung"])
+        axes[1].plot(steps, [c["holdout_score"] for c in r["checkpoints"]], marker="o", label=r["rung"])
+    axes[0].set_title("probe answers: train-window CPCV (selects the checkpoint)")
+    axes[1].set_title("probe answers: pseudo-holdout score (reported only)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "holdout_per_checkpoint.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", choices=sorted(SCALES), default="smoke")
+    ap.add_argument("--model", help="starting policy: a model folder (e.g. the SFT warm start) or hub id; "
+                                    "default: SmolLM2-135M-Instruct")
+    ap.add_argument("--data", help="market data (default: the synthetic market)")
+    ap.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    ap.add_argument("--out", default="runs/compare", help="output folder")
+    ap.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(r[0] for r in LADDER))
+    ap.add_argument("--steps", type=int, help="override the scale's steps per rung")
+    ap.add_argument("--seed", type=int, default=42)
+    args = ap.parse_args(argv)
+
+    from alpha_gym.env import brief_set
+    from alpha_gym.scoring.verifier import Verifier
+    scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train, holdout = _panels(args, scale)
+    verifier = Verifier(train)
+    briefs = list(brief_set("train"))
+    if scale.train_briefs:
+        briefs = briefs[: scale.train_briefs]
+    probe = list(brief_set("probe"))[: scale.probe]
+    wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
+    ladder = [r for r in LADDER if r[0] in wanted]
+    filtered = briefs
+    if any(p == "filtered" for _, _, p in ladder):
+        from trainers.difficulty import filter_briefs, pass_rates
+        from trainers.answers import load_for_inference
+        model, tokenizer = load_for_inference(args.model)
+        pool = briefs[: scale.filter_briefs]
+        rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
+                           max_new_tokens=scale.max_completion_length, seed=args.seed)
+        del model
+        filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
+        (out / "filter.json").write_text(json.dumps({"pool": len(pool), "kept": len(filtered),
+                                                     "fell_back_to_pool": not filter_briefs(pool, rates),
+                                                     "rates": [r.to_dict() for r in rates]}, indent=2))
+    results = []
+    for name, recipe, prompts in ladder:
+        print(f"=== rung {name} ({recipe}, {prompts} prompts)", flush=True)
+        results.append(run_rung(name, recipe, prompts, scale, args, args.model, verifier, train, holdout, briefs,
+                                filtered, probe, out))
+        (out / "comparison.json").write_text(json.dumps({"scale": args.scale, "scale_settings": scale.__dict__,
+                                                         "model": args.model, "seed": args.seed,
+                                                         "train_end": str(train.dates[-1]),
+                                                         "pseudo_holdout": [str(holdout.dates[0]),
+                                                                            str(holdout.dates[-1])],
+                                                         "rungs": results}, indent=2, default=str))
+    print(write_table(results, args.scale, out))
+    write_plots(results, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

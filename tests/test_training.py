@@ -1,0 +1,370 @@
+"""Training mechanics with the real SmolLM2-135M on CPU and the real verifier (us46 panel).
+
+Tiny settings (2 prompts x 4 answers, 16 new tokens, short prompts) keep the file to a few minutes.
+Out of the box SmolLM2 almost never writes a valid <alpha> answer, so every group would be all-invalid:
+zero advantages after the validity projection, zero gradient, nothing to see. The recipe tests therefore
+plant one known-valid answer (its tokens) in each sampled group: the model still samples the rest, and
+log-probs, scoring, advantages, losses and updates all run for real. These tests check mechanics, not
+learning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from trainers.config import RECIPES, TrainConfig, recipe
+
+# Valid on us46 and better than a missing answer on the core score (weight 3), so GDPO ranks it first in a
+# group of otherwise invalid answers whatever the weaker channels say.
+VALID_ANSWER = "<alpha>rank(ts_mean(returns, 60))</alpha>"
+TINY = dict(prompts_per_step=2, num_generations=4, max_completion_length=16, save_steps=1, log_completions=True)
+
+
+@dataclass(frozen=True)
+class TinyBrief:
+    """A brief with a short prompt (the real ones are ~360 tokens: 10x the compute on a CPU)."""
+
+    id: str
+    text: str
+
+    def prompt(self) -> str:
+        return self.text
+
+
+BRIEFS = [TinyBrief("tiny-0", "Write one trading formula."), TinyBrief("tiny-1", "Write an alpha for US stocks.")]
+
+
+# ----------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One torch thread: on a shared 2-core machine two threads can be several times slower, not faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1")))
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def verifier(real_us46):
+    from alpha_gym.scoring.verifier import Verifier
+    return Verifier(real_us46)
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    """The base model and tokenizer, loaded once; every run gets a deep copy with fresh adapters."""
+    from trainers.models import load_base
+    return load_base(None)
+
+
+def fresh_policy(smollm, config):
+    from trainers.models import add_adapters
+    base, tokenizer = smollm
+    return add_adapters(copy.deepcopy(base), config), tokenizer
+
+
+def planting(valid_briefs=None, flat_text=None):
+    """A wrapper of loop.sample_group that plants VALID_ANSWER as answer 0 (of the briefs in `valid_briefs`,
+    default all) and, when `flat_text` is set, makes every other answer that same invalid text."""
+    from trainers import loop
+    real = loop.sample_group
+    calls = []
+
+    def sample_group(model, tokenizer, prompt_ids, config, eos_ids):
+        ids, mask, texts = real(model, tokenizer, prompt_ids, config, eos_ids)
+        calls.append(prompt_ids)
+        if flat_text is not None:
+            texts = [flat_text] * len(texts)
+        brief_text = tokenizer.decode(prompt_ids[0])
+        if valid_briefs is None or any(b.text in brief_text for b in valid_briefs):
+            planted = tokenizer(VALID_ANSWER, add_special_tokens=False).input_ids + [eos_ids[0]]
+            T = max(ids.shape[1], len(planted))
+            ids = torch.nn.functional.pad(ids, (0, T - ids.shape[1]), value=tokenizer.pad_token_id)
+            mask = torch.nn.functional.pad(mask, (0, T - mask.shape[1]), value=0.0)
+            ids[0] = tokenizer.pad_token_id
+            ids[0, :len(planted)] = torch.tensor(planted)
+            mask[0] = 0.0
+            mask[0, :len(planted)] = 1.0
+            texts = [VALID_ANSWER, *texts[1:]]
+        return ids, mask, texts
+
+    return sample_group, calls
+
+
+@pytest.fixture(scope="module")
+def runs(smollm, verifier, tmp_path_factory):
+    """Two planted steps of each recipe, run once on demand: name -> (out_dir, summary, initial adapters)."""
+    from trainers import loop
+    from trainers.models import adapter_state
+    done = {}
+
+    def run(name):
+        if name not in done:
+            config = recipe(name, **TINY)
+            policy = fresh_policy(smollm, config)
+            initial = adapter_state(policy[0])
+            out = tmp_path_factory.mktemp(name)
+            sample_group, _ = planting()
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(loop, "sample_group", sample_group)
+                summary = loop.train(config, verifier, BRIEFS, out, model=policy, steps=2, progress=False)
+            done[name] = (out, summary, initial)
+        return done[name]
+
+    return run
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# ------------------------------------------------------------------------------------- the recipes
+@pytest.mark.slow
+@pytest.mark.real_data
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_two_steps_of_each_recipe(runs, name):
+    from trainers.loop import LOG_FIELDS, read_log
+    from trainers.models import adapter_state
+    out, summary, initial = runs(name)
+    config = RECIPES[name]
+    log = read_log(out)
+    assert [r["step"] for r in log] == [1, 2]
+    for rec in log:
+        assert set(LOG_FIELDS) <= set(rec), f"missing {set(LOG_FIELDS) - set(rec)}"
+        assert all(_finite(rec[k]) for k in LOG_FIELDS), rec
+        assert rec["valid_share"] > 0 and rec["nonzero_adv_share"] > 0  # the planted answers carry signal
+        assert rec["entropy"] > 0
+        assert rec["epsilon_high"] == pytest.approx(config.resolved_epsilon_high)
+    if config.num_iterations == 1:  # (with two passes the second one already sees an updated policy)
+        assert log[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # fresh adapters = the reference
+
+    # the adapters changed (LoRA's B, or DoRA's magnitude too), and only the adapters train
+    after = adapter_state(summary["policy"])
+    assert after.keys() == initial.keys()
+    changed = [k for k in after if not torch.equal(after[k], initial[k])]
+    assert changed, "no adapter weight changed"
+    assert all("lora_" in k for k in after)
+    if config.use_dora:
+        assert any("lora_magnitude_vector" in k for k in after)
+
+    # the validity rule held on every answer: an invalid answer never got a positive advantage
+    rows = [json.loads(ln) for ln in (out / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * TINY["prompts_per_step"] * TINY["num_generations"]
+    assert all(r["advantage"] <= 1e-6 for r in rows if not r["valid"])
+    assert any(r["valid"] for r in rows)
+
+    # checkpoints and controller logs
+    for step in (1, 2):
+        ckpt = out / f"checkpoint-{step}"
+        assert (ckpt / "adapter_model.safetensors").exists() and (ckpt / "trainer_state.pt").exists()
+    if config.repo_r:
+        thermo = [json.loads(ln) for ln in (out / "thermostat.jsonl").read_text().splitlines()]
+        assert [t["step"] for t in thermo] == [1, 2] and all(t["zeta"] == 0.0 for t in thermo)  # calibrating
+    assert json.loads((out / "config.json").read_text())["loss_type"] == config.loss_type
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
+    """Restart from checkpoint-1 of the REPO-R + two-pass recipe: step 2 repeats exactly (log and weights)."""
+    from safetensors.torch import load_file
+
+    from trainers import loop
+    name = "cispo_repo_r"
+    out, summary, _ = runs(name)
+    config = recipe(name, **TINY)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(out / "checkpoint-1", resumed / "checkpoint-1")
+    shutil.copy(out / "log.jsonl", resumed / "log.jsonl")  # holds step 2 too: resume must drop it
+    sample_group, _ = planting()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "sample_group", sample_group)
+        again = loop.train(config, verifier, BRIEFS, resumed, model=fresh_policy(smollm, config), steps=2,
+                           resume=True, progress=False)
+    assert again["start_step"] == 1
+    original, repeated = loop.read_log(out), loop.read_log(resumed)
+    assert [r["step"] for r in repeated] == [1, 2]
+    timing = {k for k in original[1] if k.startswith("seconds/")}
+    assert {k: v for k, v in repeated[1].items() if k not in timing} == \
+           {k: v for k, v in original[1].items() if k not in timing}
+    first = load_file(str(out / "checkpoint-2" / "adapter_model.safetensors"))
+    second = load_file(str(resumed / "checkpoint-2" / "adapter_model.safetensors"))
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert (resumed / "thermostat.jsonl").read_text() == (out / "thermostat.jsonl").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_refill_resamples_only_flat_groups(smollm, verifier, tmp_path):
+    """A group whose answers are all the same invalid text has zero reward variance: it is sampled again,
+    each round, up to refill_rounds; a group with a valid answer is not."""
+    from trainers import loop
+    config = recipe("dapo", **{**TINY, "max_completion_length": 8, "refill_rounds": 2})
+    sample_group, calls = planting(valid_briefs=[BRIEFS[0]], flat_text="I would rather not answer.")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "sample_group", sample_group)
+        summary = loop.train(config, verifier, BRIEFS, tmp_path, model=fresh_policy(smollm, config), steps=1,
+                             progress=False)
+    rec = loop.read_log(tmp_path)[0]
+    assert rec["refills"] == 2 == summary["refills"]  # brief tiny-1 flat in both rounds, tiny-0 never
+    assert len(calls) == 2 + 2
+    rows = [json.loads(ln) for ln in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    flat = [r for r in rows if r["brief_id"] == "tiny-1"]
+    assert flat and all(r["advantage"] == 0.0 and r["reward"] == -1.0 for r in flat)
+    assert rec["nonzero_adv_share"] == pytest.approx(0.5)  # the other group has signal in every answer
+
+
+# ---------------------------------------------------------------------------------------- TRL
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_trl_alpha_grpo_trainer_one_step(smollm, verifier, tmp_path):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    from trainers.models import adapter_state
+    from trainers.trl_adapter import AlphaGRPOTrainer, reward_weights
+
+    base, tokenizer = smollm
+    planted = tokenizer(VALID_ANSWER, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    seen = {}
+
+    class Planted(AlphaGRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kw):
+            ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)
+            for i in range(0, len(ids), num_generations):
+                ids[i] = list(planted)  # one valid answer per group
+            return ids, logprobs
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            seen["advantages"], seen["valid"] = out["advantages"].clone(), self._valid.clone()
+            return out
+
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": b.text}]} for b in BRIEFS])
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=16, learning_rate=1e-5, beta=0.08, loss_type="cispo", epsilon_high=1.2,
+                      multi_objective_aggregation="normalize_then_sum", seed=42, bf16=False,
+                      gradient_checkpointing=False, use_cpu=True, report_to="none", save_strategy="no",
+                      logging_steps=1, disable_tqdm=True)
+    peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = Planted(copy.deepcopy(base), verifier, args=args, train_dataset=dataset, processing_class=tokenizer,
+                      peft_config=peft_config, repo_r=True)
+    assert args.reward_weights == reward_weights(verifier)
+    initial = adapter_state(trainer.model)
+    trainer.train()
+    after = adapter_state(trainer.model)
+    assert any(not torch.equal(after[k], initial[k]) for k in after), "no adapter weight changed"
+
+    logs = trainer.state.log_history[0]
+    assert math.isfinite(logs["loss"]) and "rewards/cpcv/mean" in logs and "repo_r/zeta" in logs
+    adv, valid = seen["advantages"], seen["valid"]
+    assert adv.dim() == 2  # REPO-R: per-token advantages
+    seq_adv = adv.sum(-1)
+    assert valid.view(-1, 4)[:, 0].all()  # the planted answers
+    assert (seq_adv[~valid] <= 1e-6).all()  # invalid answers never pushed up
+    assert (adv[valid] >= 0).all() and (seq_adv[valid] > 0).all()
+
+
+# ------------------------------------------------------------------------- reward functions (fast)
+def test_reward_funcs_plain_and_conversational(small_synthetic):
+    from alpha_gym.scoring.config import CHANNELS
+    from alpha_gym.scoring.verifier import Verifier
+    from trainers.trl_adapter import completion_text, reward_funcs, reward_weights
+
+    v = Verifier(small_synthetic)
+    funcs = reward_funcs(v)
+    assert [f.__name__ for f in funcs] == list(CHANNELS)
+    assert reward_weights(v) == [v.config.priorities[c] for c in CHANNELS]
+    plain = [VALID_ANSWER, "no tag here", "<alpha>rank(close -)</alpha>"]
+    chat = [[{"role": "assistant", "content": t}] for t in plain]
+    blocks = [[{"role": "assistant", "content": [{"type": "text", "text": t}]}] for t in plain]
+    assert [completion_text(c) for c in chat] == plain == [completion_text(c) for c in blocks]
+    prompts = ["p"] * 3
+    for completions in (plain, chat, blocks):
+        columns = [f(prompts=prompts, completions=completions, completion_ids=None) for f in funcs]
+        assert all(len(col) == 3 and all(isinstance(x, float) and math.isfinite(x) for x in col) for col in columns)
+        direct = [v.score(t) for t in plain]
+        assert columns[0] == [s.channels["cpcv"] for s in direct]
+    assert funcs[0].scorer.calls == 3  # 12 channels x 3 completion forms, each text scored once
+
+
+# ------------------------------------------------------------------------------- config and CLI
+def test_config_validation_and_recipes():
+    for name, cfg in RECIPES.items():
+        assert isinstance(cfg, TrainConfig), name
+    assert RECIPES["cispo"].resolved_epsilon_high == 0.2 and RECIPES["dapo"].resolved_epsilon_high == 0.28
+    assert RECIPES["grpo"].resolved_epsilon_high == 0.2 and RECIPES["grpo"].advantage_mode == "grpo"
+    assert RECIPES["cispo_repo_r"].num_iterations == 2 and RECIPES["cispo_repo_r"].top_entropy_quantile == 1.0
+    assert RECIPES["cispo"].top_entropy_quantile == 0.2 and RECIPES["cispo_repo_r_dora"].use_dora
+    base = TrainConfig()
+    assert (base.learning_rate, base.beta, base.num_generations, base.prompts_per_step, base.seed,
+            base.lora_r, base.lora_alpha, base.advantage_floor) == (1e-5, 0.08, 12, 4, 42, 32, 64, None)
+    bad = [dict(loss_type="ppo"), dict(num_generations=1), dict(learning_rate=0), dict(epsilon=1.5),
+           dict(top_entropy_quantile=1.2), dict(advantage_mode="sum"), dict(refill_rounds=-1),
+           dict(temperature=0.0), dict(adapo=True, loss_type="cispo"), dict(advantage_floor=float("nan")),
+           dict(num_iterations=0), dict(load_in_4bit="yes"), dict(prompts_per_step=2.5)]
+    for change in bad:
+        with pytest.raises(ValueError):
+            base.with_(**change)
+    with pytest.raises(ValueError, match="unknown"):
+        base.with_(lr=1e-4)
+    with pytest.raises(ValueError, match="unknown recipe"):
+        recipe("ppo")
+
+
+def test_cli_parses_and_applies_overrides():
+    from trainers.cli import cmd_train, config_from_args, register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["train", "--recipe", "cispo_repo_r", "--steps", "3", "--out", "x",
+                              "--prompts-per-step", "2", "--num-generations", "6", "--max-completion-length", "32",
+                              "--resume"])
+    assert args.func is cmd_train and args.steps == 3 and args.resume and args.model is None
+    cfg = config_from_args(args)
+    assert (cfg.prompts_per_step, cfg.num_generations, cfg.max_completion_length) == (2, 6, 32)
+    assert cfg.repo_r and cfg.loss_type == "cispo"
+    bad = parser.parse_args(["train", "--recipe", "dapo", "--num-generations", "1"])
+    assert cmd_train(bad) == 2  # refused before any loading
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--recipe", "nope"])
+
+
+@pytest.mark.slow
+def test_cli_train_end_to_end(tmp_path, capsys):
+    """`train` through the CLI on the embedded synthetic market: the default model, real briefs, one step."""
+    from trainers.cli import main
+    code = main(["train", "--recipe", "grpo", "--steps", "1", "--out", str(tmp_path), "--prompts-per-step", "1",
+                 "--num-generations", "2", "--max-completion-length", "4", "--no-progress", "--threads", "1"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 1 and (tmp_path / "checkpoint-1" / "adapter_model.safetensors").exists()
+    rec = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])
+    assert np.isfinite(rec["loss"]) and rec["step"] == 1
+
+
+def test_load_in_4bit_refused_on_cpu():
+    from trainers.models import resolve_4bit
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    assert resolve_4bit(TrainConfig()) is False
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_4bit(TrainConfig(load_in_4bit=True))
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    from trainers.models import load_base
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_base(str(tmp_path / "nowhere" / "model"))
