@@ -238,3 +238,96 @@ def test_extract_answer():
 def test_formula_errors_share_one_base():
     for cls in (FormulaSyntaxError, UnknownNameError, FormulaArgumentError, FormulaLimitError):
         assert issubclass(cls, FormulaError)
+
+
+# ------------------------------------------------------ the paper's syntax (issue 4)
+@pytest.mark.parametrize("paper, dsl", [
+    ("correlation(close, volume, 10)", "ts_corr(close, volume, 10)"),
+    ("covariance(close, volume, 10)", "ts_cov(close, volume, 10)"),
+    ("stddev(close, 10)", "ts_std(close, 10)"),
+    ("sum(close, 10)", "ts_sum(close, 10)"),
+    ("product(close, 10)", "ts_product(close, 10)"),
+    ("delta(close, 10)", "ts_delta(close, 10)"),
+    ("delay(close, 10)", "delay(close, 10)"),
+    ("decay_linear(close, 10)", "ts_decay_linear(close, 10)"),
+    ("Ts_Rank(close, 10)", "ts_rank(close, 10)"),
+    ("Ts_ArgMax(close, 10)", "ts_argmax(close, 10)"),
+    ("Ts_ArgMin(close, 10)", "ts_argmin(close, 10)"),
+    ("SignedPower(close, 2)", "signed_power(close, 2)"),
+    ("signedpower(close, 2)", "signed_power(close, 2)"),
+    ("Log(close)", "log(close)"),
+    ("Sign(close)", "sign(close)"),
+    ("IndNeutralize(close, IndClass.sector)", "ind_neutralize(close)"),
+    ("indneutralize(close, IndClass.subindustry)", "ind_neutralize(close)"),
+    ("close ^ 2", "power(close, 2)"),
+])
+def test_paper_names_are_aliases(paper, dsl):
+    node = parse(paper)
+    assert node == parse(dsl)
+    assert parse(to_text(node)) == node
+
+
+def test_paper_operators_and_precedence():
+    assert parse("adv20") == parse("adv(20)") == Op("adv", (), window=20)
+    assert parse("(close < open) || (close == open)") == Op("or", (Op("lt", (C, O)), Op("eq", (C, O))))
+    assert parse("close <= open && high >= low").name == "and"
+    # `?:` binds loosest and nests to the right, as in Alpha#9
+    node = parse("0 < close ? close : open < 0 ? open : -1 * close")
+    assert node.name == "where" and node.args[2].name == "where"
+    # `^` binds tighter than `*` and `-` (Alpha#54: open^5, Alpha#41: (high * low)^0.5)
+    assert parse("-1 * open^5") == Op("mul", (Num(-1.0), Op("power", (O, Num(5.0)))))
+    assert parse("((high * low)^0.5) - vwap").args[0] == Op("power", (Op("mul", (H, L)), Num(0.5)))
+    assert parse("(-1 * 1)") == Op("mul", (Num(-1.0), Num(1.0)))
+    assert parse("scale(close, 3)").const == 3.0
+
+
+@pytest.mark.parametrize("text, window", [
+    ("correlation(close, volume, 3.92795)", 3), ("decay_linear(close, 7.89291)", 7),
+    ("Ts_Rank(close, 5.50322)", 5), ("delta(close, 1.06157)", 1), ("sum(close, 19.8975)", 19),
+    ("ts_max(close, 15.3217)", 15), ("Ts_ArgMax(close, 12.6556)", 12), ("delay(close, 2.9)", 2),
+])
+def test_paper_windows_are_floored(text, window):
+    assert parse(text).window == window
+
+
+def test_min_max_with_an_integer_literal_is_the_papers_ts_min_max():
+    # the paper: "min(x, d) = ts_min(x, d)" (Alpha#29 writes min(product(...), 5))
+    assert parse("min(close, 5)") == Op("ts_min", (C,), window=5)
+    assert parse("max(rank(close), 3)") == Op("ts_max", (Op("rank", (C,)),), window=3)
+    # everything else stays element-wise: a constant first, a non-integer literal, 0 or below
+    assert parse("min(5, close)") == Op("min", (Num(5.0), C))
+    assert parse("min(close, 5.0)") == Op("min", (C, Num(5.0)))
+    assert parse("max(close, 2.5)") == Op("max", (C, Num(2.5)))
+    assert parse("max(returns, 0)") == Op("max", (Field("returns"), Num(0.0)))
+    assert parse("max(returns, -1)").name == "max"
+    assert parse("min(close, open)") == Op("min", (C, O))
+    assert parse("min(2, 3)") == Op("min", (Num(2.0), Num(3.0)))
+    with pytest.raises(FormulaArgumentError, match="max\\(300, x\\)"):
+        parse("max(close, 300)")
+
+
+def test_elementwise_min_with_an_integer_constant_prints_back_elementwise():
+    for node in (Op("min", (C, Num(5.0))), Op("max", (Op("rank", (C,)), Num(1.0)))):
+        text = to_text(node)
+        assert parse(text) == node, text
+        assert parse(canonical(node)).name == node.name
+    assert to_text(Op("ts_min", (C,), window=5)) == "ts_min(close, 5)"
+
+
+def test_indneutralize_and_indclass():
+    assert parse("IndNeutralize(rank(close), IndClass.industry)") == Op("ind_neutralize", (Op("rank", (C,)),))
+    assert parse("ind_neutralize(close)") == Op("ind_neutralize", (C,))
+    for bad, match in [("IndNeutralize(close, IndClass.market)", "industry level"),
+                       ("IndNeutralize(close, volume)", "IndClass level"),
+                       ("IndNeutralize(IndClass.sector)", "IndClass level"),
+                       ("close + IndClass.sector", "second argument of IndNeutralize"),
+                       ("rank(IndClass.sector)", "second argument of IndNeutralize"),
+                       ("IndClass.sector", "second argument of IndNeutralize"),
+                       ("IndNeutralize(close, IndClass.sector, 2)", "IndClass level"),
+                       ("Foo.bar", "unknown field")]:
+        with pytest.raises(FormulaError, match=match):
+            parse(bad)
+
+
+def test_cap_is_an_optional_field():
+    assert parse("rank(returns * cap)").args[0] == Op("mul", (Field("returns"), Field("cap")))

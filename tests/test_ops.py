@@ -267,7 +267,7 @@ def test_registry_names():
     expected = {"delay", "ts_delta", "ts_sum", "ts_mean", "ts_std", "ts_max", "ts_min",
                 "ts_product", "ts_rank", "ts_corr", "ts_cov", "ts_decay_linear", "ts_ema",
                 "ts_skew", "ts_kurt", "ts_slope", "ts_argmax", "ts_argmin", "rank", "scale",
-                "add", "sub", "mul", "div", "neg", "abs", "log", "sign", "power",
+                "ind_neutralize", "add", "sub", "mul", "div", "neg", "abs", "log", "sign", "power",
                 "signed_power", "min", "max", "lt", "gt", "le", "ge", "eq", "ne", "or", "and", "where"}
     assert set(ops.KERNELS) == expected
     assert all(callable(f) for f in ops.KERNELS.values())
@@ -734,3 +734,153 @@ def test_alpha101v_decay_sparse_difference(a101):
     assert np.isnan(ours).sum() > np.isnan(theirs).sum()
     both = ~np.isnan(ours)
     np.testing.assert_allclose(ours[both], theirs[both], rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------
+# ind_neutralize (the paper's IndNeutralize)
+# ---------------------------------------------------------------------------
+
+
+def _ref_ind_neutralize(a, groups):
+    out = np.full(a.shape, np.nan)
+    labels = np.array([None if g is None else str(g) for g in groups], dtype=object)
+    for t in range(a.shape[0]):
+        for g in set(labels) - {None}:
+            cols = np.flatnonzero(labels == g)
+            vals = a[t, cols]
+            ok = ~np.isnan(vals)
+            if ok.any():
+                out[t, cols[ok]] = vals[ok] - vals[ok].sum() / ok.sum()
+    return out
+
+
+def test_ind_neutralize_matches_reference():
+    x = normal_panel(seed=31, N=9, nan=0.2)
+    groups = ["a", "b", "a", "c", "b", "a", None, "c", "d"]  # "d": a single member -> 0
+    out = call("ind_neutralize", x, groups)
+    assert_same(out, _ref_ind_neutralize(x, groups), 1e-12, 1e-12)
+    assert np.isnan(out[:, 6]).all()
+    np.testing.assert_array_equal(out[~np.isnan(x[:, 8]), 8], 0.0)
+    with pytest.raises(ValueError):
+        ops.ind_neutralize(x, groups[:-1])
+
+
+def test_ind_neutralize_against_alpha101v(a101):
+    import pandas as pd
+    from alpha101v.neutralize import ind_neutralize
+    x = price_panel(seed=9, T=40, N=10, nan=0.1)
+    groups = ["s1", "s2", "s1", "s3", "s2", "s1", "s3", "s3", "s4", "s1"]
+    want = ind_neutralize(_df(x), pd.Series(groups, index=_df(x).columns)).to_numpy()
+    assert_same(call("ind_neutralize", x, groups), want, 1e-12, 1e-9)
+
+
+def test_ind_neutralize_is_causal_and_pure():
+    x = normal_panel(seed=32, N=6)
+    xs = x.copy()
+    groups = ["a", "a", "b", "b", "b", "c"]
+    base = ops.ind_neutralize(x, groups)
+    np.testing.assert_array_equal(x, xs)
+    y = x.copy()
+    y[40:] = 1e6
+    assert np.array_equal(ops.ind_neutralize(y, groups)[:40], base[:40], equal_nan=True)
+
+
+# ---------------------------------------------------------------------------
+# operator conventions (docs/operators.md), one named test each
+# ---------------------------------------------------------------------------
+
+
+def test_convention_rank_ties_share_the_average_and_scale_to_0_1():
+    x = np.array([[3.0, 1.0, 3.0, 2.0, np.nan]])
+    # sorted 1, 2, 3, 3: 0-based positions 0, 1, 2.5, 2.5 over n - 1 = 3
+    np.testing.assert_array_equal(ops.rank(x)[0], [2.5 / 3, 0.0, 2.5 / 3, 1 / 3, np.nan])
+    assert ops.rank(np.array([[7.0, 7.0]]))[0].tolist() == [0.5, 0.5]
+
+
+def test_convention_rank_is_bit_identical_to_the_pandas_formula():
+    import pandas as pd
+    x = np.round(normal_panel(seed=33, T=200, N=45, nan=0.05) * 3)
+    df = pd.DataFrame(x)
+    want = ((df.rank(axis=1) - 1.0).div(df.notna().sum(axis=1) - 1.0, axis=0)).to_numpy()
+    assert np.array_equal(ops.rank(x), want, equal_nan=True)  # (r - 1) / (n - 1), a division
+
+
+def test_convention_ts_rank_window_includes_today():
+    x = np.array([[10.0], [12.0], [11.0], [15.0], [13.0], [13.0]])
+    out = ops.ts_rank(x, 5)[:, 0]
+    # day 4: 13 among (10, 12, 11, 15, 13) is the 4th of 5 -> 3 / 4; day 5: (12, 11, 15, 13, 13):
+    # below 2, one other equal -> (2 + 0.5) / 4
+    assert np.isnan(out[:4]).all() and out[4] == 0.75 and out[5] == 2.5 / 4
+
+
+def test_convention_decay_linear_weights_today_heaviest():
+    d = 4
+    for age in range(d):  # a unit impulse `age` days ago weighs (d - age) / (1 + ... + d)
+        x = np.zeros((10, 1))
+        x[9 - age] = 1.0
+        assert ops.ts_decay_linear(x, d)[9, 0] == pytest.approx((d - age) / 10.0, rel=1e-15)
+
+
+def test_convention_correlation_of_a_constant_window_is_nan():
+    x = np.tile(np.array([[5.0], [5.0], [5.0], [6.0]]), (1, 2))
+    y = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [5.0, 5.0]])
+    out = ops.ts_corr(x, y, 3)
+    assert np.isnan(out[2]).all() and np.isfinite(out[3]).all()
+    assert (ops.ts_cov(x, y, 3)[2] == 0.0).all() and (ops.ts_std(x, 3)[2] == 0.0).all()
+
+
+def test_convention_argmax_days_ago_ties_oldest():
+    x = np.array([[1.0], [3.0], [2.0], [3.0]])
+    assert ops.ts_argmax(x, 4)[3, 0] == 2.0  # the max 3 occurred 2 and 0 days ago: the oldest wins
+
+
+def test_convention_power_and_nan():
+    assert float(ops.power(0.0, 0.0)) == 1.0           # IEEE 0^0 (alpha101v: 0)
+    assert np.isnan(ops.power(0.0, -1.0))               # 0^-1 is undefined (alpha101v: 0)
+    assert np.isnan(ops.power(1.0, np.nan))             # NaN in -> NaN out (IEEE and alpha101v: 1)
+    assert np.isnan(ops.power(-8.0, 1 / 3))             # negative base, non-integer exponent (alpha101v: 8^(1/3) = 2)
+    assert float(ops.power(-2.0, 3.0)) == -8.0
+    assert np.isnan(ops.maximum(1.0, np.nan)) and np.isnan(ops.minimum(np.nan, 1.0))  # alpha101v: 1 (fmax/fmin)
+    assert np.isnan(ops.logical_or(1.0, np.nan))       # alpha101v: 1 (Kleene logic)
+
+
+def test_elementwise_differences_from_alpha101v_are_exactly_the_documented_ones(a101):
+    """Element-wise functions on random data with NaN, zeros and ones: equal except where documented."""
+    import pandas as pd
+    from alpha101v import elemwise, factors
+    rng = np.random.default_rng(5)
+    x = rng.choice([0.0, 1.0, -1.0, 2.5, -0.5, np.nan], size=(40, 6))
+    y = rng.choice([0.0, 1.0, 2.0, -1.0, 0.5, np.nan], size=(40, 6))
+    X, Y = pd.DataFrame(x), pd.DataFrame(y)
+    nan = np.isnan(x) | np.isnan(y)
+    for ours, theirs in [(ops.log(x), elemwise.log(X)), (ops.sign(x), elemwise.sign(X)),
+                         (ops.abs_(x), elemwise.abs_(X)),
+                         (ops.lt(x, y), factors._lt(X, Y)), (ops.gt(x, y), factors._gt(X, Y)),
+                         (ops.eq(x, y), factors._eq(X, Y))]:
+        assert np.array_equal(ours, theirs.to_numpy(dtype=float), equal_nan=True)
+    c = ops.lt(x, y)
+    assert np.array_equal(ops.where(c, x, y), factors._if(pd.DataFrame(c), X, Y).to_numpy(dtype=float), equal_nan=True)
+    # min / max: equal where neither is NaN; alpha101v returns the other argument where one is NaN
+    for ours, theirs, fn in [(ops.minimum(x, y), elemwise.minimum(X, Y), np.fmin),
+                             (ops.maximum(x, y), elemwise.maximum(X, Y), np.fmax)]:
+        theirs = theirs.to_numpy(dtype=float)
+        assert np.array_equal(ours[~nan], theirs[~nan]) and np.isnan(ours[nan]).all()
+        assert np.array_equal(theirs, fn(x, y), equal_nan=True)
+    # ||: alpha101v's Kleene logic gives 1 for (1 || NaN); here NaN
+    theirs = factors._or(pd.DataFrame(ops.lt(x, 0.5)), pd.DataFrame(ops.lt(y, 0.5))).to_numpy(dtype=float)
+    ours = ops.logical_or(ops.lt(x, 0.5), ops.lt(y, 0.5))
+    assert np.array_equal(ours[~nan], theirs[~nan]) and np.isnan(ours[nan]).all()
+    # SignedPower: equal except |x| = 1 with a NaN exponent (IEEE 1^NaN = 1 there, NaN here)
+    theirs = elemwise.signedpower(X, Y).to_numpy(dtype=float)
+    ours = ops.signed_power(x, y)
+    special = (np.abs(x) == 1) & np.isnan(y)
+    assert np.array_equal(ours[~special], theirs[~special], equal_nan=True) and np.isnan(ours[special]).all()
+    # ^: equal except 0^y (0 there for every y, NaN too), (+-1)^NaN and NaN^0 (1 there, as
+    # IEEE pow) and negative bases with non-integer exponents (|x|^y there: the sign is
+    # dropped); here NaN wherever an argument is NaN, 0^0 = 1 and the rest NaN
+    theirs = elemwise.power(X, Y).to_numpy(dtype=float)
+    ours = ops.power(x, y)
+    special = ((x == 0) | ((np.abs(x) == 1) & np.isnan(y)) | (np.isnan(x) & (y == 0))
+               | ((x < 0) & ~(np.floor(y) == y)))
+    assert np.array_equal(ours[~special], theirs[~special], equal_nan=True)
+    assert ((x == 0) & ~np.isnan(theirs)).sum() > 0 and np.all(theirs[x == 0] == 0.0)

@@ -3,12 +3,13 @@
 from alpha_gym.language.answer import Answer, extract
 from alpha_gym.language.errors import (AnswerError, FormulaArgumentError, FormulaError, FormulaLimitError,
                                        FormulaSyntaxError, UnknownNameError)
+from alpha_gym.language.evaluate import DataUnavailableError
 from alpha_gym.language.nodes import Field, Node, Num, Op, depth, size, walk
 from alpha_gym.language.parser import DEFAULT_LIMITS, Limits, count_tokens, lookback, parse
 from alpha_gym.language.printer import WINDOW_BUCKETS, bucket_window, canonical, normalize, to_text
 
 __all__ = [
-    "Answer", "AnswerError", "DEFAULT_LIMITS", "Field", "FormulaArgumentError", "FormulaError",
+    "Answer", "AnswerError", "DataUnavailableError", "DEFAULT_LIMITS", "Field", "FormulaArgumentError", "FormulaError",
     "FormulaLimitError", "FormulaSyntaxError", "Limits", "Node", "Num", "Op", "UnknownNameError",
     "WINDOW_BUCKETS", "bucket_window", "canonical", "count_tokens", "depth", "extract", "lookback",
     "normalize", "parse", "size", "to_text", "walk",

@@ -21,6 +21,13 @@ from alpha_gym.language.ops import KERNELS
 from alpha_gym.language.operators import OPERATORS
 
 
+class DataUnavailableError(UnknownNameError):
+    """The formula is well formed but needs data this panel does not carry
+    (`cap`, or the sector map behind `IndNeutralize`): an invalid answer with a reason."""
+
+    kind = "missing_data"
+
+
 def _full(x, shape) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
@@ -47,7 +54,9 @@ def _eval(node: Node, panel, memo):
         return hit
     if isinstance(node, Field):
         if not panel.has(node.name):
-            raise UnknownNameError(f"the data has no {node.name!r} field")
+            raise DataUnavailableError(f"the data has no {node.name!r} field (market cap is not available "
+                                       "on this panel)" if node.name == "cap" else
+                                       f"the data has no {node.name!r} field")
         value = panel.field(node.name)
     else:
         value = _apply(node, panel, memo)
@@ -60,6 +69,11 @@ def _eval(node: Node, panel, memo):
 def _apply(node: Op, panel, memo):
     if node.name == "adv":
         return KERNELS["ts_mean"](panel.field("dollar_volume"), node.window)
+    if node.name == "ind_neutralize":
+        sectors = getattr(panel, "sectors", None)
+        if sectors is None:
+            raise DataUnavailableError("IndNeutralize needs industry data, and this panel has no sector map")
+        return KERNELS["ind_neutralize"](_full(_eval(node.args[0], panel, memo), panel.shape), sectors)
     spec = OPERATORS[node.name]
     args = [_eval(a, panel, memo) for a in node.args]
     kernel = KERNELS[node.name]

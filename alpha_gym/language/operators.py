@@ -13,6 +13,9 @@ from dataclasses import dataclass
 FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
 #: Fields only some panels carry; a formula using them fails clearly elsewhere.
 OPTIONAL_FIELDS = ("cap",)
+#: The paper's `IndClass.<level>` names, the second argument of `IndNeutralize`. The panel
+#: carries one sector map (`Panel.sectors`): every level is read as that one map.
+INDCLASS_LEVELS = ("sector", "industry", "subindustry")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ OPERATORS: dict[str, OpSpec] = {spec.name: spec for spec in [
     # cross-sectional
     OpSpec("rank", "cs", 1),
     OpSpec("scale", "cs", 1, optional_const=1.0),
+    # x minus its sector mean per day: needs the panel's sector map (the paper's IndNeutralize)
+    OpSpec("ind_neutralize", "cs", 1),
     # time series: x, d
     _ts("delay", offset=0),
     _ts("ts_delta", offset=0),
@@ -70,11 +75,15 @@ OPERATORS: dict[str, OpSpec] = {spec.name: spec for spec in [
 ]}
 
 #: Names from the 101 Formulaic Alphas paper and common spellings -> DSL operator.
+#: `min(x, d)` / `max(x, d)` with an integer literal `d` (the paper's ts_min / ts_max)
+#: are resolved by the parser, not here: see `parser._ToNodes.call`.
 ALIASES: dict[str, str] = {
     "correlation": "ts_corr", "covariance": "ts_cov", "stddev": "ts_std", "sum": "ts_sum",
     "product": "ts_product", "delta": "ts_delta", "decay_linear": "ts_decay_linear",
     "Ts_Rank": "ts_rank", "Ts_ArgMax": "ts_argmax", "Ts_ArgMin": "ts_argmin",
-    "SignedPower": "signed_power", "Log": "log", "Sign": "sign", "Abs": "abs",
+    "SignedPower": "signed_power", "signedpower": "signed_power",
+    "Log": "log", "Sign": "sign", "Abs": "abs",
+    "IndNeutralize": "ind_neutralize", "indneutralize": "ind_neutralize",
     "sma": "ts_mean", "mean": "ts_mean",
 }
 

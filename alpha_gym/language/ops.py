@@ -48,7 +48,7 @@ __all__ = [
     "delay", "ts_delta", "ts_sum", "ts_mean", "ts_std", "ts_max", "ts_min", "ts_product",
     "ts_rank", "ts_corr", "ts_cov", "ts_decay_linear", "ts_ema", "ts_skew", "ts_kurt",
     "ts_slope", "ts_argmax", "ts_argmin",
-    "rank", "scale",
+    "rank", "scale", "ind_neutralize",
     "add", "sub", "mul", "div", "neg", "abs_", "log", "sign", "power", "signed_power",
     "minimum", "maximum", "lt", "gt", "le", "ge", "eq", "ne", "logical_or", "logical_and", "where",
 ]
@@ -563,7 +563,7 @@ def ts_mean(x, d):
     """Mean of the last ``d`` rows."""
     d = _window(d)
     out = _by_columns(_SUM_CORE, (_panel(x, clean=False),), d)
-    out *= 1.0 / d
+    out /= d  # a division, as pandas' rolling mean: ties between stocks survive bit for bit
     return out
 
 
@@ -672,7 +672,7 @@ def ts_rank(x, d):
     out = np.empty(a.shape)
     out[: d - 1] = np.nan
     rows = max(1, _RANK_CHUNK_CELLS // max(N, 1))
-    scale_ = 0.5 / (d - 1)
+    den = float(d - 1)
     less = np.empty((rows, N), dtype=np.uint8)
     leq = np.empty((rows, N), dtype=np.uint8)
     buf = np.empty((rows, N), dtype=bool)
@@ -693,7 +693,8 @@ def ts_rank(x, d):
         # (below + 0.5 * other equal) / (d-1) = 0.5 * (less + leq) / (d-1)
         blk = out[r0:r1]
         np.add(lo, le_, out=blk, dtype=np.float64)
-        blk *= scale_
+        blk *= 0.5  # exact: the 0-based average-tie rank
+        blk /= den  # a division (not * 1/den): bit-identical to alpha101v's (r - 1) / (d - 1)
     np.copyto(out, np.nan, where=_by_columns(_nan_window_core, (a,), d, dtype=np.bool_))
     return out
 
@@ -703,45 +704,91 @@ def ts_rank(x, d):
 # ---------------------------------------------------------------------------
 
 
+#: cells per row chunk of ``rank`` (its temporaries stay in cache)
+_CS_CHUNK_CELLS = 1 << 16
+
+
+def _rank_rows(a: np.ndarray, out: np.ndarray) -> None:
+    """`rank` of a block of rows, written into ``out``."""
+    T, N = a.shape
+    nan = np.isnan(a)
+    has_nan = nan.any()
+    den = np.full(T, N - 1.0)
+    if has_nan:
+        den -= np.count_nonzero(nan, axis=1)  # n - 1: 0 for n = 1 -> 0 / 0 = NaN
+    key = np.where(nan, np.inf, a) if has_nan else a  # NaN sorted last
+    order = np.argsort(key, axis=1)  # vectorised (x86-simd-sort) on AVX-512 builds
+    rowoff = (np.arange(T, dtype=order.dtype) * N)[:, None]
+    order += rowoff
+    flat = order.reshape(-1)
+    srt = key.reshape(-1).take(flat).reshape(T, N)
+    is_start = np.empty((T, N), dtype=bool)  # first cell of a run of equal sorted values
+    is_start[:, 0] = True
+    np.not_equal(srt[:, 1:], srt[:, :-1], out=is_start[:, 1:])
+    pos = srt  # reuse: 0-based average position of every sorted cell
+    if not is_start[:, 1:].all():  # a tie (between valid cells, or NaN cells sorted last as +inf)
+        # runs never cross rows (every row starts one): each run's average position, repeated
+        starts = np.flatnonzero(is_start.reshape(-1))
+        lengths = np.diff(starts, append=T * N)
+        avg = starts - (starts // N) * N + 0.5 * (lengths - 1)
+        pos.reshape(-1)[...] = np.repeat(avg, lengths)
+    else:
+        pos[...] = np.arange(N, dtype=np.float64)
+    pos /= den[:, None]  # a division (not * 1/(n-1)): bit-identical to pandas' (r - 1) / (n - 1)
+    out.reshape(-1)[flat] = pos.reshape(-1)
+    if has_nan:
+        np.copyto(out, np.nan, where=nan)
+
+
 @_kernel(sweep_inf=False)
 def rank(x):
     """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
 
     NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
-    One ``argsort`` per row (NaN sorted last as +inf), tie groups by vectorised
-    forward/backward fills, then a flat scatter back to the original positions.
+    One ``argsort`` per row, tie runs get their average position (run starts and lengths,
+    one ``np.repeat``), and a flat scatter writes the ranks back; all of it on cache-sized
+    blocks of rows.
     """
     a = _panel(x)
     T, N = a.shape
     if T == 0 or N == 0:
         return _nan_panel(a.shape)
-    nan = np.isnan(a)
-    inv = 1.0 / (N - 1.0 - nan.sum(axis=1))  # 1 / (n - 1): inf for n = 1 -> 0 * inf = NaN
-    key = a.copy()
-    np.copyto(key, np.inf, where=nan)
-    order = np.argsort(key, axis=1)
-    order += (np.arange(T, dtype=order.dtype) * N)[:, None]
-    flat = order.reshape(-1)
-    srt = key.reshape(-1).take(flat).reshape(T, N)
-    eq_prev = srt[:, 1:] == srt[:, :-1]  # tie with the previous sorted cell
-    pos = srt  # reuse: 0-based average position of every sorted cell
-    if (eq_prev & (srt[:, 1:] != np.inf)).any():  # a tie between valid cells
-        flat_pos = np.arange(T * N, dtype=np.int64).reshape(T, N)
-        is_start = np.ones((T, N), dtype=bool)
-        is_start[:, 1:] = ~eq_prev
-        is_end = np.ones((T, N), dtype=bool)
-        is_end[:, :-1] = ~eq_prev
-        # every row starts (ends) a group, so 1-D fills never cross rows
-        start = np.maximum.accumulate(np.where(is_start, flat_pos, 0).reshape(-1))
-        end = np.minimum.accumulate(np.where(is_end, flat_pos, T * N).reshape(-1)[::-1])[::-1]
-        start += end
-        np.multiply(start.reshape(T, N) - 2 * (np.arange(T, dtype=np.int64) * N)[:, None], 0.5, out=pos)
-    else:
-        pos[...] = np.arange(N, dtype=np.float64)
-    pos *= inv[:, None]
     out = np.empty((T, N))
-    out.reshape(-1)[flat] = pos.reshape(-1)
-    np.copyto(out, np.nan, where=nan)
+    rows = max(1, _CS_CHUNK_CELLS // N)
+    for r0 in range(0, T, rows):
+        _rank_rows(a[r0:r0 + rows], out[r0:r0 + rows])
+    return out
+
+
+@_kernel(sweep_inf=False)
+def ind_neutralize(x, groups):
+    """``x`` minus the mean of its group per row (NaN cells skipped); the paper's IndNeutralize.
+
+    ``groups`` gives each column's group (any hashable labels, one per column); a column
+    labelled ``None`` is in no group and gives NaN.  NaN cells stay NaN; a group with a
+    single valid cell gives 0 (the OLS residual on group dummies, as alpha101v).
+    """
+    v = _panel(x)
+    T, N = v.shape
+    labels = list(groups)
+    if len(labels) != N:
+        raise ValueError(f"groups has {len(labels)} labels for {N} columns")
+    codes: dict = {}
+    code = np.array([-1 if g is None else codes.setdefault(g, len(codes)) for g in labels], dtype=np.int64)
+    out = np.full((T, N), np.nan)
+    if not codes or T == 0:
+        return out
+    member = code >= 0
+    order = np.argsort(code[member], kind="stable")
+    cols = np.flatnonzero(member)[order]          # columns sorted by group
+    starts = np.flatnonzero(np.r_[True, np.diff(code[cols]) != 0])
+    vs = v[:, cols]
+    nan = np.isnan(vs)
+    sums = np.add.reduceat(np.where(nan, 0.0, vs), starts, axis=1)
+    counts = np.add.reduceat((~nan).astype(np.float64), starts, axis=1)
+    means = sums / counts                          # 0 valid cells -> NaN
+    sizes = np.diff(np.r_[starts, len(cols)])
+    out[:, cols] = vs - np.repeat(means, sizes, axis=1)
     return out
 
 
@@ -981,6 +1028,7 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "ts_argmin": ts_argmin,
     "rank": rank,
     "scale": scale,
+    "ind_neutralize": ind_neutralize,
     "add": add,
     "sub": sub,
     "mul": mul,

@@ -19,8 +19,18 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from alpha_gym.language.errors import (FormulaArgumentError, FormulaError, FormulaLimitError,
                                        FormulaSyntaxError, UnknownNameError)
 from alpha_gym.language.nodes import Field, Node, Num, Op
-from alpha_gym.language.operators import (COMPARE_OPS, FIELDS, OPERATORS, OPTIONAL_FIELDS, OpSpec,
-                                          resolve)
+from alpha_gym.language.operators import (COMPARE_OPS, FIELDS, INDCLASS_LEVELS, OPERATORS, OPTIONAL_FIELDS,
+                                          OpSpec, resolve)
+
+_INDCLASS = "IndClass."
+#: Element-wise `min`/`max` that the paper reads as `ts_min`/`ts_max` when the second argument
+#: is an integer literal (see `_ToNodes.call`).
+_PAPER_TS_MINMAX = {"min": "ts_min", "max": "ts_max"}
+
+
+def _is_indclass(node) -> bool:
+    """The placeholder node of an `IndClass.<level>` name (only valid inside IndNeutralize)."""
+    return isinstance(node, Field) and node.name.startswith(_INDCLASS)
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ def lookback(node: Node) -> int:
     """Past sessions a node needs beyond today: windows summed along the deepest path.
 
     Rolling windows of d sessions need d - 1 past sessions, `delay`/`ts_delta`
-    need d, `returns` needs 1, `adv{d}` needs d (returns inside its dollar volume mean).
+    need d, `returns` needs 1, `adv{d}` needs d - 1 (a d-session mean of vwap * volume).
     """
     if isinstance(node, Field):
         return 1 if node.name == "returns" else 0
@@ -77,9 +87,17 @@ class _ToNodes(Transformer):
     def __init__(self, limits: Limits):
         super().__init__()
         self.limits = limits
+        # constants written as integer literals (digits only), by node identity: the paper's
+        # `min(x, 5)` means ts_min(x, 5), while `min(x, 5.0)` stays element-wise
+        self._int_literals: dict[int, Num] = {}
 
     # ----------------------------------------------------------- helpers
     def _checked(self, node: Node, column: int | None) -> Node:
+        if isinstance(node, Op):
+            for a in node.args:
+                if _is_indclass(a):
+                    raise FormulaArgumentError(f"{a.name} can only be the second argument of IndNeutralize",
+                                               column)
         if tree_depth(node) > self.limits.max_depth:
             raise FormulaLimitError(f"formula is nested {tree_depth(node)} levels deep; the limit is "
                                     f"{self.limits.max_depth}", column)
@@ -109,7 +127,10 @@ class _ToNodes(Transformer):
         value = float(token)
         if not math.isfinite(value):
             raise FormulaArgumentError(f"constant {str(token)[:20]} is too large", _column(token))
-        return Num(value)
+        node = Num(value)
+        if str(token).isdigit():
+            self._int_literals[id(node)] = node  # keeps the node alive, so its id is not reused
+        return node
 
     @v_args(meta=True)
     def name(self, meta, children):
@@ -120,6 +141,11 @@ class _ToNodes(Transformer):
         if text.startswith("adv") and text[3:].isdigit():  # the paper's adv{d}
             return self._checked(Op("adv", (), window=self._window(Num(float(text[3:])), text, token.column)),
                                  token.column)
+        if text.startswith(_INDCLASS):
+            if text[len(_INDCLASS):] in INDCLASS_LEVELS:
+                return Field(text)  # placeholder: IndNeutralize consumes it, anywhere else is an error
+            raise UnknownNameError(f"unknown industry level {text!r}; levels are "
+                                   f"{', '.join(_INDCLASS + lv for lv in INDCLASS_LEVELS)}", token.column)
         if resolve(text) is not None:
             raise FormulaArgumentError(f"{text} is a function; call it as {text}(...)", token.column)
         raise UnknownNameError(f"unknown field {text!r}; fields are {', '.join(FIELDS)}", token.column)
@@ -134,10 +160,27 @@ class _ToNodes(Transformer):
             if len(args) != 1:
                 raise FormulaArgumentError("adv takes one window: adv(d) or adv{d}", column)
             return self._checked(Op("adv", (), window=self._window(args[0], name, column)), column)
+        if (name in _PAPER_TS_MINMAX and len(args) == 2 and id(args[1]) in self._int_literals
+                and not isinstance(args[0], Num) and args[1].value >= 1):
+            # The paper: "min(x, d) = ts_min(x, d)". An integer literal d >= 1 after an
+            # expression is a window; write min(d, x) or min(x, d.0) for the element-wise minimum.
+            d = args[1].value
+            if d > self.limits.max_window:
+                raise FormulaArgumentError(
+                    f"{name}(x, {d:g}) is the paper's ts_{name}(x, {d:g}) and window {d:g} is outside "
+                    f"1..{self.limits.max_window}; for the element-wise {name} write {name}({d:g}, x)", column)
+            return self._checked(Op(_PAPER_TS_MINMAX[name], (args[0],), window=int(d)), column)
         spec: OpSpec | None = resolve(name)
         if spec is None:
             hint = " (fields are not functions)" if name in FIELDS else ""
             raise UnknownNameError(f"unknown function {name!r}{hint}", column)
+        if spec.name == "ind_neutralize":
+            if len(args) == 2 and _is_indclass(args[1]):
+                args = args[:1]  # every IndClass level reads the panel's one sector map
+            if len(args) != 1 or _is_indclass(args[0]):
+                raise FormulaArgumentError(f"{name} takes an expression and optionally an IndClass level: "
+                                           f"{name}(x, IndClass.industry)", column)
+            return self._checked(Op("ind_neutralize", (args[0],)), column)
         n = spec.n_series
         if spec.kind == "ts":
             if len(args) != n + 1:
@@ -247,13 +290,16 @@ def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> Node:
     except UnexpectedInput as err:
         raise _describe(err, text) from None
     try:
-        return _ToNodes(limits).transform(tree)
+        node = _ToNodes(limits).transform(tree)
     except VisitError as err:
         if isinstance(err.orig_exc, FormulaError):
             raise err.orig_exc from None
         raise
     except RecursionError:
         raise FormulaLimitError(f"formula is nested more than {limits.max_depth} levels deep") from None
+    if _is_indclass(node):
+        raise FormulaArgumentError(f"{node.name} can only be the second argument of IndNeutralize", 1)
+    return node
 
 
 def count_tokens(text: str) -> int:

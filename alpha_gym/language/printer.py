@@ -74,11 +74,21 @@ def to_text(node: Node) -> str:
     if name == "adv":
         return f"adv{node.window}"
     parts = [to_text(a) for a in args]
+    if name in ("min", "max") and _reads_as_window(args):
+        # `min(x, 5)` would parse as the paper's ts_min(x, 5): `5.0` keeps it element-wise
+        parts[1] = repr(float(args[1].value))
     if node.window is not None:
         parts.append(str(node.window))
     if node.const is not None and node.const != OPERATORS[name].optional_const:
         parts.append(_number(node.const))
     return f"{name}({', '.join(parts)})"
+
+
+def _reads_as_window(args: tuple[Node, ...]) -> bool:
+    """An element-wise min/max whose second argument would print as an integer literal >= 1."""
+    a, b = args
+    return (not isinstance(a, Num) and isinstance(b, Num) and b.value >= 1
+            and _number(b.value).isdigit())
 
 
 def _flatten(node: Node, name: str) -> list[Node]:

@@ -1,28 +1,31 @@
-"""Alpha101-style formulas that seed the novelty archive (from Kakushadze 2016, in the paper's own spelling)."""
+"""Formulas that seed the novelty archive: the 101 Formulaic Alphas (Kakushadze 2016), in the paper's spelling.
 
-SEED_FORMULAS: tuple[str, ...] = (
-    "(rank(Ts_ArgMax(SignedPower(((returns < 0) ? stddev(returns, 20) : close), 2.), 5)) - 0.5)",  # 1
-    "(-1 * correlation(rank(delta(log(volume), 2)), rank(((close - open) / open)), 6))",             # 2
-    "(-1 * correlation(rank(open), rank(volume), 10))",                                             # 3
-    "(-1 * Ts_Rank(rank(low), 9))",                                                                 # 4
-    "(-1 * correlation(open, volume, 10))",                                                         # 6
-    "(sign(delta(volume, 1)) * (-1 * delta(close, 1)))",                                            # 12
-    "(-1 * rank(covariance(rank(close), rank(volume), 5)))",                                        # 13
-    "((-1 * rank(delta(returns, 3))) * correlation(open, volume, 10))",                             # 14
-    "(-1 * sum(rank(correlation(rank(high), rank(volume), 3)), 3))",                                # 15
-    "(-1 * rank(covariance(rank(high), rank(volume), 5)))",                                         # 16
-    "(-1 * rank(((stddev(abs((close - open)), 5) + (close - open)) + correlation(close, open, 10))))",  # 18
-    "(((-1 * rank((open - delay(high, 1)))) * rank((open - delay(close, 1)))) * rank((open - delay(low, 1))))",  # 20
-    "(-1 * (delta(correlation(high, volume, 5), 5) * rank(stddev(close, 20))))",                    # 22
-    "(-1 * ts_max(correlation(Ts_Rank(volume, 5), Ts_Rank(high, 5), 5), 3))",                       # 26
-    "rank((-1 * ((1 - (open / close))^1)))",                                                        # 33
-    "rank(((1 - rank((stddev(returns, 2) / stddev(returns, 5)))) + (1 - rank(delta(close, 1)))))",  # 34
-    "((-1 * rank(Ts_Rank(close, 10))) * rank((close / open)))",                                     # 38
-    "((-1 * rank(stddev(high, 10))) * correlation(high, volume, 10))",                              # 40
-    "(((high * low)^0.5) - vwap)",                                                                  # 41
-    "(rank((vwap - close)) / rank((vwap + close)))",                                                # 42
-    "(-1 * correlation(high, rank(volume), 5))",                                                    # 44
-    "(-1 * delta((((close - low) - (high - close)) / (close - low)), 9))",                          # 53
-    "((-1 * ((low - close) * (open^5))) / ((low - high) * (close^5)))",                             # 54
-    "((close - open) / ((high - low) + .001))",                                                     # 101
-)
+SEED_FORMULAS is derived from `alpha_gym.alpha101`: every paper alpha that parses within the
+verifier's default limits and needs no data a panel may lack (no IndNeutralize, no market cap):
+82 of the 101. `Verifier.archive` evaluates them on its panel and keeps those that trade.
+"""
+
+from __future__ import annotations
+
+from alpha_gym.alpha101 import ALPHAS
+from alpha_gym.language.errors import FormulaError
+from alpha_gym.language.parser import DEFAULT_LIMITS, parse
+
+
+def _seeds() -> tuple[str, ...]:
+    out = []
+    for alpha in ALPHAS:
+        if not alpha.industry_free:
+            continue
+        try:
+            parse(alpha.formula, DEFAULT_LIMITS)
+        except FormulaError:
+            continue
+        out.append(alpha.formula)
+    return tuple(out)
+
+
+#: The paper's industry-free alphas, in the paper's order (number n is `SEED_NUMBERS[i]`).
+SEED_FORMULAS: tuple[str, ...] = _seeds()
+#: The paper's numbers of SEED_FORMULAS.
+SEED_NUMBERS: tuple[int, ...] = tuple(a.n for a in ALPHAS if a.formula in set(SEED_FORMULAS))

@@ -17,6 +17,8 @@ Time series (d = integer window, 1..252): delay(x, d), ts_delta(x, d), ts_mean, 
 ts_max, ts_min, ts_rank, ts_decay_linear, ts_ema, ts_skew, ts_kurt, ts_slope, ts_argmax,
 ts_argmin, ts_product (x, d); ts_corr(x, y, d), ts_cov(x, y, d).
 Element-wise: + - * /, abs, log, sign, power(x, y), signed_power(x, y), min(x, y), max(x, y).
+Paper names (correlation, stddev, sum, Ts_Rank, SignedPower, adv20, ...) are aliases; min(x, d)/max(x, d)
+with an integer d is ts_min/ts_max (write max(x, 1.0) for element-wise).
 Limits: total nested lookback <= 252 sessions, <= 256 tokens, depth <= 16."""
 
 ANSWER_CONTRACT = ("Answer with exactly one formula inside <alpha>...</alpha>, at most 128 tokens. "
