@@ -189,11 +189,12 @@ def main(argv=None) -> int:
     from alpha_gym.language import FormulaError
     from alpha_gym.market import DataError
     from alpha_gym.scoring.config import ConfigError
+    from alpha_gym.stress.config import StressError
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return args.func(args)
-    except (DataError, ConfigError, FileNotFoundError, FormulaError, ValueError) as err:
+    except (DataError, ConfigError, StressError, FileNotFoundError, FormulaError, ValueError) as err:
         print(f"alpha-gym: error: {err}", file=sys.stderr)
         return 2
 

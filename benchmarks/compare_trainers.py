@@ -162,7 +162,7 @@ def write_plots(results, out: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for r in results:
         steps = [x["step"] for x in r["log"]]
-        for ax, key in zip(axes, ("reward_mean", "core_mean", "valid_share")):
+        for ax, key in zip(axes, ("reward", "core", "valid_share")):
             ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", label=r["rung"])
             ax.set_title(key.replace("_", " "))
             ax.set_xlabel("step")

@@ -213,3 +213,10 @@ def test_archive_save_is_atomic(tmp_path, verifier, monkeypatch):
         verifier.archive.save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["archive.npz"]  # no temporary left behind
+
+
+def test_stress_checkpoint_that_is_missing_reports_r3_off(small_synthetic, tmp_path):
+    v = Verifier(small_synthetic, VerifierConfig(stress_checkpoint=str(tmp_path / "no-model-here")))
+    s = v.score(GROUP[3])
+    assert s.valid and s.channels["jepa_stress"] == 0.0
+    assert s.diagnostics["channel_state"]["jepa_stress"].startswith("off")

@@ -310,7 +310,7 @@ def _run_dir(tmp_path, small_synthetic):
     rep.save(run)
     with open(run / "log.jsonl", "w") as f:
         for s in range(30):
-            f.write(json.dumps({"step": s, "reward_mean": s / 30, "core_mean": s / 60 - 0.3,
+            f.write(json.dumps({"step": s, "reward": s / 30, "core": s / 60 - 0.3,
                                 "valid_share": 0.8 + s / 200}) + "\n")
     save_checkpoints(run, checkpoint_table([TrainRecord(0, (0.1,)), TrainRecord(3, (0.2,))], {3: rep}))
     cands = [Candidate.from_evaluated(verifier.evaluate(f)) for f in FORMULAS]
@@ -336,7 +336,7 @@ def test_report_writes_one_html_with_the_plots(tmp_path, small_synthetic):
 
 def test_report_with_only_a_training_log_and_with_nothing(tmp_path):
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "log.jsonl").write_text('{"step": 0, "reward_mean": -1}\n{"step": 1, "reward_mean": 0}\n')
+    (tmp_path / "a" / "log.jsonl").write_text('{"step": 0, "reward": -1}\n{"step": 1, "reward": 0}\n')
     assert write_report(tmp_path / "a").read_text().count("data:image/png") == 1
     (tmp_path / "b").mkdir()
     with pytest.raises(FileNotFoundError):

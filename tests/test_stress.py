@@ -325,7 +325,8 @@ def test_fit_is_resumable_and_seeded(tiny_panel, tmp_path):
     assert fit(tiny_panel, tmp_path / "a", cfg, progress=False, max_steps=20) is None
     assert fit(tiny_panel, tmp_path / "a", cfg, progress=False, max_steps=40) is None   # resumed at 20
     assert fit(tiny_panel, tmp_path / "b", cfg, progress=False, max_steps=40) is None   # straight to 40
-    a, b = load_file(str(tmp_path / "a" / "partial.safetensors")), load_file(str(tmp_path / "b" / "partial.safetensors"))
+    a = load_file(str(tmp_path / "a" / "partial.safetensors"))
+    b = load_file(str(tmp_path / "b" / "partial.safetensors"))
     assert json.loads((tmp_path / "a" / "partial.json").read_text())["step"] == 40
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -335,7 +336,6 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     _need_torch()
     from alpha_gym.stress import checkpoint as ck
     from alpha_gym.stress.cli import register
-    from alpha_gym.stress.validate import validate
     rows = ["date,ticker,open,high,low,close,volume"]
     small = tiny_panel.select(tiny_panel.tickers[:10]).head(420)
     for i, day in enumerate(small.dates):
@@ -375,9 +375,9 @@ def real_fit(real_us46, tmp_path_factory):
     _need_torch()
     from alpha_gym.stress.config import preset
     from alpha_gym.stress.fit import fit
-    panel = real_us46.window("2020-09-01", None)
+    panel = real_us46.window("2021-06-01", None)
     d = tmp_path_factory.mktemp("stress_real")
-    return d, fit(panel, d, preset("tiny"), progress=False), panel
+    return d, fit(panel, d, preset("tiny", steps=150), progress=False), panel
 
 
 @pytest.mark.slow

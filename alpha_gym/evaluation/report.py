@@ -16,8 +16,8 @@ holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(..
     -> growth of $1 (book vs market), book vs market daily returns with the beta line,
        the 15 CPCV slice Sharpes of every valid answer, and the answers table.
 holdout-*.json   the same format, e.g. one per checkpoint: their books are added to the growth plot.
-log.jsonl        one JSON object per training step: {"step": int, "reward_mean": float,
-                 "core_mean": float, "valid_share": float, ...}; missing keys are skipped
+log.jsonl        one JSON object per training step (trainers/loop.py): {"step": int, "reward": float,
+                 "core": float, "valid_share": float, ...}; missing keys are skipped
     -> training curves.
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 REPORT_NAME = "report.html"
-LOG_KEYS = (("reward_mean", "reward mean"), ("core_mean", "core score (CPCV) mean"), ("valid_share", "valid share"))
+LOG_KEYS = (("reward", "reward mean"), ("core", "core score (CPCV) mean"), ("valid_share", "valid share"))
 
 
 def _mpl():

@@ -139,6 +139,9 @@ class Verifier:
         if archive is not None and archive.fingerprint != panel.fingerprint():
             raise ArchiveError("the archive was computed on other data than this verifier's panel")
         self.stress = None  # R3 provider; see alpha_gym.stress (off until a fitted world model is configured)
+        if self.config.stress_checkpoint is not None:
+            from alpha_gym.stress.provider import StressProvider  # the world verifiers it builds have no checkpoint
+            self.stress = StressProvider.from_checkpoint(self.config.stress_checkpoint, self)
 
     # ------------------------------------------------------------ lazy state
     @property

@@ -81,7 +81,8 @@ def format_gates(manifest: dict, directory="") -> str:
              f"        |r| lag-1 autocorrelation {_fmt(sf['decoded']['abs_acf1'], '.3f')} vs "
              f"{_fmt(sf['real']['abs_acf1'], '.3f')} (ratio {_fmt(sf['abs_acf1_ratio'], '.2f')}, allowed "
              f"{sf['acf_ratio_range'][0]:.2f}..{sf['acf_ratio_range'][1]:.2f})",
-             f"        mean correlation {_fmt(sf['decoded']['mean_corr'], '.3f')} vs {_fmt(sf['real']['mean_corr'], '.3f')}"
+             f"        mean correlation {_fmt(sf['decoded']['mean_corr'], '.3f')} vs "
+             f"{_fmt(sf['real']['mean_corr'], '.3f')}"
              f" (difference {_fmt(sf['mean_corr_diff'], '+.3f')}, allowed +-{sf['corr_tolerance']})",
              f"        excess kurtosis {_fmt(sf['decoded']['excess_kurtosis'], '.2f')} vs "
              f"{_fmt(sf['real']['excess_kurtosis'], '.2f')} (ratio {_fmt(sf['excess_kurtosis_ratio'], '.2f')}, "

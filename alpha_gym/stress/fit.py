@@ -10,12 +10,23 @@ before the first tail sample, so no session is shared. One step:
 * the online encoder reads the masked window; the predictor maps its latents
   to the next window's; the EMA target encoder reads the next window unmasked;
 * loss = MSE(prediction, layer-normalised target latents)            (JEPA)
-       + 0.1 x MSE(geometry head, standardised OMD targets of the next window)
+       + 0.1 x MSE(geometry head, standardised OMD targets), averaged over
+         the forecast (head on the predicted latents vs the NEXT window's
+         targets) and the reading (head on the current latents vs the
+         current window's targets)
        + decoder_weight x mean of the decoder's negative log-likelihood of
          the current window (from the online latents: masked cells included)
          and of the next window (from the detached target latents, which is
          what scenarios decode);
 * AdamW step; target <- ema x target + (1 - ema) x online.
+
+Optionally (`val_fraction` > 0; off by default) every `eval_every` steps the
+forecast error (JEPA + geometry) is measured on a validation block at the end
+of the training part (before the tail, with 2W-session gaps on both sides)
+and the weights of the best step are kept; the held-back tail stays untouched
+by this choice. On us46 it did not help the tail gates in our trials (the
+validation block, 2019-2021, is itself an unusual period), so the default
+trains on the whole part before the tail for `steps` steps.
 
 Randomness comes from `seed` only: torch's generator (seeded; its state is
 saved with partial checkpoints) draws the weights and the head's dropout, and
@@ -41,7 +52,7 @@ from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS, StressConfig, StressError
 from alpha_gym.stress.data import data_info, feature_stats, raw_features, scaled_features
-from alpha_gym.stress.geometry import N_TARGETS, TARGET_NAMES, stylised_facts, window_targets
+from alpha_gym.stress.geometry import TARGET_NAMES, stylised_facts, window_targets
 from alpha_gym.stress.model import WorldModel, factor_nll, factor_scores, normalised
 from alpha_gym.stress import scenarios as sc
 
@@ -71,6 +82,7 @@ class Prepared:
     tail: np.ndarray
     g_mean: np.ndarray
     g_std: np.ndarray
+    val: np.ndarray          # validation samples (end of the training part) for picking the best step
 
 
 def prepare(panel: Panel, cfg: StressConfig) -> Prepared:
@@ -81,7 +93,13 @@ def prepare(panel: Panel, cfg: StressConfig) -> Prepared:
     ts = np.arange(W, panel.n_days - W + 1, cfg.sample_stride)
     n_tail = max(4, int(round(len(ts) * cfg.tail_fraction)))
     tail = ts[-n_tail:]
-    train = ts[ts <= tail[0] - 2 * W]
+    before = ts[ts <= tail[0] - 2 * W]
+    if cfg.val_fraction > 0:
+        n_val = max(4, int(round(len(before) * cfg.val_fraction)))
+        val = before[-n_val:]
+        train = before[before <= val[0] - 2 * W]
+    else:
+        val, train = before[:0], before
     if len(train) < 2 * cfg.batch or len(tail) < 4:
         raise StressError(f"the panel ({panel.n_days} sessions) is too short for windows of {W} sessions: "
                           f"{len(train)} training samples, {len(tail)} tail samples")
@@ -90,7 +108,7 @@ def prepare(panel: Panel, cfg: StressConfig) -> Prepared:
     targets = window_targets(raw.ret, np.arange(panel.n_days - W + 1), W)
     g = targets[train]
     g_mean, g_std = g.mean(axis=0), np.maximum(g.std(axis=0), 1e-6)
-    return Prepared(raw, stats, x, targets, train, tail, g_mean, g_std)
+    return Prepared(raw, stats, x, targets, train, tail, g_mean, g_std, val)
 
 
 def _windows(x_t: torch.Tensor, t: np.ndarray, offset: int, W: int) -> torch.Tensor:
@@ -116,16 +134,38 @@ def _decoder_loss(model, z, win) -> torch.Tensor:
     return factor_nll(x, params) + 0.5 * F.mse_loss(params["volume"], v)
 
 
-def step_losses(model: WorldModel, cfg: StressConfig, ctx, nxt, mask, g_next) -> dict[str, torch.Tensor]:
+def step_losses(model: WorldModel, cfg: StressConfig, ctx, nxt, mask, g_next, g_now) -> dict[str, torch.Tensor]:
     z_ctx = model.online(ctx, mask)
     with torch.no_grad():
         z_tgt = model.target(nxt)
     pred = model.predictor(z_ctx)
     jepa = F.mse_loss(pred, normalised(z_tgt))
-    geo = F.mse_loss(model.head(pred), g_next)
+    # geometry: the forecast (next window, from the predicted latents) and, equally weighted, the reading of
+    # the current window from its own latents, which anchors the latents to the observed co-movement
+    geo = 0.5 * (F.mse_loss(model.head(pred), g_next) + F.mse_loss(model.head(normalised(z_ctx)), g_now))
     dec = 0.5 * (_decoder_loss(model, z_ctx, ctx) + _decoder_loss(model, z_tgt, nxt))
     total = jepa + cfg.geometry_weight * geo + cfg.decoder_weight * dec
     return {"total": total, "jepa": jepa, "geometry": geo, "decoder": dec}
+
+
+def validation_loss(model: WorldModel, cfg: StressConfig, prep: Prepared, x_t, g_std) -> float:
+    """Forecast error on the validation samples: JEPA latent MSE + geometry forecast MSE (fixed masks)."""
+    W = cfg.window
+    rng = np.random.default_rng([cfg.seed, 424_242])
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(prep.val), 64):
+            t = prep.val[i:i + 64]
+            ctx, nxt = _windows(x_t, t, -W, W), _windows(x_t, t, 0, W)
+            pred = model.predictor(model.online(ctx, make_mask(rng, len(t), ctx.shape[1], cfg)))
+            jepa = ((pred - normalised(model.target(nxt))) ** 2).mean(dim=(1, 2))
+            geo = ((model.head(pred) - g_std[torch.from_numpy(t)]) ** 2).mean(dim=1)
+            total += float((jepa + geo).sum())
+            count += len(t)
+    model.train(was_training)
+    return total / max(count, 1)
 
 
 def _optimizer(model: WorldModel, cfg: StressConfig):
@@ -142,7 +182,7 @@ def _lr(cfg: StressConfig, step: int) -> float:
 
 # --------------------------------------------------------------------------- partial checkpoints
 def _save_partial(directory: Path, model, opt, step: int, cfg: StressConfig, fingerprint: str, log: list,
-                  seconds: float = 0.0) -> None:
+                  seconds: float = 0.0, best: dict | None = None) -> None:
     from safetensors.torch import save_file
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     state = opt.state_dict()
@@ -151,12 +191,15 @@ def _save_partial(directory: Path, model, opt, step: int, cfg: StressConfig, fin
             t = val if torch.is_tensor(val) else torch.tensor(val)
             tensors[f"opt.{i}.{name}"] = t.detach().reshape(-1).contiguous() if t.dim() == 0 else t.contiguous()
     tensors["rng.torch"] = torch.get_rng_state()
+    for k, v in (best or {}).get("state", {}).items():
+        tensors[f"best.{k}"] = v.contiguous()
     tmp = directory / (ck.PARTIAL_FILE + ".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(directory / ck.PARTIAL_FILE)
     ck.write_json(directory / ck.PARTIAL_JSON, {"step": step, "config_digest": cfg.digest(), "fingerprint": fingerprint,
                                                "param_groups": state["param_groups"], "log": log[-50:],
-                                               "seconds": round(seconds, 3)})
+                                               "seconds": round(seconds, 3),
+                                               "best": {k: v for k, v in (best or {}).items() if k != "state"}})
 
 
 def _load_partial(directory: Path, model, opt, cfg: StressConfig, fingerprint: str) -> tuple[int, list]:
@@ -174,7 +217,11 @@ def _load_partial(directory: Path, model, opt, cfg: StressConfig, fingerprint: s
             state.setdefault(int(i), {})[name] = v.reshape(()) if name == "step" else v
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     torch.set_rng_state(tensors["rng.torch"])
-    return int(meta["step"]), list(meta.get("log", [])), float(meta.get("seconds", 0.0))
+    best = dict(meta.get("best") or {})
+    state = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")}
+    if state:
+        best["state"] = state
+    return int(meta["step"]), list(meta.get("log", [])), float(meta.get("seconds", 0.0)), best
 
 
 # --------------------------------------------------------------------------- calibration and gates
@@ -365,9 +412,9 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
     model = WorldModel(cfg, panel.n_stocks)
     model.head.set_standardisation(prep.g_mean, prep.g_std)
     opt = _optimizer(model, cfg)
-    step, log, earlier = 0, [], 0.0
+    step, log, earlier, best = 0, [], 0.0, {}
     if (d / ck.PARTIAL_FILE).is_file() and (d / ck.PARTIAL_JSON).is_file():
-        step, log, earlier = _load_partial(d, model, opt, cfg, panel.fingerprint())
+        step, log, earlier, best = _load_partial(d, model, opt, cfg, panel.fingerprint())
     x_t = torch.from_numpy(prep.x)
     g_std = torch.from_numpy(((prep.targets - prep.g_mean) / prep.g_std).astype(np.float32))
     W = cfg.window
@@ -387,7 +434,7 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
         mask = make_mask(rng, cfg.batch, panel.n_stocks, cfg)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        losses = step_losses(model, cfg, ctx, nxt, mask, g_std[torch.from_numpy(t)])
+        losses = step_losses(model, cfg, ctx, nxt, mask, g_std[torch.from_numpy(t)], g_std[torch.from_numpy(t - W)])
         opt.zero_grad(set_to_none=True)
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.trainable(), 1.0)
@@ -396,19 +443,29 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
         step += 1
         if step % 25 == 0 or step == stop:
             log.append({"step": step, **{k: round(float(v.detach()), 5) for k, v in losses.items()}})
+        if len(prep.val) and (step % cfg.eval_every == 0 or step == cfg.steps):
+            val = validation_loss(model, cfg, prep, x_t, g_std)
+            log.append({"step": step, "validation": round(val, 5)})
+            if not best or val < best["loss"]:
+                best = {"step": step, "loss": val, "state": _state_tensors(model)}
         if bar is not None:
             bar.update(1)
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{float(losses['total']):.3f}", jepa=f"{float(losses['jepa']):.3f}")
         if step % cfg.save_every == 0 and step < cfg.steps:
             _save_partial(d, model, opt, step, cfg, panel.fingerprint(), log,
-                          earlier + time.perf_counter() - t_start)
+                          earlier + time.perf_counter() - t_start, best)
     if bar is not None:
         bar.close()
     if step < cfg.steps:
-        _save_partial(d, model, opt, step, cfg, panel.fingerprint(), log, earlier + time.perf_counter() - t_start)
+        _save_partial(d, model, opt, step, cfg, panel.fingerprint(), log, earlier + time.perf_counter() - t_start,
+                      best)
         return None
-    fit_info = {"steps": step, "training_seconds": round(earlier + time.perf_counter() - t_start, 2),
+    if best.get("state"):
+        model.load_state_dict(best["state"])
+    fit_info = {"steps": step, "best_step": best.get("step"), "best_validation_loss": best.get("loss"),
+                "validation_samples": int(len(prep.val)),
+                "training_seconds": round(earlier + time.perf_counter() - t_start, 2),
                 "resumed_from_seconds": round(earlier, 2), "seed": cfg.seed,
                 "threads": cfg.threads, "training_samples": int(len(prep.train)),
                 "train_target_last_session": str(panel.dates[min(prep.train[-1] + W - 1, panel.n_days - 1)]),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value

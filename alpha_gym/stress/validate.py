@@ -33,29 +33,29 @@ from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS
 from alpha_gym.stress.geometry import auc
 
-_TEMPLATES = (
-    "rank(-ts_delta(close, {w}))", "rank(ts_delta(close, {w}))",
-    "rank(-ts_mean(returns, {w}))", "rank(ts_mean(returns, {w}))",
-    "-ts_corr(close, volume, {w})", "ts_corr(close, volume, {w})",
-    "rank(-ts_std(returns, {w}))", "rank(ts_std(returns, {w}))",
-    "rank(volume / ts_mean(volume, {w}))", "-rank(volume / ts_mean(volume, {w}))",
-    "rank(-returns * volume / ts_mean(volume, {w}))",
-    "-ts_rank(close, {w})", "ts_rank(close, {w})",
-    "rank((close - ts_mean(close, {w})) / ts_std(close, {w}))",
-    "-rank((close - ts_mean(close, {w})) / ts_std(close, {w}))",
-    "rank(ts_decay_linear(-returns, {w}))",
-    "-rank(ts_skew(returns, {w}))", "rank(ts_skew(returns, {w}))",
-    "-rank(ts_corr(returns, delay(returns, 1), {w}))",
-    "rank((high - low) / close) * rank(-ts_delta(close, {w}))",
+#: Base signals of the pool ({w}: a lookback window).
+_BASES = (
+    "ts_delta(close, {w}) / close", "ts_mean(returns, {w})", "ts_std(returns, {w})",
+    "volume / ts_mean(volume, {w})", "ts_corr(close, volume, {w})", "ts_rank(close, {w})",
+    "(close - ts_mean(close, {w})) / ts_std(close, {w})", "ts_skew(returns, {w})",
+    "ts_corr(returns, delay(returns, 1), {w})", "ts_mean((high - low) / close, {w})",
+    "ts_mean(volume, 5) / ts_mean(volume, {w})", "ts_kurt(returns, {w})", "ts_slope(close, {w}) / close",
 )
-_WINDOWS = (3, 5, 10, 20, 40, 60)
+_WINDOWS = (5, 10, 20, 40, 60, 120)
 
 
 def default_formulas() -> list[str]:
-    """A fixed pool: reversal, momentum, volume, volatility and shape templates over six windows, and the
+    """A fixed pool of ~340 formulas: 13 reversal / momentum / volume / volatility / shape signals over six
+    windows, raw and smoothed (10-day linear decay of the rank, which trades less), both signs; and the
     archive's Alpha101-style seeds with their negations."""
     from alpha_gym.scoring.seeds import SEED_FORMULAS
-    pool = [t.format(w=w) for t in _TEMPLATES for w in _WINDOWS]
+    pool = []
+    for base in _BASES:
+        for w in _WINDOWS:
+            x = base.format(w=w)
+            for sign in ("", "-"):
+                pool.append(f"{sign}rank({x})")
+                pool.append(f"{sign}ts_decay_linear(rank({x}), 10)")
     pool += list(SEED_FORMULAS) + [f"-1 * ({f})" for f in SEED_FORMULAS]
     return list(dict.fromkeys(pool))
 
