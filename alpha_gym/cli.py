@@ -83,6 +83,28 @@ def cmd_demo(args) -> int:
         print(f"  {reward:+8.3f}  {'valid  ' if valid else 'INVALID'}  {label}")
     print(f"\n(market built in {build_s:.1f} s; the numbers are on synthetic data, not a claim about real markets)")
     env.close()
+    if args.train:
+        return _demo_training(args)
+    return 0
+
+
+def _demo_training(args) -> int:
+    """A short RL run: SmolLM2-135M, recipe cispo_repo_r, tiny settings, on the same synthetic market."""
+    try:
+        from trainers.config import RECIPES
+        from trainers.loop import train
+    except ImportError as err:
+        return _missing_extra("train", err)
+    from dataclasses import replace
+    from alpha_gym.env import brief_set, default_panel
+    from alpha_gym.scoring.verifier import Verifier
+    config = replace(RECIPES["cispo_repo_r"], prompts_per_step=1, num_generations=4, max_completion_length=48,
+                     save_steps=0, seed=args.seed)
+    print(f"\nShort training run: recipe cispo_repo_r, {args.train} steps of 1 brief x 4 answers, 48 tokens "
+          f"(SmolLM2-135M-Instruct; without a supervised warm start it rarely writes a valid answer yet)")
+    summary = train(config, Verifier(default_panel()), list(brief_set("train")), args.out, steps=args.train)
+    print(json.dumps({k: v for k, v in summary.items() if isinstance(v, (str, int, float)) and k != "policy"},
+                     indent=2))
     return 0
 
 
@@ -135,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the environment on the embedded market scoring example answers")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train", type=int, default=0, metavar="STEPS",
+                   help="then a short RL run of STEPS steps with the built-in small model (needs the train extra)")
+    p.add_argument("--out", default="runs/demo", help="run folder of the short training run")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sft-data", help="verified brief -> formula pairs (JSONL) for a supervised warm start")

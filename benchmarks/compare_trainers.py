@@ -77,18 +77,13 @@ def _panels(args, scale: Scale):
 def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, run_dir):
     """Greedy probe answers of one checkpoint: train-window CPCV per answer, then the pseudo-holdout report."""
     from alpha_gym.evaluation.holdout import evaluate_holdout
-    from alpha_gym.language import AnswerError, extract
+    from alpha_gym.language.answer import formula_or_none
     from trainers.answers import generate_answers, load_for_inference
     model, tokenizer = load_for_inference(model_path)
     answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
                                               max_new_tokens=scale.max_completion_length)]
     del model
-    formulas = []
-    for a in answers:
-        try:
-            formulas.append(extract(a).formula)
-        except AnswerError:
-            formulas.append(None)
+    formulas = [formula_or_none(a) for a in answers]
     train_cpcv = []
     for f in formulas:
         s = verifier.score_formula(f) if f is not None else None

@@ -145,7 +145,7 @@ def cmd_holdout(args) -> int:
     """Greedy answers of a checkpoint to the probe briefs, scored on the holdout window."""
     from alpha_gym.env import brief_set
     from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
-    from alpha_gym.language import AnswerError, extract
+    from alpha_gym.language.answer import formula_or_none
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from trainers.answers import generate_answers, load_for_inference
@@ -160,12 +160,7 @@ def cmd_holdout(args) -> int:
     model, tokenizer = load_for_inference(args.checkpoint)
     answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
                                               max_new_tokens=args.max_new_tokens)]
-    formulas = []
-    for a in answers:
-        try:
-            formulas.append(extract(a).formula)
-        except AnswerError:
-            formulas.append(None)
+    formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
     report = evaluate_holdout(formulas, train, holdout, config=HoldoutConfig(context=args.context),
                               train_verifier=Verifier(train), label=label)

@@ -34,3 +34,11 @@ def extract(text: str) -> Answer:
         raise AnswerError("the <alpha> block is empty")
     reasoning = _REASONING.search(text, 0, blocks[0].start())
     return Answer(formula, reasoning is not None)
+
+
+def formula_or_none(text: str) -> str | None:
+    """The formula in an answer, or None when the answer holds no usable `<alpha>` block."""
+    try:
+        return extract(text).formula
+    except AnswerError:
+        return None
