@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     pytest.importorskip("trl")
     spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     out = tmp_path / "compare"
     assert module.main(["--scale", "smoke", "--out", str(out)]) == 0
