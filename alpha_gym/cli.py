@@ -200,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Third-party modules that only the extras bring, and the extra that brings each.
+OPTIONAL_MODULES = {"torch": "train", "transformers": "train", "trl": "train", "peft": "train", "datasets": "train",
+                    "safetensors": "stress", "pandas": "data", "pyarrow": "data", "matplotlib": "plots"}
+
+
 def _missing_extra(extra: str, err: Exception) -> int:
     print(f"alpha-gym: this command needs the `{extra}` extra ({err}); "
           f"install torch==2.13.0 (CPU) first, then: pip install -e '.[{extra}]'", file=sys.stderr)
@@ -219,6 +224,10 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return args.func(args)
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] in OPTIONAL_MODULES:
+            return _missing_extra(OPTIONAL_MODULES[err.name.split(".")[0]], err)
+        raise
     except (DataError, ConfigError, StressError, FileNotFoundError, FormulaError, ValueError) as err:
         print(f"alpha-gym: error: {err}", file=sys.stderr)
         return 2

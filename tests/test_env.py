@@ -100,3 +100,14 @@ def test_default_briefs_are_the_training_split_and_report_compliance(small_synth
     _, _, _, _, info = env.step("<alpha>rank(ts_corr(close, volume, 20))</alpha>")
     compliance = info["diagnostics"]["brief_compliance"]
     assert 0.0 <= compliance["share"] <= 1.0 and compliance["n"] == len(train[0].constraints)
+
+
+def test_cli_demo_runs_and_training_without_torch_says_which_extra():
+    """The README's main job; and a missing extra is a clear message, not a traceback."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "alpha_gym.cli", "demo"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "Alpha#101" in out.stdout and "INVALID" in out.stdout and "CPCV slices" in out.stdout
+    from alpha_gym.cli import _missing_extra
+    assert _missing_extra("train", ModuleNotFoundError("No module named 'torch'")) == 2
