@@ -48,8 +48,18 @@ def _calibrate(ctrl, entropy: float) -> None:
         ctrl.target = sum(ctrl.history) / ctrl.window
 
 
+class _Resumable:
+    """Exact save/restore of a controller's whole state (for resuming a run bit for bit)."""
+
+    def state_dict(self) -> dict:
+        return copy.deepcopy(self.__dict__)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.__dict__.update(copy.deepcopy(state))
+
+
 @dataclass
-class EntropyThermostat:
+class EntropyThermostat(_Resumable):
     """Entropy-driven zeta for REPO-R ("w5": a five-update calibration window).
 
         updates 1..window:  zeta = 0; target = mean of their entropies (set at update `window`)
@@ -88,15 +98,9 @@ class EntropyThermostat:
         self.log.append({"step": self.step, "entropy": entropy, "target": self.target, "zeta": self.zeta})
         return self.zeta
 
-    def state_dict(self) -> dict:
-        return copy.deepcopy(self.__dict__)
-
-    def load_state_dict(self, state: dict) -> None:
-        self.__dict__.update(copy.deepcopy(state))
-
 
 @dataclass
-class AdapoController:
+class AdapoController(_Resumable):
     """ADAPO-style entropy feedback on the upper clip epsilon_high of the clipped surrogate (dapo/grpo).
 
         updates 1..window:  epsilon_high unchanged; target = mean entropy (as `EntropyThermostat`)
@@ -132,9 +136,3 @@ class AdapoController:
         self.log.append({"step": self.step, "entropy": entropy, "target": self.target,
                          "epsilon_high": self.epsilon_high})
         return self.epsilon_high
-
-    def state_dict(self) -> dict:
-        return copy.deepcopy(self.__dict__)
-
-    def load_state_dict(self, state: dict) -> None:
-        self.__dict__.update(copy.deepcopy(state))

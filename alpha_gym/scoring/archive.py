@@ -28,7 +28,7 @@ class ArchiveError(ValueError):
     """An archive file that is corrupt, of another version, or computed on other data."""
 
 
-def _standardise(pnl: np.ndarray) -> np.ndarray:
+def standardise(pnl: np.ndarray) -> np.ndarray:
     x = np.asarray(pnl, dtype=np.float64)
     sd = x.std()
     return (x - x.mean()) / sd if sd > 1e-15 else np.zeros_like(x)
@@ -58,10 +58,13 @@ class Archive:
     # ------------------------------------------------------------- queries
     def max_abs_corr(self, pnl: np.ndarray) -> float:
         """Largest |Pearson correlation| of a daily P&L with any archived book (0 when empty)."""
+        return float(self.max_abs_corrs(standardise(pnl)[None, :])[0])
+
+    def max_abs_corrs(self, z: np.ndarray) -> np.ndarray:
+        """The same for (G, days) P&L rows already standardised (`standardise`), in one product."""
         if not len(self):
-            return 0.0
-        z = _standardise(pnl)
-        return float(np.abs(self._z @ z).max() / self.n_days)
+            return np.zeros(len(z))
+        return np.abs(self._z @ z.T).max(axis=0) / self.n_days
 
     def count_form(self, form: str) -> int:
         return self.forms.count(form)
@@ -94,7 +97,7 @@ class Archive:
         self.seed.append(bool(seed))
         self.in_sample.append(np.asarray(in_sample, dtype=np.float64))
         self.out_of_sample.append(np.asarray(out_of_sample, dtype=np.float64))
-        self._z = np.vstack([self._z, _standardise(pnl)[None, :]])
+        self._z = np.vstack([self._z, standardise(pnl)[None, :]])
         return True
 
     def _remove(self, i: int) -> None:

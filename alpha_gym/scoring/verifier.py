@@ -25,7 +25,7 @@ from alpha_gym.language import (AnswerError, FormulaError, Node, canonical, extr
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
-from alpha_gym.scoring.archive import Archive, ArchiveError, _standardise
+from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
 from alpha_gym.scoring.seeds import SEED_FORMULAS
@@ -271,13 +271,14 @@ class Verifier:
         ref_in, ref_out = (None, None) if group else archive.sharpe_rows()
         pbo = channels.pbo_channel(ins, oos, ref_in, ref_out, cfg.pbo_floor)
         # R8/R9: correlation and form duplicates against the archive and (in a group) each other
-        z = np.array([_standardise(ev.net) for ev in evs])
+        z = np.array([standardise(ev.net) for ev in evs])
+        archive_corr = archive.max_abs_corrs(z)
         group_corr = np.abs(z @ z.T) / z.shape[1] if group and len(evs) > 1 else np.zeros((len(evs), len(evs)))
         np.fill_diagonal(group_corr, 0.0)
         forms = [ev.form for ev in evs]
         out = []
         for k, ev in enumerate(evs):
-            max_corr = max(archive.max_abs_corr(ev.net), float(group_corr[k].max(initial=0.0)))
+            max_corr = max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0)))
             n_dup = archive.count_form(ev.form) + (forms.count(ev.form) - 1 if group else 0)
             raw_sr = ev.sharpe
             res_sr = residual_sharpe(ev.net, self.factors)
