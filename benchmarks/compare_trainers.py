@@ -55,8 +55,9 @@ class Scale:
 SCALES = {
     "smoke": Scale(steps=2, eval_every=1, prompts_per_step=1, num_generations=2, max_completion_length=16, probe=2,
                    train_briefs=8, filter_briefs=4, filter_tries=2, learning_rate=1e-5, pseudo_holdout=120),
-    "cpu": Scale(steps=60, eval_every=20, prompts_per_step=2, num_generations=8, max_completion_length=64, probe=50,
-                 train_briefs=0, filter_briefs=96, filter_tries=4, learning_rate=2e-5, pseudo_holdout=252),
+    # sized so the five rungs, the filter and 16 probe evaluations finish in about two hours on 2 cores
+    "cpu": Scale(steps=30, eval_every=10, prompts_per_step=2, num_generations=8, max_completion_length=64, probe=50,
+                 train_briefs=0, filter_briefs=48, filter_tries=4, learning_rate=5e-5, pseudo_holdout=252),
     "gpu": Scale(steps=600, eval_every=100, prompts_per_step=4, num_generations=12, max_completion_length=128,
                  probe=50, train_briefs=0, filter_briefs=500, filter_tries=8, learning_rate=1e-5, pseudo_holdout=252),
 }
@@ -75,7 +76,15 @@ def _panels(args, scale: Scale):
 
 
 def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, run_dir):
-    """Greedy probe answers of one checkpoint: train-window CPCV per answer, then the pseudo-holdout report."""
+    """Greedy probe answers of one checkpoint: train-window CPCV per answer, then the pseudo-holdout summary.
+
+    Written to `run_dir/probe-step-{step}.json` and read back from there on a rerun, so an interrupted
+    comparison resumes without answering the probe again.
+    """
+    cached = run_dir / f"probe-step-{step}.json"
+    if cached.exists():
+        d = json.loads(cached.read_text())
+        return d["train_cpcv"], d["summary"]
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
     from trainers.answers import generate_answers, load_for_inference
@@ -90,7 +99,12 @@ def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, ru
         train_cpcv.append(s.channels["cpcv"] if s is not None and s.valid else None)
     report = evaluate_holdout(formulas, train, holdout, train_verifier=verifier, label=run_dir.name, step=step)
     report.save(run_dir, name=f"holdout-step-{step}.json")
-    return train_cpcv, report
+    summary = {**report.summary(), "book_return": report.book.total_return, "book_sharpe": report.book.sharpe}
+    tmp = cached.with_name(cached.name + ".tmp")
+    tmp.write_text(json.dumps({"step": step, "model": str(model_path), "answers": answers, "formulas": formulas,
+                               "train_cpcv": train_cpcv, "summary": summary}, indent=1))
+    tmp.replace(cached)
+    return train_cpcv, summary
 
 
 def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, holdout, briefs, filtered, probe,
@@ -114,17 +128,18 @@ def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, h
     checkpoints[scale.steps] = str(run_dir / f"checkpoint-{scale.steps}")
     records, reports = [], {}
     for step, path in sorted(checkpoints.items()):
-        cpcvs, report = _probe_records(path, verifier, train, holdout, probe, scale, step, run_dir)
+        # step 0 is the same start model for every rung: answer the probe once, in a shared folder
+        where = out / "step-0" if step == 0 else run_dir
+        cpcvs, summary = _probe_records(path, verifier, train, holdout, probe, scale, step, where)
         records.append(TrainRecord(step, tuple(cpcvs)))
-        reports[step] = report
+        reports[step] = summary
     choice = select_checkpoint(records)  # train CPCV only; the holdout below is reported, never consulted
 
     def row(step):
-        rep = reports[step]
-        s, b = rep.summary(), rep.book
+        s = reports[step]
         return {"step": step, "train_cpcv": next(r.mean_train_cpcv for r in records if r.step == step),
                 "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
-                "families": s["n_families"], "book_return": b.total_return, "book_sharpe": b.sharpe}
+                "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"]}
     return {"rung": name, "recipe": recipe, "prompts": prompts, "n_prompts": len(rung_briefs),
             "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
             "checkpoints": [row(s) for s in sorted(reports)], "log": read_log(run_dir)}
@@ -209,17 +224,23 @@ def main(argv=None) -> int:
     ladder = [r for r in LADDER if r[0] in wanted]
     filtered = briefs
     if any(p == "filtered" for _, _, p in ladder):
-        from trainers.difficulty import filter_briefs, pass_rates
-        from trainers.answers import load_for_inference
-        model, tokenizer = load_for_inference(args.model)
+        from trainers.difficulty import BriefPassRate, filter_briefs, pass_rates
         pool = briefs[: scale.filter_briefs]
-        rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
-                           max_new_tokens=scale.max_completion_length, seed=args.seed)
-        del model
+        cached = out / "filter.json"
+        if cached.exists():  # a rerun reuses the pass rates rather than sampling the pool again
+            rates = [BriefPassRate(**{k: v for k, v in r.items() if k != "pass_rate"})
+                     for r in json.loads(cached.read_text())["rates"]]
+        else:
+            from trainers.answers import load_for_inference
+            model, tokenizer = load_for_inference(args.model)
+            rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
+                               max_new_tokens=scale.max_completion_length, seed=args.seed)
+            del model
         filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
-        (out / "filter.json").write_text(json.dumps({"pool": len(pool), "kept": len(filtered),
-                                                     "fell_back_to_pool": not filter_briefs(pool, rates),
-                                                     "rates": [r.to_dict() for r in rates]}, indent=2))
+        cached.write_text(json.dumps({"pool": len(pool), "kept": len(filtered),
+                                      "fell_back_to_pool": not filter_briefs(pool, rates),
+                                      "rates": [r.to_dict() for r in rates]}, indent=2))
+        print(f"difficulty filter: kept {len(filtered)} of {len(pool)} briefs", flush=True)
     results = []
     for name, recipe, prompts in ladder:
         print(f"=== rung {name} ({recipe}, {prompts} prompts)", flush=True)
