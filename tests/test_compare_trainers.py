@@ -35,3 +35,18 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     assert data["pseudo_holdout"][0] > data["train_end"]
     for png in ("curves.png", "holdout_per_checkpoint.png"):
         assert (out / png).stat().st_size > 10_000
+    # the start model answers the probe once, for every rung
+    assert (out / "step-0" / "probe-step-0.json").exists()
+    assert not any((out / name / "probe-step-0.json").exists() for name in rungs)
+    assert len({json.dumps(r["checkpoints"][0], sort_keys=True) for r in data["rungs"]}) == 1
+    for r in data["rungs"]:
+        assert all(0 <= c["train_valid"] <= c["n"] for c in r["checkpoints"])
+
+    # a rerun resumes from what is on disk: no retraining, no new probe answers, the same rows
+    probe_file = out / rungs[0] / "probe-step-2.json"
+    before = probe_file.stat().st_mtime_ns
+    assert module.main(["--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
+    assert probe_file.stat().st_mtime_ns == before
+    again = json.loads((out / "comparison.json").read_text())["rungs"][0]
+    assert again["checkpoints"] == data["rungs"][0]["checkpoints"]
+    assert len(again["log"]) == 2

@@ -120,6 +120,25 @@ def test_clipped_losses_switch_clipped_tokens_off_cispo_does_not():
     assert (logp.grad[mask.bool()] != 0).all()
 
 
+
+def test_dapo_and_cispo_share_their_gradient_on_policy():
+    """With one optimizer pass per batch every ratio is exactly 1: no clip is active, the weight is 1,
+    and DAPO and CISPO take the same step. They part only from the second pass on (num_iterations > 1)."""
+    logp, _, adv, mask = _batch()
+    grads = []
+    for loss in (dapo_loss, cispo_loss):
+        x = logp.clone().requires_grad_(True)
+        loss(x, x.detach(), adv, mask, beta=0.08, ref_logp=x.detach() - 0.1).backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1])
+    logp, old, adv, mask = _batch()  # off-policy ratios: the clipped tokens make them differ
+    grads = []
+    for loss in (dapo_loss, cispo_loss):
+        x = logp.clone().requires_grad_(True)
+        loss(x, old, adv, mask).backward()
+        grads.append(x.grad)
+    assert not torch.equal(grads[0], grads[1])
+
 # ---------------------------------------------------------------- top-entropy mask
 
 def test_top_entropy_mask_by_hand():

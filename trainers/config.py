@@ -159,6 +159,8 @@ _BASE = TrainConfig()
 #: The reference ladder (Part 3 section 6) plus plain GRPO (Part 2). All use GDPO except "grpo".
 #: Without REPO-R the policy term keeps the 20% highest-entropy tokens and makes one pass per batch;
 #: the REPO-R recipes keep every token and make two passes (Part 3 section 5: measured as a bundle).
+#: With one pass every importance ratio is exactly 1, so no clip or cap is active and "dapo" and
+#: "cispo" take bit-identical steps (tests/test_losses.py); they part only when num_iterations > 1.
 RECIPES: dict[str, TrainConfig] = {
     # DAPO: clip-higher band 0.8 / 1.28, token-level averaging, dynamic sampling (refill).
     "dapo": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2),
