@@ -1,7 +1,7 @@
 """Trainer comparison: the reference's ladder with one seed, one probe and one selection rule.
 
     python benchmarks/compare_trainers.py --scale smoke --out runs/compare-smoke     # minutes, CI-sized
-    python benchmarks/compare_trainers.py --scale cpu --model runs/sft/model          # hours on 2 cores
+    python benchmarks/compare_trainers.py --scale cpu --model runs/sft/model          # ~80 min on 2 cores
     python benchmarks/compare_trainers.py --scale gpu --model Qwen/Qwen2.5-32B-Instruct  # reference settings
 
 Rungs: DAPO; CISPO; CISPO + REPO-R; the same on the filtered prompts; DoRA instead of LoRA.
@@ -186,11 +186,12 @@ def write_plots(results, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    styles = ["-", "--", ":", "-.", (0, (5, 1))]  # rungs that coincide (DAPO and CISPO on-policy) stay visible
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for r in results:
+    for i, r in enumerate(results):
         steps = [x["step"] for x in r["log"]]
         for ax, key in zip(axes, ("reward", "core", "valid_share")):
-            ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", label=r["rung"])
+            ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", ls=styles[i % len(styles)], label=r["rung"])
             ax.set_title(key.replace("_", " "))
             ax.set_xlabel("step")
     axes[0].legend(fontsize=7)
@@ -198,10 +199,11 @@ def write_plots(results, out: Path) -> None:
     fig.savefig(out / "curves.png", dpi=110)
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for r in results:
+    for i, r in enumerate(results):
         steps = [c["step"] for c in r["checkpoints"]]
-        axes[0].plot(steps, [c["train_cpcv"] for c in r["checkpoints"]], marker="o", label=r["rung"])
-        axes[1].plot(steps, [c["holdout_score"] for c in r["checkpoints"]], marker="o", label=r["rung"])
+        ls = styles[i % len(styles)]
+        axes[0].plot(steps, [c["train_cpcv"] for c in r["checkpoints"]], marker="o", ls=ls, label=r["rung"])
+        axes[1].plot(steps, [c["holdout_score"] for c in r["checkpoints"]], marker="o", ls=ls, label=r["rung"])
     axes[0].set_title("probe answers: train-window CPCV (selects the checkpoint)")
     axes[1].set_title("probe answers: pseudo-holdout score (reported only)")
     for ax in axes:
