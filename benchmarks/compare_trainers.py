@@ -56,7 +56,7 @@ class Scale:
 SCALES = {
     "smoke": Scale(steps=2, eval_every=1, prompts_per_step=1, num_generations=2, max_completion_length=16, probe=2,
                    train_briefs=8, filter_briefs=4, filter_tries=2, learning_rate=1e-5, pseudo_holdout=120),
-    # sized so the five rungs, the filter and 16 probe evaluations finish in about two hours on 2 cores
+    # sized so the five rungs, the filter and 16 probe evaluations fit in one sitting (81 min on 2 cores)
     "cpu": Scale(steps=30, eval_every=10, prompts_per_step=2, num_generations=8, max_completion_length=64, probe=50,
                  train_briefs=0, filter_briefs=48, filter_tries=4, learning_rate=5e-5, pseudo_holdout=252,
                  # the warm-started 135M model writes valid answers at T=1.0 only 3% of the time (0.7: 36%, 0.5: 58%)
@@ -158,7 +158,7 @@ def write_table(results, scale_name, out: Path) -> str:
 
     valid = answers the train verifier accepts (parse, evaluate, turnover >= 2%), the gym's own rule;
     holdout = mean pseudo-holdout score over the answers the holdout evaluator scores (no turnover
-    floor there, as in the reference probe), with that count after the slash.
+    floor there, as in the reference probe), with that count in brackets.
     """
     lines = [f"Trainer comparison, scale `{scale_name}` (pseudo-holdout: the last sessions of the train window).",
              "", "| rung | prompts | step-0 valid | step-0 train CPCV | step-0 holdout (scored) | shipped step "
@@ -215,6 +215,25 @@ def write_plots(results, out: Path) -> None:
     plt.close(fig)
 
 
+def _claim_out_dir(out: Path, args, scale: Scale) -> None:
+    """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
+
+    A rerun reuses checkpoints, probe records and filter rates from `out`, so mixing settings there
+    would silently blend two experiments. `--rungs` may differ between runs: each rung has its own folder.
+    """
+    settings = {"scale": args.scale, "scale_settings": scale.__dict__, "model": args.model, "data": args.data,
+                "universe": args.universe, "seed": args.seed}
+    stamp = out / "settings.json"
+    if stamp.exists():
+        before = json.loads(stamp.read_text())
+        if before != json.loads(json.dumps(settings)):
+            changed = sorted(k for k in settings if before.get(k) != json.loads(json.dumps(settings[k])))
+            raise SystemExit(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "
+                             "pass another --out or delete the folder")
+    else:
+        stamp.write_text(json.dumps(settings, indent=2))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=sorted(SCALES), default="smoke")
@@ -233,6 +252,7 @@ def main(argv=None) -> int:
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _claim_out_dir(out, args, scale)
     train, holdout = _panels(args, scale)
     verifier = Verifier(train)
     briefs = list(brief_set("train"))

@@ -50,3 +50,6 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     again = json.loads((out / "comparison.json").read_text())["rungs"][0]
     assert again["checkpoints"] == data["rungs"][0]["checkpoints"]
     assert len(again["log"]) == 2
+    # ... but not into a folder made with other settings
+    with pytest.raises(SystemExit, match="scale_settings"):
+        module.main(["--scale", "smoke", "--out", str(out), "--steps", "3"])
