@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 ENV_ID = "AlphaFormula-v0"
 if ENV_ID not in registry:
-    register(id=ENV_ID, entry_point="alpha_gym.env:AlphaFormulaEnv")
+    register(id=ENV_ID, entry_point="alpha_gym.env:AlphaFormulaEnv", vector_entry_point="alpha_gym.env:make_vector_env")
 
 __all__ = ["CHANNELS", "DEFAULT_PRIORITIES", "DataError", "ENV_ID", "FormulaError", "Panel", "Score", "Verifier",
            "VerifierConfig", "canonical", "load_panel", "load_universe", "parse", "synthetic_panel"]

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
@@ -70,34 +71,51 @@ class AlphaFormulaEnv(gym.Env):
     Action: the model's raw answer text (`spaces.Text`, at most 32,768
     characters). The formula must sit in exactly one `<alpha>...</alpha>` block.
 
-    Reward: the verifier's scalar reward: the priority-weighted sum of the
-    reward channels for a valid formula; -1.0 without an `<alpha>` block, -0.8
-    for a formula that does not parse or breaks a limit, -0.6 for a book that
-    trades less than 2% a day.
+    Reward: the verifier's scalar reward, `score_group([answer])`'s: the
+    priority-weighted sum of the 12 reward channels, for every answer. Invalid
+    answers (no `<alpha>` block, a formula that does not parse or breaks a
+    limit, a book that trades less than 2% a day, in that order) score below
+    every valid answer (`VerifierConfig.invalid_rewards`).
 
     Termination: every episode is one step (`terminated=True`); there is no truncation.
 
     Info (after `step`): `valid`, `reason`, `channels` (raw values before
     priorities), `diagnostics` (the 15 CPCV slices, turnover, IC, Sharpe, ...),
-    `formula`, `brief_id`.
+    `formula`, `brief_id`, `archive_size`.
+
+    Novelty archive (R8/R9): a valid answer whose core score is above
+    `config.archive_min_core` joins the archive after its step, so a formula
+    repeated across episodes loses its novelty bonus, as in training.
+    `archive="frozen"` keeps the archive as it is (seeded with Alpha101 books).
+
+    Vectorised: declares `autoreset_mode=SAME_STEP` (every step is a whole
+    episode, so next-step autoreset would discard every second batch of
+    answers). `gym.make_vec("AlphaFormula-v0", num_envs=N)` builds a
+    `SyncVectorEnv` in that mode (`vectorization_mode="async"` an
+    `AsyncVectorEnv`); building `SyncVectorEnv` or `AsyncVectorEnv` by hand, pass
+    `autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"]`.
 
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
     `train_start`/`train_end` (dates; nothing after `train_end` is reachable),
     `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`), `briefs` ("train" (default):
     the training split of the 500 seeded briefs; "probe": the 50 held-out probe briefs; "fixed";
-    or a sequence of `Brief`).
+    or a sequence of `Brief`), `archive` ("grow" (default) or "frozen").
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # render_fps: the text render has no frame rate, but Gymnasium's checker asks for one
+    metadata = {"render_modes": ["ansi"], "render_fps": 1, "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, panel: Panel | None = None, data: str | None = None, universe=None,
                  train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
                  config: VerifierConfig | None = None, briefs: str | Sequence[Brief] = "train",
-                 verifier: Verifier | None = None, render_mode: str | None = None):
+                 verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow"):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if archive not in ("grow", "frozen"):
+            raise ValueError(f"archive must be 'grow' or 'frozen', got {archive!r}")
         self.render_mode = render_mode
+        self.grow_archive = archive == "grow"
         if verifier is None:
             config = config or VerifierConfig()
             if cost_model is not None:
@@ -135,10 +153,14 @@ class AlphaFormulaEnv(gym.Env):
     def step(self, action: str):
         if self._brief is None:
             raise RuntimeError("call reset() before step()")
-        score = self.verifier.score(action, brief=self._brief)
+        group = self.verifier.score_group([action], brief=self._brief)
+        score = group.scores[0]
+        if self.grow_archive:
+            self.verifier.update_archive(group)
         self._last = score
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
-                "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id}
+                "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id,
+                "archive_size": len(self.verifier.archive)}
         return self._brief.prompt(), float(score.reward), True, False, info
 
     def render(self):
@@ -147,3 +169,23 @@ class AlphaFormulaEnv(gym.Env):
                 return "(no answer scored yet)"
             return format_score(self._last, self.verifier.config.priorities)
         return None
+
+
+def make_vector_env(num_envs: int = 1, vectorization_mode: str = "sync", **kwargs) -> gym.vector.VectorEnv:
+    """`gym.make_vec("AlphaFormula-v0", num_envs=N, ...)`: N environments stepping in SAME_STEP autoreset mode.
+
+    vectorization_mode: "sync" (`SyncVectorEnv`, default) or "async" (`AsyncVectorEnv`, one process each).
+    The other keywords go to every `AlphaFormulaEnv`. A synchronous vector shares one panel build.
+    """
+    if vectorization_mode not in ("sync", "async"):
+        raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+    kwargs.pop("max_episode_steps", None)  # Gymnasium passes the spec's value; every episode is one step anyway
+    if vectorization_mode == "sync" and kwargs.get("verifier") is None:  # load the data once, not once per env
+        kwargs["panel"] = resolve_panel(*(kwargs.pop(k, None) for k in ("panel", "data", "universe", "train_start",
+                                                                        "train_end")))
+
+    def one():
+        return AlphaFormulaEnv(**kwargs)
+
+    cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
+    return cls([one] * int(num_envs), autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"])

@@ -114,7 +114,7 @@ def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, h
              out: Path) -> dict:
     from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
     from trainers.config import RECIPES
-    from trainers.loop import read_log, train as train_policy
+    from trainers.loop import latest_checkpoint, read_log, train as train_policy
     config = replace(RECIPES[recipe], prompts_per_step=scale.prompts_per_step,
                      num_generations=scale.num_generations, max_completion_length=scale.max_completion_length,
                      save_steps=scale.eval_every, learning_rate=scale.learning_rate, temperature=scale.temperature,
@@ -123,8 +123,9 @@ def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, h
     run_dir.mkdir(parents=True, exist_ok=True)
     rung_briefs = filtered if prompts == "filtered" else briefs
     t0 = time.perf_counter()
-    train_policy(config, verifier, rung_briefs, run_dir, model=start_model, steps=scale.steps,
-                 resume=(run_dir / "log.jsonl").exists(), progress=True)
+    # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists
+    train_policy(config, verifier.fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
+                 resume=latest_checkpoint(run_dir) is not None, progress=True)
     train_s = time.perf_counter() - t0
     checkpoints = {0: start_model}
     for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alpha_gym import Verifier
+from alpha_gym.scoring.config import weighted_sum
 from alpha_gym.book import weights_from_signal
 from alpha_gym.language import parse
 from alpha_gym.language.evaluate import evaluate
@@ -112,4 +113,7 @@ def test_no_answer_crashes_the_verifier(fuzz_verifier, answer):
     assert all(math.isfinite(v) for v in s.channels.values()), s.channels
     assert len(s.channels) == 12
     if not s.valid:
-        assert s.reward in (-1.0, -0.8, -0.6)
+        cfg = fuzz_verifier.config
+        assert s.reward in [weighted_sum({**dict.fromkeys(s.channels, 0.0), "cpcv": cfg.invalid_cpcv(kind)},
+                                         cfg.priorities) for kind in ("missing_tag", "unparseable", "invalid_book")]
+    assert s.reward == weighted_sum(s.channels, fuzz_verifier.config.priorities)  # the contract, for any string

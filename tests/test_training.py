@@ -24,9 +24,9 @@ import torch
 
 from trainers.config import RECIPES, TrainConfig, recipe
 
-# Valid on us46 and better than a missing answer on the core score (weight 3), so GDPO ranks it first in a
-# group of otherwise invalid answers whatever the weaker channels say.
-VALID_ANSWER = "<alpha>rank(ts_mean(returns, 60))</alpha>"
+# Valid on us46 with a core score above 0 (about 0.66: the ladder recipes' advantage floor is 0) and not
+# caught by the motif guard, so GDPO ranks it first in a group of otherwise invalid answers.
+VALID_ANSWER = "<alpha>rank(ts_std(volume, 8) / ts_std(close, 8))</alpha>"
 TINY = dict(prompts_per_step=2, num_generations=4, max_completion_length=16, save_steps=1, log_completions=True)
 
 
@@ -117,7 +117,7 @@ def runs(smollm, verifier, tmp_path_factory):
             sample_group, _ = planting()
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(loop, "sample_group", sample_group)
-                summary = loop.train(config, verifier, BRIEFS, out, model=policy, steps=2, progress=False)
+                summary = loop.train(config, verifier.fork(), BRIEFS, out, model=policy, steps=2, progress=False)
             done[name] = (out, summary, initial)
         return done[name]
 
@@ -190,7 +190,7 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     sample_group, _ = planting()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loop, "sample_group", sample_group)
-        again = loop.train(config, verifier, BRIEFS, resumed, model=fresh_policy(smollm, config), steps=2,
+        again = loop.train(config, verifier.fork(), BRIEFS, resumed, model=fresh_policy(smollm, config), steps=2,
                            resume=True, progress=False)
     assert again["start_step"] == 1
     original, repeated = loop.read_log(out), loop.read_log(resumed)
@@ -207,22 +207,75 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.real_data
+def test_loop_scores_as_score_group_and_grows_the_archive(runs, verifier):
+    """The native loop's rewards are Verifier.score_group's for the same answers to one prompt, and the
+    planted answer (core score > 0) joins the archive after step 1, which the checkpoint carries."""
+    from alpha_gym.scoring.archive import Archive
+    from trainers.loop import read_log
+    out, _, _ = runs("cispo")
+    rows = [json.loads(ln) for ln in (out / "completions.jsonl").read_text().splitlines()]
+    fresh = verifier.fork()  # the seeded archive the run started from
+    seeded = len(fresh.archive)
+    for brief in BRIEFS:
+        group = [r for r in rows if r["step"] == 1 and r["brief_id"] == brief.id]
+        direct = fresh.score_group([r["answer"] for r in group])
+        assert [r["reward"] for r in group] == [s.reward for s in direct.scores]
+        assert [r["channels"] for r in group] == [s.channels for s in direct.scores]
+    log = read_log(out)
+    assert log[0]["archive_size"] == seeded + 1 == log[1]["archive_size"]  # the same planted answer: once
+    saved = Archive.load(out / "checkpoint-1" / "archive.npz", verifier.panel.fingerprint())
+    assert len(saved) == seeded + 1 and not saved.seed[-1]
+    step2 = [r for r in rows if r["step"] == 2 and r["answer"] == VALID_ANSWER]
+    assert step2 and all(r["channels"]["novelty_pnl"] == pytest.approx(-0.4) for r in step2)  # now a duplicate
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_path):
+    """With two optimizer steps per rollout the second mini-batch is scored by a newer policy than the one
+    that sampled it: ratios leave 1, DAPO clips and CISPO caps, and the two trainers end in different places
+    from the same start and the same answers. (One step per rollout: identical, tests/test_losses.py.)"""
+    from trainers import loop
+    from trainers.models import adapter_state
+    results = {}
+    for name in ("dapo", "cispo"):
+        # a large learning rate so that one optimizer step moves some token ratios past the 0.8-1.28 band
+        config = recipe(name, **{**TINY, "learning_rate": 2e-2, "steps_per_generation": 2,
+                                 "top_entropy_quantile": 1.0, "advantage_floor": None})
+        sample_group, _ = planting()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(loop, "sample_group", sample_group)
+            summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / name,
+                                 model=fresh_policy(smollm, config), steps=1, progress=False)
+        results[name] = (adapter_state(summary["policy"]), loop.read_log(tmp_path / name)[0])
+    (dapo_w, dapo_log), (cispo_w, cispo_log) = results["dapo"], results["cispo"]
+    rows = [json.loads(ln)["answer"] for ln in (tmp_path / "dapo" / "completions.jsonl").read_text().splitlines()]
+    assert rows == [json.loads(ln)["answer"] for ln in
+                    (tmp_path / "cispo" / "completions.jsonl").read_text().splitlines()]  # the same batch
+    assert dapo_log["ratio_mean"] != 1.0 and cispo_log["ratio_mean"] != 1.0
+    assert dapo_log["clipped_share"] > 0 or cispo_log["clipped_share"] > 0
+    assert any(not torch.equal(dapo_w[k], cispo_w[k]) for k in dapo_w), "DAPO and CISPO took the same step"
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
 def test_refill_resamples_only_flat_groups(smollm, verifier, tmp_path):
     """A group whose answers are all the same invalid text has zero reward variance: it is sampled again,
     each round, up to refill_rounds; a group with a valid answer is not."""
     from trainers import loop
-    config = recipe("dapo", **{**TINY, "max_completion_length": 8, "refill_rounds": 2})
+    config = recipe("dapo_refill", **{**TINY, "max_completion_length": 8})
     sample_group, calls = planting(valid_briefs=[BRIEFS[0]], flat_text="I would rather not answer.")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loop, "sample_group", sample_group)
-        summary = loop.train(config, verifier, BRIEFS, tmp_path, model=fresh_policy(smollm, config), steps=1,
+        summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path, model=fresh_policy(smollm, config), steps=1,
                              progress=False)
     rec = loop.read_log(tmp_path)[0]
     assert rec["refills"] == 2 == summary["refills"]  # brief tiny-1 flat in both rounds, tiny-0 never
     assert len(calls) == 2 + 2
     rows = [json.loads(ln) for ln in (tmp_path / "completions.jsonl").read_text().splitlines()]
     flat = [r for r in rows if r["brief_id"] == "tiny-1"]
-    assert flat and all(r["advantage"] == 0.0 and r["reward"] == -1.0 for r in flat)
+    assert flat and all(r["advantage"] == 0.0 and r["reward"] == verifier.config.invalid_reward("missing_tag")
+                        for r in flat)
     assert rec["nonzero_adv_share"] == pytest.approx(0.5)  # the other group has signal in every answer
 
 
@@ -260,7 +313,7 @@ def test_trl_alpha_grpo_trainer_one_step(smollm, verifier, tmp_path):
                       gradient_checkpointing=False, use_cpu=True, report_to="none", save_strategy="no",
                       logging_steps=1, disable_tqdm=True)
     peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = Planted(copy.deepcopy(base), verifier, args=args, train_dataset=dataset, processing_class=tokenizer,
+    trainer = Planted(copy.deepcopy(base), verifier.fork(), args=args, train_dataset=dataset, processing_class=tokenizer,
                       peft_config=peft_config, repo_r=True)
     assert args.reward_weights == reward_weights(verifier)
     initial = adapter_state(trainer.model)
@@ -286,6 +339,7 @@ def test_reward_funcs_plain_and_conversational(small_synthetic):
 
     v = Verifier(small_synthetic)
     funcs = reward_funcs(v)
+    funcs[0].scorer.grow = False  # the same answers in three forms must score alike: no archive growth between
     assert [f.__name__ for f in funcs] == list(CHANNELS)
     assert reward_weights(v) == [v.config.priorities[c] for c in CHANNELS]
     plain = [VALID_ANSWER, "no tag here", "<alpha>rank(close -)</alpha>"]
@@ -296,9 +350,9 @@ def test_reward_funcs_plain_and_conversational(small_synthetic):
     for completions in (plain, chat, blocks):
         columns = [f(prompts=prompts, completions=completions, completion_ids=None) for f in funcs]
         assert all(len(col) == 3 and all(isinstance(x, float) and math.isfinite(x) for x in col) for col in columns)
-        direct = [v.score(t) for t in plain]
+        direct = v.score_group(plain).scores  # the prompt's answers are one group
         assert columns[0] == [s.channels["cpcv"] for s in direct]
-    assert funcs[0].scorer.calls == 3  # 12 channels x 3 completion forms, each text scored once
+    assert funcs[0].scorer.calls == 3  # 12 channels x 3 completion forms: each batch scored once
 
 
 # ------------------------------------------------------------------------------- config and CLI
@@ -309,13 +363,21 @@ def test_config_validation_and_recipes():
     assert RECIPES["grpo"].resolved_epsilon_high == 0.2 and RECIPES["grpo"].advantage_mode == "grpo"
     assert RECIPES["cispo_repo_r"].num_iterations == 2 and RECIPES["cispo_repo_r"].top_entropy_quantile == 1.0
     assert RECIPES["cispo"].top_entropy_quantile == 0.2 and RECIPES["cispo_repo_r_dora"].use_dora
+    # recipes as the reference ran them: refill only in its own arm, the ladder with the floor at 0,
+    # off-policy mini-batches everywhere
+    assert [n for n, c in RECIPES.items() if c.refill_rounds] == ["dapo_refill"]
+    assert {n for n, c in RECIPES.items() if c.advantage_floor == 0.0} == \
+        {"dapo", "cispo", "cispo_repo_r", "cispo_repo_r_dora", "dapo_repo_r_dora"}
+    assert RECIPES["grpo"].advantage_floor is None and RECIPES["dapo_refill"].advantage_floor is None
+    assert all(c.steps_per_generation == 2 for c in RECIPES.values())
     base = TrainConfig()
     assert (base.learning_rate, base.beta, base.num_generations, base.prompts_per_step, base.seed,
             base.lora_r, base.lora_alpha, base.advantage_floor) == (1e-5, 0.08, 12, 4, 42, 32, 64, None)
     bad = [dict(loss_type="ppo"), dict(num_generations=1), dict(learning_rate=0), dict(epsilon=1.5),
            dict(top_entropy_quantile=1.2), dict(advantage_mode="sum"), dict(refill_rounds=-1),
            dict(temperature=0.0), dict(adapo=True, loss_type="cispo"), dict(advantage_floor=float("nan")),
-           dict(num_iterations=0), dict(load_in_4bit="yes"), dict(prompts_per_step=2.5)]
+           dict(num_iterations=0), dict(load_in_4bit="yes"), dict(prompts_per_step=2.5),
+           dict(steps_per_generation=0), dict(steps_per_generation=13)]
     for change in bad:
         with pytest.raises(ValueError):
             base.with_(**change)
@@ -338,6 +400,22 @@ def test_cli_parses_and_applies_overrides():
     assert cfg.repo_r and cfg.loss_type == "cispo"
     bad = parser.parse_args(["train", "--recipe", "dapo", "--num-generations", "1"])
     assert cmd_train(bad) == 2  # refused before any loading
+    assert cmd_train(parser.parse_args(["train", "--recipe", "dapo", "--briefs", "nowhere.jsonl"])) == 2
+
+    from trainers.cli import briefs_from_args, verifier_config_from_args
+    args = parser.parse_args(["train", "--recipe", "cispo", "--advantage-floor", "none", "--format-reward", "on",
+                              "--stress-checkpoint", "models/w", "--steps-per-generation", "4"])
+    cfg = config_from_args(args)
+    assert cfg.advantage_floor is None and cfg.steps_per_generation == 4
+    vcfg = verifier_config_from_args(args)
+    assert vcfg.format_enabled and vcfg.stress_checkpoint == "models/w"
+    defaults = parser.parse_args(["train", "--recipe", "cispo"])
+    assert config_from_args(defaults).advantage_floor == 0.0 and not verifier_config_from_args(defaults).format_enabled
+    assert len(briefs_from_args(defaults.briefs)) == 450  # the training briefs by default
+    assert config_from_args(parser.parse_args(["train", "--recipe", "dapo", "--advantage-floor", "-0.5"])) \
+        .advantage_floor == -0.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--recipe", "dapo", "--advantage-floor", "low"])
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--recipe", "nope"])
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from alpha_gym import Verifier, VerifierConfig
+from alpha_gym.scoring.config import weighted_sum
 from alpha_gym.market import Panel
 
 NOTHING = "scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))"
@@ -22,20 +23,31 @@ def verifier(small_synthetic):
 
 
 def test_rewards_of_invalid_answers(verifier):
+    cfg = verifier.config
+    bound = cfg.valid_reward_bound()
     s = verifier.score("rank(close)")
-    assert not s.valid and s.reward == -1.0 and "no <alpha>" in s.reason
+    assert not s.valid and s.reward == pytest.approx(bound - 1.0) and "no <alpha>" in s.reason
     s = verifier.score("<alpha>rank(close -)</alpha>")
-    assert not s.valid and s.reward == -0.8 and "column" in s.reason
+    assert not s.valid and s.reward == pytest.approx(bound - 0.8) and "column" in s.reason
     s = verifier.score("<alpha>ts_mean(delay(close, 200), 100)</alpha>")
-    assert not s.valid and s.reward == -0.8 and "lookback" in s.reason
-    assert s.channels["cpcv"] == -0.8
+    assert not s.valid and s.reward == pytest.approx(bound - 0.8) and "lookback" in s.reason
+    assert s.channels["cpcv"] * cfg.priorities["cpcv"] == pytest.approx(s.reward)  # the penalty lives in R1
+    assert all(v == 0.0 for k, v in s.channels.items() if k != "cpcv")
+
+
+def test_reference_invalid_rewards_stay_selectable(small_synthetic):
+    v = Verifier(small_synthetic, VerifierConfig.reference())
+    for answer, r1 in (("rank(close)", -1.0), ("<alpha>rank(close -)</alpha>", -0.8),
+                       ("<alpha>" + NOTHING + "</alpha>", -0.6)):
+        s = v.score(answer)
+        assert not s.valid and s.channels["cpcv"] == r1 and s.reward == 3.0 * r1  # R1 x its priority
 
 
 def test_self_cancelling_formula_is_invalid(verifier):
     s = verifier.score_formula(NOTHING)
     assert not s.valid
     assert s.diagnostics["turnover"] == 0.0
-    assert "turnover" in s.reason and s.reward == -0.6
+    assert "turnover" in s.reason and s.reward == pytest.approx(verifier.config.valid_reward_bound() - 0.6)
 
 
 def test_valid_score_has_the_documented_fields(verifier):
@@ -44,8 +56,7 @@ def test_valid_score_has_the_documented_fields(verifier):
     assert len(s.diagnostics["cpcv_slices"]) == 15
     for key in ("turnover", "ic", "sharpe"):
         assert np.isfinite(s.diagnostics[key])
-    weighted = sum(VerifierConfig().priorities[k] * v for k, v in s.channels.items())
-    assert s.reward == pytest.approx(min(weighted, 0.0) if s.channels["motif_guard"] < 0 else weighted)
+    assert s.reward == weighted_sum(s.channels, VerifierConfig().priorities)
     assert set(s.channels) == set(VerifierConfig().priorities) and len(s.channels) == 12
     assert json.loads(json.dumps(s.to_dict()))["valid"] is True
 

@@ -9,7 +9,8 @@ Pipeline used by the training loop (`compute_advantages`):
     channels (P, G, K) --gdpo or grpo--> A (P, G) --projection--> A (P, G)
 
 The projection enforces two hard rules on every group:
-    1. an answer that may not be rewarded (invalid, or core score <= floor) never gets A > 0;
+    1. an answer that may not be rewarded (invalid, caught by the motif guard R10, or core score <= floor)
+       never gets A > 0;
     2. the advantages of a group sum to zero.
 """
 
@@ -165,15 +166,16 @@ def nonzero_share(adv: torch.Tensor, atol: float = 1e-8) -> float:
 
 def compute_advantages(channels: torch.Tensor, priorities: torch.Tensor | Sequence[float],
                        valid: torch.Tensor, core: torch.Tensor, *, mode: str = "gdpo",
-                       floor: float | None = None, eps: float = 1e-4) -> torch.Tensor:
+                       floor: float | None = None, eps: float = 1e-4,
+                       guarded: torch.Tensor | None = None) -> torch.Tensor:
     """The one entry point of the training loop: channels (P, G, K) -> advantages (P, G).
 
         gdpo: A = gdpo_advantages(channels, w)
-        grpo: A = grpo_advantages(sum_k w_k * channels[..., k])
-        then  A = _project(A, valid & (core > floor))      (just `valid` when floor is None)
+        grpo: A = grpo_advantages(sum_k w_k * channels[..., k])   (= the verifier's scalar reward)
+        then  A = _project(A, valid & ~guarded & (core > floor))   (no floor term when floor is None)
 
-    The validity projection always runs; the floor only narrows who may win. One joint projection
-    (not validity then floor) so the floor's re-zeroing can never raise an invalid answer.
+    The validity projection always runs; R10's guard (`GroupScore.guarded`) and the floor only narrow who
+    may win. One joint projection (not validity then floor) so no re-zeroing can raise an excluded answer.
     """
     if mode == "gdpo":
         adv = gdpo_advantages(channels, priorities, eps=eps)
@@ -183,6 +185,8 @@ def compute_advantages(channels: torch.Tensor, priorities: torch.Tensor | Sequen
     else:
         raise ValueError(f"mode must be 'gdpo' or 'grpo', got {mode!r}")
     may_win = valid.to(torch.bool)
+    if guarded is not None:
+        may_win = may_win & ~guarded.to(torch.bool)
     if floor is not None:
         may_win = may_win & (core > floor)
     return _project(adv, may_win)

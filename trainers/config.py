@@ -1,7 +1,7 @@
 """Every training setting in one dataclass, and the named recipes of the reference runs.
 
 Option names follow TRL's `GRPOConfig` wherever the meaning is the same (learning_rate, beta,
-num_generations, temperature, max_completion_length, num_iterations, epsilon, epsilon_high,
+num_generations, temperature, max_completion_length, num_iterations, steps_per_generation, epsilon, epsilon_high,
 loss_type, top_entropy_quantile, max_grad_norm, weight_decay, lr_scheduler_type, seed,
 save_steps, logging_steps, log_completions). The rest are ours; `trainers/trl_adapter.py` maps
 them onto TRL where TRL has an equivalent.
@@ -35,6 +35,11 @@ class TrainConfig:
     temperature: float = 1.0
     max_completion_length: int = 128
     num_iterations: int = 1             # optimizer passes over each rollout batch (TRL's mu)
+    # Optimizer steps per rollout batch (TRL's name and meaning): every group's answers are split into this
+    # many slices, and slice k of all groups makes mini-batch k, one optimizer step each, all scored against the log-probs of the policy that SAMPLED
+    # them. From the second mini-batch on the policy has moved, so importance ratios leave 1 and DAPO's clip
+    # and CISPO's cap act: the reference's "answer sampled by a slightly older copy of the policy" (Part 3 s.4).
+    steps_per_generation: int = 2
     epsilon: float = 0.2                # lower clip of the ratio (grpo, dapo)
     # Upper clip margin (grpo, dapo: clip(r, 1 - epsilon, 1 + epsilon_high)) or the CISPO weight cap margin
     # (cispo: min(r, 1 + epsilon_high)). None = the loss's default: grpo epsilon, dapo 0.28, cispo 0.2.
@@ -57,13 +62,14 @@ class TrainConfig:
     # --- advantages
     advantage_mode: str = "gdpo"        # "gdpo": standardise each channel per group, then add with priorities
     advantage_floor: float | None = None  # None = off; answers with core score <= floor never get A > 0
+                                          # (the Environment A recipes use 0, as the reference ran them)
 
     # --- entropy control
     repo_r: bool = False                # REPO-R token shaping with the entropy thermostat (zeta)
     adapo: bool = False                 # ADAPO: entropy feedback on epsilon_high (grpo, dapo only)
 
     # --- dynamic sampling
-    refill_rounds: int = 2              # DAPO-refill: resample zero-variance groups up to this many rounds
+    refill_rounds: int = 0              # DAPO-refill: resample zero-variance groups up to this many rounds
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
@@ -121,6 +127,11 @@ def _problems(c: TrainConfig) -> list[str]:
     number("temperature", 0, lo_open=True)
     number("max_completion_length", 1, integer=True)
     number("num_iterations", 1, integer=True)
+    number("steps_per_generation", 1, integer=True)
+    if isinstance(c.steps_per_generation, int) and isinstance(c.num_generations, int) \
+            and c.steps_per_generation > c.num_generations:
+        p.append(f"steps_per_generation ({c.steps_per_generation}) must be <= num_generations "
+                 f"({c.num_generations}): each optimizer step takes a slice of every group's answers")
     number("epsilon", 0, 1, lo_open=True)
     if c.epsilon_high is not None:
         number("epsilon_high", 0)
@@ -156,27 +167,36 @@ def _problems(c: TrainConfig) -> list[str]:
 
 _BASE = TrainConfig()
 
-#: The reference ladder (Part 3 section 6) plus plain GRPO (Part 2). All use GDPO except "grpo".
-#: Without REPO-R the policy term keeps the 20% highest-entropy tokens and makes one pass per batch;
-#: the REPO-R recipes keep every token and make two passes (Part 3 section 5: measured as a bundle).
-#: With one pass every importance ratio is exactly 1, so no clip or cap is active and "dapo" and
-#: "cispo" take bit-identical steps (tests/test_losses.py); they part only when num_iterations > 1.
+#: The reference ladder (Part 3 section 6) plus the Part 2 arms (plain GRPO, DAPO-refill). All use GDPO but
+#: "grpo". Each choice follows a line of the reference (../shared/seed, the alpha gym and Part 3):
+#:  * advantage_floor=0 on the ladder: Environment A "keeps ... answers whose core score is at or below a
+#:    floor (0) from receiving positive advantage" (Part 3 s.7); the Part 2 arms ran without it.
+#:  * refill only in "dapo_refill": Part 2 ran DAPO-refill as its own arm next to DAPO.
+#:  * steps_per_generation=2: answers "sampled by a slightly older copy of the policy" (Part 3 s.4); with one
+#:    optimizer step per rollout every ratio is exactly 1, and DAPO and CISPO would take identical steps.
+#:  * without REPO-R the policy term keeps the 20% highest-entropy tokens and makes one pass per batch; the
+#:    REPO-R rows keep every token and make two passes (Part 3 s.5: measured as a bundle).
+#:  * R12 (format) is a verifier setting and off by default ("always 0 in this run").
+_LADDER = _BASE.with_(advantage_floor=0.0)
 RECIPES: dict[str, TrainConfig] = {
-    # DAPO: clip-higher band 0.8 / 1.28, token-level averaging, dynamic sampling (refill).
-    "dapo": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2),
+    # DAPO: clip-higher band 0.8 / 1.28, token-level averaging.
+    "dapo": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2),
     # CISPO: importance weight capped at 1.2, every token keeps its gradient.
-    "cispo": _BASE.with_(loss_type="cispo", epsilon_high=0.2, top_entropy_quantile=0.2),
+    "cispo": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, top_entropy_quantile=0.2),
     # The best held-out run: CISPO + REPO-R (w5 thermostat), full-token loss, two passes.
-    "cispo_repo_r": _BASE.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
-                                num_iterations=2),
-    "cispo_repo_r_dora": _BASE.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
-                                     num_iterations=2, use_dora=True),
-    "dapo_repo_r_dora": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, repo_r=True,
-                                    top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
+    "cispo_repo_r": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
+                                  num_iterations=2),
+    "cispo_repo_r_dora": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
+                                       num_iterations=2, use_dora=True),
+    "dapo_repo_r_dora": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, repo_r=True,
+                                      top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
+    # Part 2's arms: DAPO with dynamic sampling (resample groups whose rewards are all equal), no floor.
+    "dapo_refill": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2,
+                               refill_rounds=2),
     # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
-    # averaging, no dynamic sampling.
+    # averaging, no dynamic sampling, no floor.
     "grpo": _BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
-                        top_entropy_quantile=1.0, refill_rounds=0),
+                        top_entropy_quantile=1.0),
 }
 
 

@@ -4,12 +4,16 @@ One step, top to bottom (`train`):
 
     1. take `prompts_per_step` briefs (a seeded order), chat-template each prompt
     2. sample `num_generations` answers per prompt (one "group"), score each group with the verifier
-    3. DAPO-refill: resample a group whose rewards have zero variance (at most `refill_rounds` rounds)
-    4. advantages: GDPO (or GRPO) per group, then the validity projection (and the optional floor)
+    3. DAPO-refill: resample a group whose rewards have zero variance (at most `refill_rounds` rounds);
+       then the step's valid answers above the archive threshold join the novelty archive (R8/R9)
+    4. advantages: GDPO (or GRPO) per group, then the projection: no positive advantage for an invalid or
+       motif-guarded (R10) answer, nor (optional floor) one whose core score is <= floor
     5. one no-grad pass: old log-probs and entropies (sampling policy); one with adapters off: reference
     6. entropy control: REPO-R's thermostat sets zeta, or ADAPO sets epsilon_high
-    7. `num_iterations` passes of the loss (grpo | dapo | cispo, + beta * KL), one AdamW step each
-    8. one JSONL line to out_dir/log.jsonl; a checkpoint every `save_steps`
+    7. `num_iterations` passes over the batch, each split into `steps_per_generation` mini-batches (a slice of
+       every group's answers), one AdamW step per mini-batch (grpo | dapo | cispo, + beta * KL): from the second
+       mini-batch on the policy is newer than the one that sampled, so the ratios leave 1
+    8. one JSONL line to out_dir/log.jsonl; a checkpoint (adapters, optimizer, RNG, archive) every `save_steps`
 
 Every group's answers share its prompt: the prompt runs through the model once and its KV cache is
 repeated for the answers (sampling and every log-prob pass). On a CPU that is ~4x less compute than
@@ -42,8 +46,11 @@ from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 
 #: Every key of a log.jsonl line (channel means are "rewards/<channel>").
+#: "clipped_share": share of answer tokens where the trust region acted: clipped (grpo/dapo: the ratio left
+#: the band in the direction of its advantage) or capped (cispo: ratio above the cap, either sign).
 LOG_FIELDS = ("step", "reward", "reward_std", *(f"rewards/{c}" for c in CHANNELS), "core", "valid_share",
-              "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high", "refills", "loss", "clip_ratio",
+              "guarded_share", "archive_size", "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high",
+              "refills", "loss", "clip_ratio", "clipped_share", "ratio_mean",
               "learning_rate", "completion_length", "seconds/generation", "seconds/scoring", "seconds/update",
               "seconds/total")
 
@@ -69,12 +76,14 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
-    briefs: objects with `.id` and `.prompt()` (default: `alpha_gym.tasks.briefs.FIXED_BRIEFS`).
+    briefs: objects with `.id` and `.prompt()` (default: the 450 training briefs, `brief_set("train")`).
+    The verifier's novelty archive grows during the run; it is saved with every checkpoint and restored
+    on resume, so a resumed run scores exactly as the uninterrupted one.
     """
     from tqdm.auto import tqdm
     if briefs is None:
-        from alpha_gym.tasks.briefs import FIXED_BRIEFS
-        briefs = FIXED_BRIEFS
+        from alpha_gym.env import brief_set
+        briefs = brief_set("train")
     briefs = list(briefs)
     if not briefs:
         raise ValueError("train needs at least one brief")
@@ -99,6 +108,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         if ckpt is None:
             raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
         start = load_checkpoint(ckpt, policy, optimizer, thermostat, adapo)
+        if (ckpt / ARCHIVE_FILE).exists():
+            verifier.load_archive(ckpt / ARCHIVE_FILE)
     for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
         _truncate_jsonl(out / name, start)
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
@@ -131,14 +142,17 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             if not flat:
                 break
         summary["refills"] += refills
+        for score in scores:  # after the whole step: groups of one step never see each other's entries
+            verifier.update_archive(score)
 
-        # 4. advantages (P, G): GDPO/GRPO, then no positive advantage for an invalid answer, groups sum to 0
+        # 4. advantages (P, G): GDPO/GRPO, then no positive advantage for an invalid or guarded answer, sum 0
         t_update = time.perf_counter()
         channels = torch.as_tensor(np.stack([s.matrix for s in scores]))        # (P, G, K) float64
         valid = torch.as_tensor(np.stack([s.valid for s in scores]))
+        guarded = torch.as_tensor(np.stack([s.guarded for s in scores]))
         core = torch.as_tensor(np.stack([s.core for s in scores]))
         adv = compute_advantages(channels, priorities, valid, core, mode=config.advantage_mode,
-                                 floor=config.advantage_floor).float()
+                                 floor=config.advantage_floor, guarded=guarded).float()
 
         # 5. one length for the batch; old log-probs + entropies (sampling policy) and reference log-probs
         completion_ids, mask = _pad_batch(groups, tokenizer.pad_token_id)   # (P, G, T)
@@ -162,29 +176,39 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         keep = top_entropy_mask(entropy.flatten(0, 1), mask.flatten(0, 1), config.top_entropy_quantile)
         token_adv = adv[..., None] * keep.view_as(mask).to(adv.dtype)    # (P, G, T)
 
-        # 7. num_iterations optimizer passes; gradients of the groups add up to the whole batch's gradient
-        kw = _loss_kwargs(config, eps_high, n_tokens)
-        scale = 1.0 / len(groups) if config.loss_type == "grpo" else 1.0  # grpo averages sequences; dapo/cispo
-        stats = {"loss": 0.0, "kl": 0.0, "clip": 0.0}                      # divide by n_tokens already
+        # 7. num_iterations passes x steps_per_generation mini-batches, one AdamW step each. A mini-batch takes
+        # a slice of every group's answers (TRL splits its generation batch the same way). Every mini-batch
+        # is scored against old_logp, the SAMPLING policy: after the first step the ratios leave 1.
+        updates_per_step = config.num_iterations * config.steps_per_generation
+        rows = [torch.as_tensor(x, device=mask.device) for x in np.array_split(np.arange(mask.shape[1]),
+                                                                            config.steps_per_generation)]
+        stats = {"loss": 0.0, "kl": 0.0, "clip": 0.0, "clipped": 0.0, "ratio": 0.0}
         for it in range(config.num_iterations):
-            lr = _learning_rate(config, (step - 1) * config.num_iterations + it, steps * config.num_iterations)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            for i, g in enumerate(groups):
-                logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i], config.temperature)
-                a = shape_advantages(token_adv[i], logp.detach(), zeta) if config.repo_r else token_adv[i]
-                loss, m = policy_loss(config.loss_type, logp, old_logp[i], a, mask[i],
-                                      ref_logp=None if ref_logp is None else ref_logp[i], **kw)
-                (loss * scale).backward()
-                share = mask[i].sum().item() / n_tokens.item()
-                stats["loss"] += loss.item() * scale / config.num_iterations
-                stats["kl"] += m.get("kl", 0.0) * share / config.num_iterations
-                stats["clip"] += m.get("cispo_clip_ratio", m.get("clip_ratio/region_mean", 0.0)) * share \
-                    / config.num_iterations
-            if config.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            optimizer.step()
+            for k, r in enumerate(rows):
+                update = (step - 1) * updates_per_step + it * config.steps_per_generation + k
+                lr = _learning_rate(config, update, steps * updates_per_step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                mb_mask = mask[:, r]
+                kw = _loss_kwargs(config, eps_high, mb_mask.sum())
+                scale = 1.0 / len(groups) if config.loss_type == "grpo" else 1.0  # grpo averages sequences;
+                optimizer.zero_grad(set_to_none=True)                               # dapo/cispo divide by tokens
+                for i, g in enumerate(groups):
+                    logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i, r], config.temperature)
+                    a = token_adv[i, r]
+                    a = shape_advantages(a, logp.detach(), zeta) if config.repo_r else a
+                    loss, m = policy_loss(config.loss_type, logp, old_logp[i, r], a, mb_mask[i],
+                                          ref_logp=None if ref_logp is None else ref_logp[i, r], **kw)
+                    (loss * scale).backward()
+                    share = mb_mask[i].sum().item() / n_tokens.item() / config.num_iterations  # of the whole step
+                    stats["loss"] += loss.item() * scale / updates_per_step
+                    stats["kl"] += m.get("kl", 0.0) * share
+                    stats["clip"] += m.get("cispo_clip_ratio", m.get("clip_ratio/region_mean", 0.0)) * share
+                    stats["clipped"] += m.get("clip_ratio/capped", m.get("clip_ratio/region_mean", 0.0)) * share
+                    stats["ratio"] += m["ratio/mean"] * share
+                if config.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
         t_update = time.perf_counter() - t_update
 
         # 8. log, checkpoint
@@ -197,6 +221,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             **{f"rewards/{c}": float(matrix[:, k].mean()) for k, c in enumerate(CHANNELS)},
             "core": float(np.concatenate([s.core for s in scores]).mean()),
             "valid_share": float(np.concatenate([s.valid for s in scores]).mean()),
+            "guarded_share": float(np.concatenate([s.guarded for s in scores]).mean()),
+            "archive_size": len(verifier.archive),
             "nonzero_adv_share": nonzero_share(adv),
             "kl": stats["kl"],
             "entropy": mean_entropy,
@@ -205,6 +231,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             "refills": refills,
             "loss": stats["loss"],
             "clip_ratio": stats["clip"],
+            "clipped_share": stats["clipped"],
+            "ratio_mean": stats["ratio"],
             "learning_rate": lr,
             "completion_length": (n_tokens / mask.shape[0] / mask.shape[1]).item(),
             "seconds/generation": t["generation"],
@@ -219,9 +247,11 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
                 for text, sc, ai in zip(g.texts, s.scores, a.tolist()):
                     _append_jsonl(out / "completions.jsonl", {"step": step, "brief_id": g.brief_id, "answer": text,
                                                                "valid": sc.valid, "reason": sc.reason,
-                                                               "reward": sc.reward, "advantage": ai})
+                                                               "reward": sc.reward, "advantage": ai,
+                                                               "channels": sc.channels})
         if (config.save_steps and step % config.save_steps == 0) or step == steps:
-            summary["checkpoint"] = str(save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config))
+            summary["checkpoint"] = str(save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config,
+                                                        verifier))
         if thermostat is not None:
             _write_jsonl(out / "thermostat.jsonl", thermostat.log)
         if adapo is not None:
@@ -389,8 +419,13 @@ def _seed_everything(seed: int, step: int) -> None:
 
 
 # ----------------------------------------------------------------------------------- checkpoints
-def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, config: TrainConfig) -> Path:
-    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step."""
+ARCHIVE_FILE = "archive.npz"
+
+
+def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, config: TrainConfig,
+                    verifier=None) -> Path:
+    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step, and the
+    verifier's novelty archive (archive.npz), which `train(resume=True)` restores."""
     target = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -402,6 +437,8 @@ def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, 
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": config.to_dict()}, indent=2))
     if thermostat is not None:
         _write_jsonl(tmp / "thermostat.jsonl", thermostat.log)
+    if verifier is not None:
+        verifier.save_archive(tmp / ARCHIVE_FILE)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target

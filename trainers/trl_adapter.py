@@ -11,14 +11,18 @@
     trainer = AlphaGRPOTrainer(model, v, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 `reward_funcs(v)` gives one function per reward channel (R1..R12, named after the channel) and
-`reward_weights(v)` the verifier's priorities in the same order; with
+`reward_weights(v)` the verifier's priorities in the same order: their weighted sum is the verifier's
+scalar reward for every answer, valid or not. The functions score each prompt's answers together as one
+group (`GroupScorer`), as `Verifier.score_group` and our loop do, and grow the novelty archive after
+each batch. With
 `multi_objective_aggregation="normalize_then_sum"` TRL standardises each channel inside its group and
 adds them with the weights: GDPO. (TRL then standardises the summed advantage over the whole batch,
 which our loop does not; the per-group ranking is the same.) A plain `GRPOTrainer` works with these
 functions too; `AlphaGRPOTrainer` adds what TRL lacks:
 
-  * the validity projection: an invalid answer never gets a positive advantage and each group's
-    advantages still sum to zero (`trainers.advantages.enforce_validity`);
+  * the validity projection: an invalid or motif-guarded (R10) answer never gets a positive advantage
+    and each group's advantages still sum to zero (`trainers.advantages.enforce_validity`);
+  * the novelty archive saved with every checkpoint and restored by `train(resume_from_checkpoint=...)`;
   * optional REPO-R token shaping with its entropy thermostat (`repo_r=True`).
 
 Hook: `_generate_and_score_completions` returns the batch dict with `advantages`; we post-process
@@ -40,6 +44,9 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
     temperature              temperature (+ top_k=0, top_p=1.0)    same; both score log-probs at temperature
     max_completion_length    max_completion_length                 TRL default 512
     num_iterations           num_iterations                        same (TRL's mu)
+    steps_per_generation     steps_per_generation                  same: optimizer steps per rollout batch
+                                                                   (TRL needs gradient_accumulation_steps
+                                                                   to divide it; ours split each group)
     epsilon                  epsilon                               same
     epsilon_high (grpo/dapo) epsilon_high                          same band 1 + eps_high; unset: TRL uses
                                                                    epsilon, ours dapo 0.28
@@ -60,7 +67,7 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
     load_in_4bit             GRPOTrainer(quantization_config=BitsAndBytesConfig(...)) (model id only)
     advantage_mode "gdpo"    multi_objective_aggregation="normalize_then_sum" + reward_weights
     advantage_mode "grpo"    multi_objective_aggregation="sum_then_normalize", scale_rewards="group"
-    advantage_floor          (none)                                AlphaGRPOTrainer applies validity only
+    advantage_floor          (none)                                AlphaGRPOTrainer applies validity + R10
     repo_r                   AlphaGRPOTrainer(repo_r=True)         no TRL option
     adapo                    (none)                                TRL's use_adaptive_entropy is an entropy
                                                                    BONUS coefficient, a different mechanism
@@ -93,7 +100,7 @@ from alpha_gym.scoring.config import CHANNELS
 from trainers.advantages import enforce_validity
 from trainers.repo_r import EntropyThermostat, shape_advantages
 
-__all__ = ["completion_text", "ScoreCache", "reward_funcs", "reward_weights", "AlphaGRPOTrainer"]
+__all__ = ["completion_text", "GroupScorer", "reward_funcs", "reward_weights", "AlphaGRPOTrainer"]
 
 
 def completion_text(completion: Any) -> str:
@@ -115,41 +122,65 @@ def completion_text(completion: Any) -> str:
     return "" if completion is None else str(completion)
 
 
-class ScoreCache:
-    """The verifier's Score per answer text, kept for the last `maxsize` texts: 12 channels, one scoring."""
+class GroupScorer:
+    """Scores a TRL batch the way the verifier and our loop do: each prompt's answers as ONE group.
 
-    def __init__(self, verifier, maxsize: int = 16384):
+    TRL calls every reward function with the same batch, the `num_generations` answers of a prompt next to
+    each other. The batch is split into groups (`group_size` answers each when set, otherwise runs of
+    equal prompts), each scored with `Verifier.score_group` (in-group duplicates, PBO ranks), and the
+    result kept for the next caller, so the 12 channel functions cost one scoring. After a new batch is
+    scored its valid answers above the threshold join the novelty archive (`grow=False` freezes it).
+    """
+
+    def __init__(self, verifier, group_size: int | None = None, grow: bool = True):
         self.verifier = verifier
-        self.maxsize = maxsize
-        self._cache: OrderedDict[str, Any] = OrderedDict()
-        self.calls = 0  # verifier.score calls, for tests
+        self.group_size = group_size
+        self.grow = grow
+        self.calls = 0          # Verifier.score_group calls, for tests
+        self.groups: list = []  # the GroupScores of the last batch
+        self._key = None
+        self._scores: list = []
 
-    def score(self, text: str):
-        if text in self._cache:
-            self._cache.move_to_end(text)
-            return self._cache[text]
-        self.calls += 1
-        result = self.verifier.score(text)
-        self._cache[text] = result
-        if len(self._cache) > self.maxsize:
-            self._cache.popitem(last=False)
-        return result
+    def _split(self, prompts, n: int) -> list[range]:
+        if self.group_size:
+            if n % self.group_size:
+                raise ValueError(f"a batch of {n} completions does not split into groups of {self.group_size}")
+            return [range(i, i + self.group_size) for i in range(0, n, self.group_size)]
+        if prompts is None or len(prompts) != n:
+            return [range(n)]
+        bounds = [0] + [i for i in range(1, n) if prompts[i] != prompts[i - 1]] + [n]
+        return [range(a, b) for a, b in zip(bounds, bounds[1:])]
 
-    def scores(self, completions) -> list:
-        return [self.score(completion_text(c)) for c in completions]
+    def scores(self, completions, prompts=None) -> list:
+        """The Score of every completion, in order; one scoring per distinct batch."""
+        texts = [completion_text(c) for c in completions]
+        key = (repr(prompts), tuple(texts))
+        if key == self._key:
+            return self._scores
+        self.groups = []
+        for idx in self._split(prompts, len(texts)):
+            self.calls += 1
+            self.groups.append(self.verifier.score_group([texts[i] for i in idx]))
+        if self.grow:
+            for group in self.groups:
+                self.verifier.update_archive(group)
+        self._key, self._scores = key, [s for g in self.groups for s in g.scores]
+        return self._scores
 
 
-def reward_funcs(verifier) -> list[Callable[..., list[float]]]:
-    """One TRL reward function per channel, in `CHANNELS` order, sharing one score cache.
+def reward_funcs(verifier, group_size: int | None = None) -> list[Callable[..., list[float]]]:
+    """One TRL reward function per channel, in `CHANNELS` order, sharing one `GroupScorer`.
 
     Each has TRL's signature f(prompts, completions, **kwargs) -> list[float] and is named after its
-    channel (TRL logs rewards/<name>/mean). `f.scorer` is the shared `ScoreCache`.
+    channel (TRL logs rewards/<name>/mean). `f.scorer` is the shared scorer. Set `group_size` to TRL's
+    `num_generations` (AlphaGRPOTrainer does) unless every group has its own prompt text.
+    With `reward_weights(verifier)` the weighted sum of the 12 values is the verifier's scalar reward.
     """
-    scorer = ScoreCache(verifier)
+    scorer = GroupScorer(verifier, group_size)
 
     def make(channel: str):
         def reward(prompts=None, completions=None, **kwargs) -> list[float]:
-            return [float(s.channels[channel]) for s in scorer.scores(completions)]
+            return [float(s.channels[channel]) for s in scorer.scores(completions, prompts)]
         reward.__name__ = reward.__qualname__ = channel
         reward.scorer = scorer
         return reward
@@ -192,18 +223,42 @@ class AlphaGRPOTrainer(_trainer_base()):
         if args is not None and args.reward_weights is None and verifier is not None and len(funcs) == len(CHANNELS):
             args.reward_weights = reward_weights(verifier)
         super().__init__(model, reward_funcs=funcs, args=args, **kwargs)
+        if self.scorer.group_size is None:
+            self.scorer.group_size = self.num_generations
         self.thermostat = (thermostat or EntropyThermostat()) if repo_r else None
         self._valid = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         from accelerate.utils import gather
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        valid = torch.tensor([s.valid for s in self.scorer.scores(completions)], dtype=torch.int32,
+        scores = self.scorer.scores(completions, prompts)
+        # may win: valid and not caught by the motif guard (R10), as in our loop
+        valid = torch.tensor([s.valid and s.channels["motif_guard"] >= 0 for s in scores], dtype=torch.int32,
                              device=rewards.device)
         self._valid = gather(valid).bool()  # every process, in the order of the gathered rewards
         return rewards
 
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, plus the verifier's novelty archive (archive.npz), restored by `train(resume_...)`."""
+        super()._save_checkpoint(model, trial)
+        if self.is_world_process_zero():
+            import os
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self.scorer.verifier.save_archive(os.path.join(folder, "archive.npz"))
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint:
+            import os
+            from transformers.trainer_utils import get_last_checkpoint
+            folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True \
+                else str(resume_from_checkpoint)
+            if folder and os.path.exists(os.path.join(folder, "archive.npz")):
+                self.scorer.verifier.load_archive(os.path.join(folder, "archive.npz"))
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
     def _generate_and_score_completions(self, inputs):
+        self.scorer.grow = self.model.training  # evaluation batches do not enter the archive
         out = super()._generate_and_score_completions(inputs)
         G = self.num_generations if self.model.training else self.num_generations_eval
         local = out["advantages"]

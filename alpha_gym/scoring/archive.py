@@ -2,26 +2,33 @@
 
 Policy (documented, deterministic):
 - seeded with Alpha101-style formulas scored on the same panel; seeds are never evicted;
-- `add` takes a valid answer when its bucketed form is new AND its P&L correlates
-  below `admit_corr` (0.9) with every book already there; answers are offered in
-  the order given, so `add_group` sorts a group by canonical text first;
-- bounded at `capacity` (1,024): when full, the non-seed entry with the lowest
-  CPCV leaves (a weaker version of an idea makes room for a stronger one).
+- `add` takes a valid answer when its bucketed form is new (and, with `admit_corr`
+  below 1, its P&L correlates less than that with every book already there);
+  answers are offered in the order given, so `Verifier.update_archive` sorts a
+  group by canonical text first;
+- bounded at `capacity` (1,024): when full, the OLDEST non-seed entry leaves, so
+  the archive follows what a training run has recently been writing.
 
-Saved atomically (write to a temporary file, fsync, rename) as one `.npz`, and
-versioned with the panel's fingerprint: loading against other data is refused.
+Saved atomically (write to a temporary file, fsync, rename) as one `.npz` under
+an exclusive lock; `save(path, merge=True)` first unions the entries already in
+the file, so two processes saving to one path lose no entries. Versioned with
+the panel's fingerprint: loading against other data is refused, and a file
+whose arrays disagree with each other raises `ArchiveError`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ArchiveError(ValueError):
@@ -37,7 +44,7 @@ def standardise(pnl: np.ndarray) -> np.ndarray:
 class Archive:
     """Books and bucketed canonical forms, tied to one panel fingerprint."""
 
-    def __init__(self, fingerprint: str, n_days: int, capacity: int = 1024, admit_corr: float = 0.9):
+    def __init__(self, fingerprint: str, n_days: int, capacity: int = 1024, admit_corr: float = 1.0):
         if capacity < 1:
             raise ValueError("archive capacity must be at least 1")
         self.fingerprint = fingerprint
@@ -50,6 +57,7 @@ class Archive:
         self.seed: list[bool] = []
         self.in_sample: list[np.ndarray] = []
         self.out_of_sample: list[np.ndarray] = []
+        self.added: list[int] = []   # wall-clock ns of admission: orders entries of two processes when merging
         self._z = np.zeros((0, n_days))
 
     def __len__(self) -> int:
@@ -81,38 +89,82 @@ class Archive:
         """Offer one book; returns whether it was admitted (see the module's policy)."""
         if len(pnl) != self.n_days:
             raise ArchiveError(f"P&L of {len(pnl)} days does not fit an archive of {self.n_days}")
-        if not seed and (form in self.forms or self.max_abs_corr(pnl) >= self.admit_corr):
+        if not seed and (form in self.forms or (self.admit_corr < 1 and self.max_abs_corr(pnl) >= self.admit_corr)):
             return False
         if len(self) >= self.capacity:
-            candidates = [i for i in range(len(self)) if not self.seed[i]]
-            if not candidates:
+            oldest = next((i for i in range(len(self)) if not self.seed[i]), None)  # entries are in admission order
+            if oldest is None:
                 return False
-            worst = min(candidates, key=lambda i: (self.cpcv[i], self.forms[i]))
-            if not seed and self.cpcv[worst] >= cpcv:
-                return False
-            self._remove(worst)
-        self.forms.append(form)
-        self.texts.append(text)
-        self.cpcv.append(float(cpcv))
-        self.seed.append(bool(seed))
-        self.in_sample.append(np.asarray(in_sample, dtype=np.float64))
-        self.out_of_sample.append(np.asarray(out_of_sample, dtype=np.float64))
-        self._z = np.vstack([self._z, standardise(pnl)[None, :]])
+            self._remove(oldest)
+        self._append(form, text, float(cpcv), bool(seed), np.asarray(in_sample, dtype=np.float64),
+                     np.asarray(out_of_sample, dtype=np.float64), standardise(pnl), time.time_ns())
         return True
 
+    def _append(self, form, text, cpcv, seed, ins, oos, z, added) -> None:
+        self.forms.append(form)
+        self.texts.append(text)
+        self.cpcv.append(cpcv)
+        self.seed.append(seed)
+        self.in_sample.append(ins)
+        self.out_of_sample.append(oos)
+        self.added.append(int(added))
+        self._z = np.vstack([self._z, z[None, :]])
+
     def _remove(self, i: int) -> None:
-        for seq in (self.forms, self.texts, self.cpcv, self.seed, self.in_sample, self.out_of_sample):
+        for seq in (self.forms, self.texts, self.cpcv, self.seed, self.in_sample, self.out_of_sample, self.added):
             del seq[i]
         self._z = np.delete(self._z, i, axis=0)
 
+    def merge(self, other: "Archive") -> int:
+        """Take every entry of `other` whose form is not here yet; keep admission order; trim the oldest
+        non-seed entries beyond capacity. Returns how many entries were taken."""
+        if other.fingerprint != self.fingerprint or other.n_days != self.n_days:
+            raise ArchiveError("cannot merge archives computed on different data")
+        new = [i for i in range(len(other)) if other.forms[i] not in set(self.forms)]
+        for i in new:
+            self._append(other.forms[i], other.texts[i], other.cpcv[i], other.seed[i], other.in_sample[i],
+                         other.out_of_sample[i], other._z[i], other.added[i])
+        if new:  # re-sort by admission time (seeds first: they are never evicted and came first)
+            order = sorted(range(len(self)), key=lambda i: (not self.seed[i], self.added[i], self.forms[i]))
+            self._reorder(order)
+        while len(self) > self.capacity:
+            oldest = next((i for i in range(len(self)) if not self.seed[i]), None)
+            if oldest is None:
+                break
+            self._remove(oldest)
+        return len(new)
+
+    def _reorder(self, order: list[int]) -> None:
+        for name in ("forms", "texts", "cpcv", "seed", "in_sample", "out_of_sample", "added"):
+            seq = getattr(self, name)
+            setattr(self, name, [seq[i] for i in order])
+        self._z = self._z[order]
+
+    def copy(self) -> "Archive":
+        out = Archive(self.fingerprint, self.n_days, self.capacity, self.admit_corr)
+        for i in range(len(self)):
+            out._append(self.forms[i], self.texts[i], self.cpcv[i], self.seed[i], self.in_sample[i],
+                        self.out_of_sample[i], self._z[i], self.added[i])
+        return out
+
     # ----------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> None:
-        """Write atomically: a crash mid-save leaves the previous file intact."""
+    def save(self, path: str | os.PathLike, merge: bool = False) -> None:
+        """Write atomically under an exclusive lock: a crash mid-save leaves the previous file intact.
+
+        merge=True: first take the entries of the file already at `path` (written by another process)
+        that are not here, so concurrent savers lose no entries (`merge`); this archive then holds the union.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            if merge and path.exists():
+                self.merge(Archive.load(path, self.fingerprint))
+            self._write(path)
+
+    def _write(self, path: Path) -> None:
         meta = {"format_version": FORMAT_VERSION, "fingerprint": self.fingerprint, "n_days": self.n_days,
                 "capacity": self.capacity, "admit_corr": self.admit_corr, "forms": self.forms,
-                "texts": self.texts, "cpcv": self.cpcv, "seed": self.seed}
+                "texts": self.texts, "cpcv": self.cpcv, "seed": self.seed, "added": self.added}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -129,7 +181,7 @@ class Archive:
 
     @classmethod
     def load(cls, path: str | os.PathLike, fingerprint: str) -> "Archive":
-        """Read an archive saved by `save`; refuse a corrupt file or one computed on other data."""
+        """Read an archive saved by `save`; refuse a corrupt or inconsistent file, or one computed on other data."""
         path = Path(path)
         try:
             with np.load(path, allow_pickle=False) as data:
@@ -139,17 +191,59 @@ class Archive:
             raise
         except Exception as err:  # zipfile, JSON, missing keys: all mean the file is not usable
             raise ArchiveError(f"{path} is not a readable alpha-gym archive ({type(err).__name__}: {err})") from None
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ArchiveError(f"{path} has archive format {meta.get('format_version')}, expected {FORMAT_VERSION}")
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            version = meta.get("format_version") if isinstance(meta, dict) else None
+            raise ArchiveError(f"{path} has archive format {version}, expected {FORMAT_VERSION}")
         if meta.get("fingerprint") != fingerprint:
             raise ArchiveError(f"{path} was computed on other data (panel fingerprint {meta.get('fingerprint', '?')[:12]}"
                                f" != {fingerprint[:12]}); rebuild it for this panel")
+        _check_consistent(path, meta, z, ins, oos)
         n = len(meta["forms"])
-        if z.shape != (n, meta["n_days"]) or len(meta["texts"]) != n or len(meta["cpcv"]) != n:
-            raise ArchiveError(f"{path} is inconsistent: {n} entries but arrays of shape {z.shape}")
         out = cls(fingerprint, meta["n_days"], meta["capacity"], meta["admit_corr"])
-        out.forms, out.texts = list(meta["forms"]), list(meta["texts"])
+        out.forms, out.texts = [str(f) for f in meta["forms"]], [str(t) for t in meta["texts"]]
         out.cpcv, out.seed = [float(c) for c in meta["cpcv"]], [bool(s) for s in meta["seed"]]
-        out.in_sample, out.out_of_sample = list(ins), list(oos)
+        out.added = [int(a) for a in meta["added"]]
+        out.in_sample = [np.asarray(r, dtype=np.float64) for r in ins.reshape(n, -1)]
+        out.out_of_sample = [np.asarray(r, dtype=np.float64) for r in oos.reshape(n, -1)]
         out._z = np.array(z, dtype=np.float64).reshape(n, meta["n_days"])
         return out
+
+
+def _check_consistent(path, meta: dict, z: np.ndarray, ins: np.ndarray, oos: np.ndarray) -> None:
+    """Every way the parts of a saved archive can disagree, as one ArchiveError naming the first found."""
+    def fail(why: str):
+        raise ArchiveError(f"{path} is inconsistent: {why}")
+
+    keys = ("forms", "texts", "cpcv", "seed", "added", "n_days", "capacity", "admit_corr")
+    missing = [k for k in keys if k not in meta]
+    if missing:
+        fail(f"missing fields {missing}")
+    n, n_days, capacity = len(meta["forms"]), meta["n_days"], meta["capacity"]
+    if not isinstance(n_days, int) or n_days < 1 or not isinstance(capacity, int) or capacity < 1:
+        fail(f"n_days {n_days!r} and capacity {capacity!r} must be positive integers")
+    if any(len(meta[k]) != n for k in ("texts", "cpcv", "seed", "added")):
+        fail(f"{n} forms but {[len(meta[k]) for k in ('texts', 'cpcv', 'seed', 'added')]} texts/cpcv/seed/added")
+    if z.shape != (n, n_days):
+        fail(f"{n} entries of {n_days} days but a P&L array of shape {z.shape}")
+    if ins.shape[0] != n or oos.shape != ins.shape:
+        fail(f"slice Sharpes of shapes {ins.shape} and {oos.shape} for {n} entries")
+    if n > capacity and sum(not s for s in meta["seed"]) > 0:
+        fail(f"{n} entries exceed the capacity {capacity}")
+    learned = [f for f, s in zip(meta["forms"], meta["seed"]) if not s]
+    if len(set(learned)) != len(learned) or set(learned) & {f for f, s in zip(meta["forms"], meta["seed"]) if s}:
+        fail("a learned entry's canonical form appears twice")
+    if not (np.isfinite(z).all() and np.isfinite(ins).all() and np.isfinite(oos).all()
+            and all(np.isfinite(c) for c in meta["cpcv"])):
+        fail("non-finite values")
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on `path` + ".lock" for the duration of the block (POSIX flock)."""
+    lock = path.with_name(path.name + ".lock")
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -14,9 +14,14 @@ from alpha_gym.language.nodes import Field, Node, Num, Op, walk
 from alpha_gym.language.operators import OPERATORS
 
 
-def cpcv_channel(cpcv_score: float) -> float:
-    """R1 (priority 3.0): mean - 0.5 * std of the 15 CPCV slice Sharpes. Closes: luck, fit to one period."""
-    return float(cpcv_score)
+def cpcv_channel(cpcv_score: float, clip: float | None = None) -> float:
+    """R1 (priority 3.0): mean - 0.5 * std of the 15 CPCV slice Sharpes, clipped to [-clip, clip].
+
+    The clip (5, as the holdout score) bounds a valid answer's reward from below, so the invalid
+    penalties can sit beneath every valid answer. Closes: luck, fit to one period.
+    """
+    value = float(cpcv_score)
+    return value if clip is None else float(np.clip(value, -clip, clip))
 
 
 def _group_ranks(values: np.ndarray) -> np.ndarray:
@@ -78,11 +83,13 @@ def turnover_channel(turnover: float, cap: float = 0.5) -> float:
     return -2.0 * max(0.0, turnover - cap)
 
 
-def min_turnover_channel(turnover: float, free_above: float = 0.06, invalid_below: float = 0.02) -> float:
-    """R6 (priority 0.5): 0 at or above 6% a day, falling linearly to -1 at the 2% validity floor.
+def min_turnover_channel(turnover: float, free_above: float = 0.03, invalid_below: float = 0.02) -> float:
+    """R6 (priority 0.5): 0 at or above 3% a day, falling linearly to -1 at the 2% validity floor.
 
-        R6 = -clip((0.06 - turnover) / (0.06 - 0.02), 0, 1)
+        R6 = -clip((0.03 - turnover) / (0.03 - 0.02), 0, 1)
 
+    The reference began with 6% and moved the band on Jul 26, when it charged the reference's own best
+    formulas (2.3-3.1% a day) -0.36 to -0.46 after priority; `free_above=0.06` gives the old band.
     Below 2% the answer is invalid (handled by the verifier). Closes: static and empty books.
     """
     return -float(np.clip((free_above - turnover) / (free_above - invalid_below), 0.0, 1.0))
@@ -170,10 +177,30 @@ def is_price_only(node: Node) -> bool:
 def motif_guard_channel(node: Node, ic: float, min_ic: float = 0.005) -> float:
     """R10 (priority 0.3): -1 when a bare one-motif or price-only formula has IC < 0.005, else 0.
 
-    When it fires the answer also loses its positive reward (the verifier clamps
-    the scalar reward at 0). Closes: lazy single-motif formulas and slow tilts that ride a trend.
+    When it fires the answer also loses its positive reward: see `motif_guard_value`.
+    Closes: lazy single-motif formulas and slow tilts that ride a trend.
     """
     return -1.0 if (is_bare_motif(node) or is_price_only(node)) and ic < min_ic else 0.0
+
+
+def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
+    """R10's value once the rest of the reward is known, so the guard's effect lives in the channel itself.
+
+        not fired:  0
+        fired:      min(-1, -rest / priority)    so that  rest + priority * R10 = min(rest - priority, 0)
+
+    `rest` is the priority-weighted sum of the other eleven channels. A guarded answer's scalar reward is
+    therefore never positive, and any library that weights the 12 channels reproduces it. Priority 0
+    switches the guard off (nothing could carry its effect).
+    """
+    if not fired:
+        return 0.0
+    if priority <= 0:
+        return -1.0
+    value = min(-1.0, -rest / priority)
+    while rest + priority * value > 0:  # float rounding: step down until the sum is not positive
+        value = float(np.nextafter(value, -np.inf))
+    return value
 
 
 def complexity_channel(n_nodes: int, free_nodes: int = 24, per_node: float = -0.02) -> float:
@@ -184,3 +211,27 @@ def complexity_channel(n_nodes: int, free_nodes: int = 24, per_node: float = -0.
 def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = 0.05) -> float:
     """R12 (priority 1.0): +0.05 for a non-empty <think>...</think> block before the answer (switchable)."""
     return bonus if (enabled and has_reasoning) else 0.0
+
+
+def channel_minima(config) -> dict[str, float]:
+    """The lowest value each channel can take for a VALID answer under `config` (a VerifierConfig).
+
+    Used to bound a valid answer's reward from below (`VerifierConfig.valid_reward_bound`). R10 is -1 here:
+    when the guard fires with a lower value, the whole reward is min(rest - priority, 0), never below
+    the bound. Turnover is at most 2 a day (a gross-1 book that flips every position).
+    """
+    clip = config.cpcv_clip
+    return {
+        "cpcv": -clip if clip is not None else -np.inf,
+        "pbo": min(0.0, config.pbo_floor),
+        "jepa_stress": -1.0,
+        "factor_neutrality": -0.4 * 3.0,
+        "turnover": turnover_channel(2.0, config.turnover_cap),
+        "min_turnover": -1.0,
+        "ic": -0.2,
+        "novelty_pnl": min(0.0, -0.4),
+        "novelty_syntax": novelty_syntax_channel(4, 0.0, config.syntax_duplicate_penalty),
+        "motif_guard": -1.0,
+        "complexity": complexity_channel(config.limits.max_tokens, config.complexity_free_nodes),
+        "format": 0.0,
+    }

@@ -27,6 +27,17 @@ DEFAULT_PRIORITIES: dict[str, float] = {
 CHANNELS = tuple(DEFAULT_PRIORITIES)
 
 
+INVALID_REWARDS = ("below_valid", "reference")
+
+
+def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
+    """The scalar reward: sum over the 12 channels of priority x value, in CHANNELS order.
+
+    The one place the sum is taken, so the verifier, the loop, GRPO mode and every adapter agree bit for bit.
+    """
+    return float(sum(priorities[c] * channels[c] for c in CHANNELS))
+
+
 class ConfigError(ValueError):
     """A configuration value that cannot work."""
 
@@ -40,7 +51,13 @@ class VerifierConfig:
     cpcv: CPCVConfig = CPCVConfig()
     limits: Limits = Limits()
     min_valid_stocks: int = 5          # fewer valid stocks on a day -> flat that day
-    # Validity and fixed rewards of invalid answers (R1 takes the same value).
+    # Invalid answers. The reference's rewards are -1.0 / -0.8 / -0.6, so a valid book that loses money
+    # (Alpha#101: R1 -5.5, reward -16.6) scored far BELOW an answer that trades nothing. With
+    # "below_valid" (default) R1 is clipped to +-cpcv_clip, which bounds every valid reward from below
+    # (`valid_reward_bound`), and the three penalties sit that far beneath the bound, in the same order:
+    # no invalid answer ever outranks a valid one. "reference" keeps the reference's exact R1 values.
+    invalid_rewards: str = "below_valid"  # "below_valid" | "reference"
+    cpcv_clip: float | None = 5.0      # R1 clipped to [-5, 5], as the holdout score; None: unclipped
     reward_missing_tag: float = -1.0   # no <alpha>...</alpha> block
     reward_unparseable: float = -0.8   # syntax error, unknown name or over a limit
     reward_invalid_book: float = -0.6  # parses, but trades under the floor or never
@@ -48,15 +65,21 @@ class VerifierConfig:
     # Channel thresholds (each channel's docstring in channels.py gives its formula).
     pbo_floor: float = -0.48             # R2: the most a formula can lose for ranking worse out of sample
     turnover_cap: float = 0.5            # R5: free up to 50% of the book a day
-    min_turnover_free: float = 0.06      # R6: free above 6% a day
+    # R6: free above 3% a day. The reference started at 6% and on Jul 26 (hack log) moved the band after it
+    # charged its own best formulas (2.3-3.1% a day) -0.36 to -0.46; at 3% that top decile pays about -0.09.
+    min_turnover_free: float = 0.03
     ic_cap_when_unprofitable: float = 0.05  # R7: IC bonus cap while CPCV <= 0
     duplicate_corr: float = 0.98         # R8: a book this correlated with another is a duplicate
     syntax_duplicate_penalty: float = -0.3  # R9: per duplicate of the bucketed canonical form
     motif_min_ic: float = 0.005          # R10: a bare motif or price-only formula needs this IC
     complexity_free_nodes: int = 24      # R11: nodes beyond this cost 0.02 each
-    format_enabled: bool = True          # R12: +0.05 for a reasoning block (the reference run had it off)
+    format_enabled: bool = False         # R12: +0.05 for a reasoning block; off, as in the reference run
     # Novelty archive (R8, R9, and R2 for single answers).
-    archive_capacity: int = 1024
+    archive_capacity: int = 1024         # oldest non-seed entry leaves beyond this
+    archive_min_core: float = 0.0        # valid answers with R1 above this enter the archive after each step
+    # ... and whose bucketed form is new. Below 1, a book correlating this much with an entry is also refused,
+    # but then its form never reaches the syntax archive and R9 pays for repeating it forever: keep 1.
+    archive_admit_corr: float = 1.0
     archive_seed: bool = True            # seed with Alpha101-style formulas on first use
     # R3: a directory holding a fitted world model; None -> the channel is off (0, reported).
     stress_checkpoint: str | None = None
@@ -72,6 +95,56 @@ class VerifierConfig:
             raise ConfigError("min_valid_stocks must be at least 2")
         if not 0 <= self.min_turnover_invalid < 1:
             raise ConfigError("min_turnover_invalid must be in [0, 1)")
+        if not self.min_turnover_free > self.min_turnover_invalid:
+            raise ConfigError(f"min_turnover_free ({self.min_turnover_free}) must be above min_turnover_invalid "
+                              f"({self.min_turnover_invalid})")
+        bad = {k: v for k, v in prios.items() if not (v >= 0 and v < float("inf"))}
+        if bad:
+            raise ConfigError(f"priorities must be finite and >= 0, got {bad}")
+        if self.invalid_rewards not in INVALID_REWARDS:
+            raise ConfigError(f"invalid_rewards must be one of {INVALID_REWARDS}, got {self.invalid_rewards!r}")
+        if not (self.reward_missing_tag < self.reward_unparseable < self.reward_invalid_book <= 0):
+            raise ConfigError("invalid rewards must keep their order: reward_missing_tag < reward_unparseable < "
+                              f"reward_invalid_book <= 0, got {self.reward_missing_tag}, {self.reward_unparseable}, "
+                              f"{self.reward_invalid_book}")
+        if self.cpcv_clip is not None and not self.cpcv_clip > 0:
+            raise ConfigError(f"cpcv_clip must be > 0 or None, got {self.cpcv_clip}")
+        if self.invalid_rewards == "below_valid":
+            if self.cpcv_clip is None:
+                raise ConfigError("invalid_rewards='below_valid' needs a finite cpcv_clip (R1 unbounded has no "
+                                  "lowest valid reward to sit beneath)")
+            if prios["cpcv"] <= 0:
+                raise ConfigError("invalid_rewards='below_valid' puts the penalty in R1: priorities['cpcv'] must be > 0")
+        if self.archive_capacity < 1:
+            raise ConfigError("archive_capacity must be at least 1")
+        if not 0 < self.archive_admit_corr <= 1:
+            raise ConfigError(f"archive_admit_corr must be in (0, 1], got {self.archive_admit_corr}")
+
+    @classmethod
+    def reference(cls, **changes: Any) -> "VerifierConfig":
+        """The reference system's exact invalid-answer values: R1 = -1.0 / -0.8 / -0.6, R1 unclipped."""
+        return cls(invalid_rewards="reference", cpcv_clip=None, **changes)
+
+    def valid_reward_bound(self) -> float:
+        """The lowest scalar reward a valid answer can get: sum of priority x each channel's minimum."""
+        from alpha_gym.scoring.channels import channel_minima  # channels.py knows each channel's range
+        lows = channel_minima(self)
+        return float(sum(self.priorities[c] * lows[c] for c in CHANNELS))
+
+    def invalid_reward(self, kind: str) -> float:
+        """The scalar reward of an invalid answer: kind "missing_tag" | "unparseable" | "invalid_book"."""
+        base = {"missing_tag": self.reward_missing_tag, "unparseable": self.reward_unparseable,
+                "invalid_book": self.reward_invalid_book}[kind]
+        if self.invalid_rewards == "reference":
+            return self.priorities["cpcv"] * base  # R1 takes the reference's value; the scalar is its weight
+        return self.valid_reward_bound() + base
+
+    def invalid_cpcv(self, kind: str) -> float:
+        """The R1 value of an invalid answer (every other channel is 0), so that sum p x channels = the reward."""
+        if self.invalid_rewards == "reference":
+            return {"missing_tag": self.reward_missing_tag, "unparseable": self.reward_unparseable,
+                    "invalid_book": self.reward_invalid_book}[kind]
+        return self.invalid_reward(kind) / self.priorities["cpcv"]
 
     def with_(self, **changes: Any) -> "VerifierConfig":
         """A copy with some fields changed (unknown names raise ConfigError)."""

@@ -10,6 +10,7 @@ invalid `Score` with a reason.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
 from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
-from alpha_gym.scoring.config import CHANNELS, VerifierConfig
+from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
@@ -39,9 +40,10 @@ class Score:
     """The verdict on one answer.
 
     valid: the answer is a tradable formula; reason: "ok" or why not; reward:
-    the scalar reward (sum of priority x channel for valid answers, a fixed
-    penalty for invalid ones); channels: raw channel values, before priorities;
-    diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...).
+    the scalar reward, for EVERY answer exactly `weighted_sum(channels, priorities)`
+    (an invalid answer's penalty sits in R1, R10's clamp in R10, so a library that
+    weights the channels reproduces it); channels: the 12 channel values, before
+    priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...).
     """
 
     valid: bool
@@ -99,6 +101,12 @@ class GroupScore:
     rewards: np.ndarray     # (G,) scalar rewards
     core: np.ndarray        # (G,) R1 (cpcv) values
     evaluated: list = field(default_factory=list, repr=False)  # Evaluated or None per answer
+    guarded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # (G,) R10 fired
+
+    @property
+    def may_win(self) -> np.ndarray:
+        """(G,) answers that may get a positive advantage: valid and not caught by the motif guard (R10)."""
+        return self.valid & ~self.guarded
 
     @classmethod
     def from_scores(cls, scores: list[Score], channels=CHANNELS, evaluated=None) -> "GroupScore":
@@ -108,16 +116,18 @@ class GroupScore:
                    valid=np.array([s.valid for s in scores], dtype=bool),
                    rewards=np.array([s.reward for s in scores], dtype=np.float64),
                    core=matrix[:, list(channels).index("cpcv")].copy(),
-                   evaluated=list(evaluated) if evaluated is not None else [None] * len(scores))
+                   evaluated=list(evaluated) if evaluated is not None else [None] * len(scores),
+                   guarded=np.array([s.valid and s.channels["motif_guard"] < 0 for s in scores], dtype=bool))
 
 
 class Verifier:
     """Scores formulas on one panel (the training window: it must not reach the holdout).
 
-    `score(answer)` scores one raw answer against the archive; `score_group(answers)`
-    scores the answers to one prompt together, so channels that compare answers
-    (stability, duplicates) see each other. Both are pure given the archive's
-    state: the archive changes only through `update_archive`.
+    `score_group(answers)` scores the answers to one prompt together, so channels
+    that compare answers (stability, duplicates) see each other; `score(answer)` is
+    a group of one (`score(a) == score_group([a]).scores[0]`). Both are pure given
+    the archive's state: the archive changes only through `update_archive` (which
+    the training loop, the TRL adapter and the env call after each step) or `load_archive`.
     """
 
     def __init__(self, panel: Panel, config: VerifierConfig | None = None, archive: Archive | None = None):
@@ -155,7 +165,8 @@ class Verifier:
     def archive(self) -> Archive:
         """The novelty archive; seeded with Alpha101-style books on first use (config.archive_seed)."""
         if self._archive is None:
-            self._archive = Archive(self.panel.fingerprint(), len(self._returns), self.config.archive_capacity)
+            self._archive = Archive(self.panel.fingerprint(), len(self._returns), self.config.archive_capacity,
+                                    self.config.archive_admit_corr)
             if self.config.archive_seed:
                 for formula in SEED_FORMULAS:
                     try:
@@ -168,11 +179,32 @@ class Verifier:
         return self._archive
 
     def update_archive(self, group: "GroupScore") -> int:
-        """Offer a scored group's valid books to the archive (in canonical order); returns how many joined."""
-        offered = sorted((ev for ev, s in zip(group.evaluated, group.scores) if ev is not None and s.valid),
+        """Offer a scored group's valid books whose core score (R1 before its clip) is above
+        `config.archive_min_core` to the archive, in canonical order; returns how many joined."""
+        offered = sorted((ev for ev, s in zip(group.evaluated, group.scores)
+                          if ev is not None and s.valid and ev.cpcv > self.config.archive_min_core),
                          key=lambda ev: (ev.form, ev.text))
         return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
                    for ev in offered)
+
+    def fork(self) -> "Verifier":
+        """A verifier on the same panel and config (sharing its data and factors) with its own copy of the
+        archive: runs that must not see each other's answers (the rungs of a comparison) each take one."""
+        twin = copy.copy(self)
+        twin._archive = self.archive.copy()
+        return twin
+
+    def save_archive(self, path, merge: bool = False) -> None:
+        """Save the archive (see `Archive.save`; merge=True unions a file another process wrote)."""
+        self.archive.save(path, merge=merge)
+
+    def load_archive(self, path) -> Archive:
+        """Replace the archive with one saved on this panel (raises ArchiveError otherwise)."""
+        archive = Archive.load(path, self.panel.fingerprint())
+        if archive.n_days != len(self._returns):
+            raise ArchiveError(f"{path} holds books of {archive.n_days} days; this panel trades {len(self._returns)}")
+        self._archive = archive
+        return archive
 
     # ------------------------------------------------------------ pipeline
     def _cost(self, weights: np.ndarray, turnover: np.ndarray) -> np.ndarray:
@@ -198,11 +230,12 @@ class Verifier:
                          sharpe=metrics.sharpe(net), has_reasoning=has_reasoning)
 
     # -------------------------------------------------------------- verdicts
-    def _invalid(self, reason: str, reward: float, formula: str | None = None, **diagnostics) -> Score:
+    def _invalid(self, reason: str, kind: str, formula: str | None = None, **diagnostics) -> Score:
+        """kind: "missing_tag" | "unparseable" | "invalid_book"; the penalty sits in R1 (config.invalid_cpcv)."""
         channels = {name: 0.0 for name in CHANNELS}
-        channels["cpcv"] = reward
-        return Score(valid=False, reason=reason, reward=float(reward), channels=channels,
-                     diagnostics=diagnostics, formula=formula)
+        channels["cpcv"] = self.config.invalid_cpcv(kind)
+        return Score(valid=False, reason=reason, reward=weighted_sum(channels, self.config.priorities),
+                     channels=channels, diagnostics=diagnostics, formula=formula)
 
     def _prepare(self, answer: str | None, formula: str | None, cache) -> Score | Evaluated:
         """Extract, parse and trade one answer; an invalid Score for anything that fails."""
@@ -211,50 +244,52 @@ class Verifier:
             try:
                 parsed = extract(answer)
             except AnswerError as err:
-                return self._invalid(str(err), self.config.reward_missing_tag, error="answer")
+                return self._invalid(str(err), "missing_tag", error="answer")
             formula, has_reasoning = parsed.formula, parsed.has_reasoning
         try:
             ev = self.evaluate(formula, cache, has_reasoning)
         except FormulaError as err:
-            return self._invalid(str(err), self.config.reward_unparseable,
+            return self._invalid(str(err), "unparseable",
                                  formula=formula if isinstance(formula, str) else None, error=err.kind)
         except (FloatingPointError, MemoryError, ValueError) as err:  # defensive: never crash on model input
             log.warning("evaluation of %r failed: %r", formula, err)
-            return self._invalid(f"evaluation failed: {type(err).__name__}: {err}", self.config.reward_unparseable,
+            return self._invalid(f"evaluation failed: {type(err).__name__}: {err}", "unparseable",
                                  formula=formula, error="evaluation")
         if ev.turnover < self.config.min_turnover_invalid:
             return self._invalid(f"turnover {ev.turnover:.2%} a day is below the "
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
-                                 self.config.reward_invalid_book, formula=ev.text, error="turnover",
+                                 "invalid_book", formula=ev.text, error="turnover",
                                  **self._diagnostics(ev))
         return ev
 
     def score(self, answer: str, brief=None) -> Score:
-        """Score a raw model answer (the formula inside `<alpha>...</alpha>`) against the archive.
+        """Score a raw model answer (the formula inside `<alpha>...</alpha>`): a group of one.
 
         With a `brief`, its checkable constraints are reported as `diagnostics["brief_compliance"]`.
         """
-        return self._score_all([answer], None, group=False, brief=brief).scores[0]
+        return self.score_group([answer], brief=brief).scores[0]
 
     def score_formula(self, formula: str, brief=None) -> Score:
-        """Score a bare formula against the archive."""
-        return self._score_all([None], [formula], group=False, brief=brief).scores[0]
+        """Score a bare formula (no `<alpha>` block needed): a group of one."""
+        return self._score_items([self._prepare(None, formula, {})], brief).scores[0]
 
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
 
         Deterministic and independent of the answers' order (up to the same permutation of the result).
         """
-        return self._score_all(list(answers), None, group=True, brief=brief)
-
-    def _score_all(self, answers, formulas, group: bool, brief=None) -> GroupScore:
+        if isinstance(answers, (str, bytes)):
+            raise TypeError("score_group takes a list of answers; for one answer use score(answer) "
+                            "or score_group([answer])")
         cache: dict = {}
-        items = [self._prepare(a, None if formulas is None else formulas[i], cache) for i, a in enumerate(answers)]
+        return self._score_items([self._prepare(a, None, cache) for a in answers], brief)
+
+    def _score_items(self, items: list, brief=None) -> GroupScore:
+        """Channel scores for the prepared items (an Evaluated or an invalid Score each), as one group."""
         live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
-        evs = [items[i] for i in live]
         scores: list = list(items)
-        if evs:
-            for i, sc in zip(live, self._channel_scores(evs, group)):
+        if live:
+            for i, sc in zip(live, self._channel_scores([items[i] for i in live])):
                 if brief is not None and getattr(brief, "constraints", ()):
                     sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].node)
                 scores[i] = sc
@@ -262,28 +297,30 @@ class Verifier:
         return GroupScore.from_scores(scores, evaluated=evaluated)
 
     # -------------------------------------------------------------- channels
-    def _channel_scores(self, evs: list[Evaluated], group: bool) -> list[Score]:
+    def _channel_scores(self, evs: list[Evaluated]) -> list[Score]:
+        """The 12 channels of the tradable answers of one group (invalid ones are already scored)."""
         cfg = self.config
         archive = self.archive
-        # R2: rank stability within the group (a single answer is ranked among the archive's books)
+        # R2: rank stability within the group; with fewer than two tradable answers there is nothing to rank
+        # against inside the group, so the answer is ranked among the archive's books instead
         ins = np.array([ev.train_sharpes for ev in evs])
         oos = np.array([ev.test_sharpes for ev in evs])
-        ref_in, ref_out = (None, None) if group else archive.sharpe_rows()
+        ref_in, ref_out = archive.sharpe_rows() if len(evs) < 2 else (None, None)
         pbo = channels.pbo_channel(ins, oos, ref_in, ref_out, cfg.pbo_floor)
-        # R8/R9: correlation and form duplicates against the archive and (in a group) each other
+        # R8/R9: correlation and form duplicates against the archive and each other
         z = np.array([standardise(ev.net) for ev in evs])
         archive_corr = archive.max_abs_corrs(z)
-        group_corr = np.abs(z @ z.T) / z.shape[1] if group and len(evs) > 1 else np.zeros((len(evs), len(evs)))
+        group_corr = np.abs(z @ z.T) / z.shape[1]
         np.fill_diagonal(group_corr, 0.0)
         forms = [ev.form for ev in evs]
         out = []
         for k, ev in enumerate(evs):
             max_corr = max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0)))
-            n_dup = archive.count_form(ev.form) + (forms.count(ev.form) - 1 if group else 0)
+            n_dup = archive.count_form(ev.form) + forms.count(ev.form) - 1
             raw_sr = ev.sharpe
             res_sr = residual_sharpe(ev.net, self.factors)
             ch = {
-                "cpcv": channels.cpcv_channel(ev.cpcv),
+                "cpcv": channels.cpcv_channel(ev.cpcv, cfg.cpcv_clip),
                 "pbo": float(pbo[k]),
                 "jepa_stress": 0.0,
                 "factor_neutrality": channels.factor_neutrality_channel(raw_sr, res_sr),
@@ -293,22 +330,24 @@ class Verifier:
                 "ic": channels.ic_channel(ev.ic, ev.cpcv, cfg.ic_cap_when_unprofitable),
                 "novelty_pnl": channels.novelty_pnl_channel(max_corr, cfg.duplicate_corr),
                 "novelty_syntax": channels.novelty_syntax_channel(n_dup, max_corr, cfg.syntax_duplicate_penalty),
-                "motif_guard": channels.motif_guard_channel(ev.node, ev.ic, cfg.motif_min_ic),
+                "motif_guard": 0.0,
                 "complexity": channels.complexity_channel(size(ev.node), cfg.complexity_free_nodes),
                 "format": channels.format_channel(ev.has_reasoning, cfg.format_enabled),
             }
             state = {"jepa_stress": "off: no world model configured (contributes 0)"}
             if self.stress is not None:
                 ch["jepa_stress"], state["jepa_stress"] = self.stress.channel(ev.text, ev.cpcv)
-            reward = sum(cfg.priorities[name] * value for name, value in ch.items())
-            if ch["motif_guard"] < 0:
-                reward = min(reward, 0.0)  # R10: the guard takes away any positive reward
+            # R10 last: when it fires its value cancels any positive rest, so the weighted sum is <= 0
+            fired = channels.motif_guard_channel(ev.node, ev.ic, cfg.motif_min_ic) < 0
+            rest = weighted_sum(ch, cfg.priorities)
+            ch["motif_guard"] = channels.motif_guard_value(fired, rest, cfg.priorities["motif_guard"])
+            if fired:
                 state["motif_guard"] = "fired: bare motif or price-only formula with IC below the minimum"
             diag = self._diagnostics(ev)
-            diag.update(residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
+            diag.update(cpcv=ev.cpcv, residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
                         channel_state=state, has_reasoning=ev.has_reasoning)
-            out.append(Score(valid=True, reason="ok", reward=float(reward), channels=ch, diagnostics=diag,
-                             formula=ev.text))
+            out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
+                             diagnostics=diag, formula=ev.text))
         return out
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:
