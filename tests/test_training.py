@@ -145,8 +145,9 @@ def test_two_steps_of_each_recipe(runs, name):
         assert rec["valid_share"] > 0 and rec["nonzero_adv_share"] > 0  # the planted answers carry signal
         assert rec["entropy"] > 0
         assert rec["epsilon_high"] == pytest.approx(config.resolved_epsilon_high)
-    if config.num_iterations == 1:  # (with two passes the second one already sees an updated policy)
-        assert log[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # fresh adapters = the reference
+    # fresh adapters = the reference: at step 1 only the updates of that step's own earlier mini-batches
+    # (steps_per_generation x num_iterations of them) separate the policy from it
+    assert 0.0 <= log[0]["kl"] < 1e-3
 
     # the adapters changed (LoRA's B, or DoRA's magnitude too), and only the adapters train
     after = adapter_state(summary["policy"])
@@ -352,7 +353,7 @@ def test_reward_funcs_plain_and_conversational(small_synthetic):
         assert all(len(col) == 3 and all(isinstance(x, float) and math.isfinite(x) for x in col) for col in columns)
         direct = v.score_group(plain).scores  # the prompt's answers are one group
         assert columns[0] == [s.channels["cpcv"] for s in direct]
-    assert funcs[0].scorer.calls == 3  # 12 channels x 3 completion forms: each batch scored once
+    assert funcs[0].scorer.calls == 1  # 12 channels x 3 forms of the same texts: one scoring
 
 
 # ------------------------------------------------------------------------------- config and CLI
