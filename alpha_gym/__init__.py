@@ -14,8 +14,14 @@ from alpha_gym.scoring.verifier import Score, Verifier
 __version__ = "0.1.0"
 
 ENV_ID = "AlphaFormula-v0"
+#: Environment B of the reference: the same task and verifier with per-action costs about 19x higher.
+ENV_B_ID = "AlphaFormulaEnvB-v0"
 if ENV_ID not in registry:
     register(id=ENV_ID, entry_point="alpha_gym.env:AlphaFormulaEnv", vector_entry_point="alpha_gym.env:make_vector_env")
+if ENV_B_ID not in registry:
+    from alpha_gym.book.costs import ENVIRONMENT_B_COSTS
+    register(id=ENV_B_ID, entry_point="alpha_gym.env:AlphaFormulaEnv",
+             vector_entry_point="alpha_gym.env:make_vector_env", kwargs={"cost_model": ENVIRONMENT_B_COSTS})
 
-__all__ = ["CHANNELS", "DEFAULT_PRIORITIES", "DataError", "ENV_ID", "FormulaError", "Panel", "Score", "Verifier",
+__all__ = ["CHANNELS", "DEFAULT_PRIORITIES", "DataError", "ENV_B_ID", "ENV_ID", "FormulaError", "Panel", "Score", "Verifier",
            "VerifierConfig", "canonical", "load_panel", "load_universe", "parse", "synthetic_panel"]

@@ -112,3 +112,16 @@ def test_cli_demo_runs_and_training_without_torch_says_which_extra():
     assert "Alpha#101" in out.stdout and "INVALID" in out.stdout and "CPCV slices" in out.stdout
     from alpha_gym.cli import _missing_extra
     assert _missing_extra("train", ModuleNotFoundError("No module named 'torch'")) == 2
+
+
+def test_environment_b_charges_about_19x_the_costs(small_synthetic):
+    from alpha_gym.book.costs import TrainingCosts
+    a = gym.make("AlphaFormula-v0", panel=small_synthetic, archive="frozen").unwrapped
+    b = gym.make(alpha_gym.ENV_B_ID, panel=small_synthetic, archive="frozen").unwrapped
+    assert b.verifier.config.costs.rate() == pytest.approx(19 * TrainingCosts().rate())
+    answer = "<alpha>rank(-ts_delta(close, 5))</alpha>"
+    sa, sb = a.verifier.score(answer), b.verifier.score(answer)
+    assert sa.diagnostics["turnover"] == sb.diagnostics["turnover"]  # same book, dearer trades
+    assert sb.diagnostics["sharpe"] < sa.diagnostics["sharpe"]
+    with pytest.raises(ValueError):
+        TrainingCosts().scaled(0)

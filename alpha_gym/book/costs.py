@@ -27,6 +27,18 @@ class TrainingCosts:
     def rate(self) -> float:
         return (self.fee_bps + self.slippage_bps + self.half_spread_bps + self.impact_bps) * BPS
 
+    def scaled(self, factor: float) -> "TrainingCosts":
+        """Every component multiplied by `factor` (Environment B: 19)."""
+        if not factor > 0:
+            raise ValueError(f"cost factor must be > 0, got {factor!r}")
+        return TrainingCosts(self.fee_bps * factor, self.slippage_bps * factor, self.half_spread_bps * factor,
+                             self.impact_bps * factor)
+
+
+#: The reference's Environment B: "the same verifier, and per-action costs about 19x higher" (Part 3 s.7),
+#: 76 bps per unit of turnover. A fresh policy rarely clears a core score of 0 there: the advantage-floor trap.
+ENVIRONMENT_B_COSTS = TrainingCosts().scaled(19.0)
+
 
 def training_cost(turnover: np.ndarray, costs: TrainingCosts = TrainingCosts()) -> np.ndarray:
     """Daily cost of the training cost model.
