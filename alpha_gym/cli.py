@@ -199,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_stress(sub)
     from alpha_gym.service.cli import register as register_serve  # issue 12: the scoring service
     register_serve(sub)
+    from alpha_gym.batch.cli import register as register_score_batch  # issue 12: batch scoring on Ray
+    register_score_batch(sub)
     return parser
 
 

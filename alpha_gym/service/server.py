@@ -39,9 +39,9 @@ def serve(build_verifier, host: str = "127.0.0.1", port: int = 8000, *, max_byte
 class BackgroundServer:
     """The service on 127.0.0.1 in a daemon thread, for tests and benchmarks: `with BackgroundServer(...) as url:`."""
 
-    def __init__(self, build_verifier, host: str = "127.0.0.1", port: int = 0, **app_options):
+    def __init__(self, build_verifier=None, host: str = "127.0.0.1", port: int = 0, *, app=None, **app_options):
         import uvicorn
-        self.app = create_app(build_verifier, **app_options)
+        self.app = app if app is not None else create_app(build_verifier, **app_options)
         self.server = uvicorn.Server(_config(self.app, host, port))
         self.thread = threading.Thread(target=self.server.run, name="alpha-gym-serve", daemon=True)
         self.url = ""
