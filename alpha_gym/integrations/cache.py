@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import lru_cache
 from dataclasses import asdict
 from typing import Any
 
@@ -65,6 +66,17 @@ def shared_verifier(panel: Panel | None = None, config: VerifierConfig | None = 
             if not fresh:
                 _VERIFIERS[key] = verifier
         return verifier
+
+
+@lru_cache(maxsize=1)
+def _briefs_by_id() -> dict:
+    from alpha_gym.env import brief_set
+    return {b.id: b for name in ("fixed", "probe", "train") for b in brief_set(name)}
+
+
+def brief_by_id(brief_id: str):
+    """The seeded or fixed brief with this id (None if there is none); the index is built once per process."""
+    return _briefs_by_id().get(brief_id)
 
 
 def clear() -> None:
