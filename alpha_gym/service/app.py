@@ -21,14 +21,13 @@ import json
 import threading
 from typing import Callable
 
-import anyio
-from starlette.applications import Starlette
+from starlette.applications import Starlette  # first: without the serve extra, the error names starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
+import anyio  # noqa: E402,I001  (starlette's own dependency)
 
-MAX_BYTES = 1 << 20        # 1 MiB: 12 answers of the longest allowed answer (32,768 chars) fit with room
-MAX_ANSWERS = 64           # a group of answers to one prompt (12 in training)
+from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
 
 
 class RequestError(Exception):

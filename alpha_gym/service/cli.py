@@ -24,7 +24,7 @@ def cmd_serve(args) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from alpha_gym.cli import _add_data_args
-    from alpha_gym.service.app import MAX_ANSWERS, MAX_BYTES
+    from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
     p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
