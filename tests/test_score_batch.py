@@ -109,16 +109,64 @@ def test_cli_score_batch_serial(pool, serial, tmp_path, capsys):
     assert main(["score-batch", "--formulas", str(tmp_path / "missing.txt"), "--out", str(out)]) == 2
 
 
+HEAD = """
+import os, sys
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"   # listen on 127.0.0.1 only
+import ray
+ctx = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20)
+print(ctx.address_info["address"], flush=True)
+sys.stdin.read()                                          # hold the cluster until the test closes stdin
+ray.shutdown()
+"""
+
+
+def test_cli_on_an_existing_cluster_by_address(pool, tmp_path):
+    """--ray-address: a cluster started elsewhere (here: another process, on 127.0.0.1) gets the package and
+    the panel from the driver and writes the serial bytes. Both sides are subprocesses, as a user runs them."""
+    pytest.importorskip("ray", reason="ray (alpha-gym[batch]) is not installed")
+    import subprocess
+    import sys
+    from alpha_gym.cli import main
+    env = dict(os.environ, RAY_AUTH_MODE="token", PYTHONPATH=str(ROOT))  # Ray 2.5x heads use token auth
+    head = subprocess.Popen([sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    try:
+        address = head.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        remote, serial = tmp_path / "remote.jsonl", tmp_path / "serial.jsonl"
+        run = subprocess.run([sys.executable, "-m", "alpha_gym.cli", "score-batch", "--formulas", str(pool), "--out",
+                              str(remote), "--workers", "2", "--ray-address", address, "--quiet"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads(run.stdout.strip().splitlines()[-1])["complete"]
+        assert main(["score-batch", "--formulas", str(pool), "--out", str(serial), "--workers", "0", "--quiet"]) == 0
+        assert remote.read_bytes() == serial.read_bytes()
+    finally:
+        head.stdin.close()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray of 2 CPUs on this machine; its workers import this checkout's alpha_gym. Always shut down."""
     ray = pytest.importorskip("ray", reason="ray (alpha-gym[batch]) is not installed")
+    from alpha_gym.batch.runner import loopback_only
+    loopback_only()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 << 20,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}})
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+def test_the_local_cluster_listens_on_loopback_only(local_ray):
+    assert local_ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    assert {n["NodeManagerAddress"] for n in local_ray.nodes()} == {"127.0.0.1"}
 
 
 def test_ray_workers_give_the_serial_bytes_and_resume(local_ray, panel, pool, serial, tmp_path):

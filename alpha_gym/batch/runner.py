@@ -88,7 +88,22 @@ def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | No
             "workers": workers, "seconds": round(time.perf_counter() - t0, 2), "startup_seconds": round(ready_s, 2)}
 
 
+def loopback_only() -> None:
+    """Make a local Ray cluster started from this process listen on 127.0.0.1 only.
+
+    Ray binds the machine's outward address unless clusters are "disabled" (its switch for
+    laptops): then the head, raylet and workers all use the loopback address.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import sys
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # ray was imported before the variable was set: it read the old value
+        constants.ENABLE_RAY_CLUSTER = False
+
+
 def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str | None) -> float:
+    if ray_address is None or ray_address.split("://")[-1].startswith(("127.", "localhost")):
+        loopback_only()  # a cluster on this machine's loopback: this driver must join it there too
     import ray
     t0 = time.perf_counter()
     started_here = not ray.is_initialized()
