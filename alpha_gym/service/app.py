@@ -39,8 +39,9 @@ class RequestError(Exception):
 
 
 def _json(payload, status: int = 200) -> Response:
-    # allow_nan=False: `Score.to_dict` already maps non-finite numbers to null, as the CLI prints them
-    return Response(json.dumps(payload, allow_nan=False), status_code=status, media_type="application/json")
+    # json.dumps as `alpha-gym score --json` calls it, so both print the same text for the same score
+    # (`Score.to_dict` already maps non-finite diagnostics to null)
+    return Response(json.dumps(payload), status_code=status, media_type="application/json")
 
 
 def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object]:
