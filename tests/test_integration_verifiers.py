@@ -70,8 +70,9 @@ def test_trace_reward_is_the_verifiers_reward(direct, answer):
     assert {k: trace.rewards[k].weight for k in CHANNELS} == DEFAULT_PRIORITIES
     assert trace.metrics["valid"] == float(want.valid)
     assert trace.info["alpha_gym"]["reason"] == want.reason
-    if not want.valid:
-        assert trace.rewards["verifier_adjustment"].score != 0.0
+    # the adjustment is whatever the verifier's reward adds to its weighted channels (0 when it is their sum)
+    weighted = sum(DEFAULT_PRIORITIES[k] * v for k, v in want.channels.items())
+    assert trace.rewards["verifier_adjustment"].score == pytest.approx(want.reward - weighted, abs=1e-12)
 
 
 def test_priorities_reach_both_the_weights_and_the_verifier():

@@ -7,8 +7,9 @@
 Each task is one brief (`TaskData.prompt` is the brief's prompt, `brief_id`/`family` ride
 along). Its rewards are 12 `@vf.reward` methods, one per channel, each returning the
 channel's raw value with the verifier's priority as its weight, plus `verifier_adjustment`
-(weight 1): what the verifier's rules add beyond the weighted sum (the fixed reward of an
-invalid answer, the motif guard's cap at 0). So `trace.reward`, verifiers' weighted sum,
+(weight 1): the verifier's reward minus the weighted channels (0 whenever the reward is their
+weighted sum; otherwise a rule such as a fixed invalid-answer reward or a cap). So `trace.reward`,
+verifiers' weighted sum,
 is `Verifier.score(answer).reward` up to the rounding of verifiers' own float sum (a few
 1e-16; exact where floats allow), and each channel is exactly the verifier's. The verifier's
 reward itself, bit for bit, is the metric `verifier_reward`. `valid` is a metric. The answer is `trace.last_reply`.
@@ -97,7 +98,7 @@ class AlphaTask(vf.Task[AlphaData, vf.State, AlphaTaskConfig]):
 
     @vf.reward(weight=1.0)
     async def verifier_adjustment(self, trace) -> float:
-        """The verifier's reward minus the weighted channels: its fixed invalid-answer reward and motif-guard cap."""
+        """The verifier's reward minus its weighted channels (0 when the reward is their weighted sum)."""
         return self.verdict(trace)["adjustment"]
 
 
