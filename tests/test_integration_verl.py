@@ -22,9 +22,9 @@ from alpha_gym.scoring.verifier import Verifier  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>",
            "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
-           "<alpha>rank(ts_mean(close, 250))</alpha>",   # static book: invalid, -0.6
-           "<alpha>rank(close -)</alpha>",                # syntax error: invalid, -0.8
-           "momentum, I think"]                           # no tag: invalid, -1.0
+           "<alpha>rank(ts_mean(close, 250))</alpha>",   # static book: invalid
+           "<alpha>rank(close -)</alpha>",                # syntax error: invalid
+           "momentum, I think"]                           # no tag: invalid
 
 
 @pytest.fixture(scope="module")

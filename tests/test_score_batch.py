@@ -86,7 +86,8 @@ def test_jsonl_input_with_answers_and_formulas(panel, tmp_path):
     v = Verifier(panel)
     assert got[0]["score"] == json.loads(json.dumps(v.score_formula(rows[0]["formula"]).to_dict()))
     assert got[1]["score"] == json.loads(json.dumps(v.score(rows[1]["answer"]).to_dict()))
-    assert got[2]["kind"] == "answer" and got[2]["score"]["reward"] == -1.0
+    assert got[2]["kind"] == "answer" and got[2]["score"] == json.loads(json.dumps(v.score("no tag").to_dict()))
+    assert got[2]["score"]["valid"] is False
 
 
 @pytest.mark.parametrize("text, message", [("{not json\n", "not JSON"), ('{"prompt": "x"}\n', 'no "formula"'),
