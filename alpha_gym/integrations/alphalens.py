@@ -31,12 +31,13 @@ def alphalens_inputs(verifier, formula: str, values: str = "rank"):
     import pandas as pd
     if values not in ("rank", "raw"):
         raise ValueError(f"values must be 'rank' or 'raw', got {values!r}")
+    from alpha_gym.integrations.frames import full_book
     panel = verifier.panel
-    ev = verifier.evaluate(formula)
+    ev, book = full_book(verifier, formula)
     signal = evaluate(parse(ev.text, verifier.config.limits), panel)[:-2]
     if values == "rank":
         signal = KERNELS["rank"](np.asarray(signal, dtype=np.float64))
-    traded = np.abs(ev.book.weights).sum(axis=1) > 0
+    traded = np.abs(book.weights).sum(axis=1) > 0
     signal = np.where(traded[:, None], signal, np.nan)
     dates = pd.DatetimeIndex(panel.dates.astype("datetime64[ns]"), name="date")
     assets = pd.Index(list(panel.tickers), name="asset")

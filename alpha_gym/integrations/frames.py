@@ -54,14 +54,21 @@ def _has_pyarrow() -> bool:
     return True
 
 
+def full_book(verifier, formula: str):
+    """(Evaluated, Book with its weights): `evaluate(formula).book`, rebuilt in full where the verifier keeps
+    it light (no days x stocks weights, to bound a group's memory)."""
+    ev = verifier.evaluate(formula)
+    book = ev.book if ev.book.weights is not None else verifier.book(ev.node)
+    return ev, book
+
+
 def book_frames(verifier, formula: str) -> BookFrames:
     """Trade `formula` on the verifier's panel and return its book as pandas objects.
 
     Raises `FormulaError` for a formula that does not parse (as `Verifier.evaluate` does).
     """
     import pandas as pd
-    ev = verifier.evaluate(formula)
-    book = ev.book
+    ev, book = full_book(verifier, formula)
     index = pd.DatetimeIndex(book.dates.astype("datetime64[ns]"), name="date")
     columns = pd.Index(list(verifier.panel.tickers), name="ticker")
 
