@@ -197,12 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
         register_train(sub)
     from alpha_gym.stress.cli import register as register_stress
     register_stress(sub)
+    from alpha_gym.service.cli import register as register_serve  # issue 12: the scoring service
+    register_serve(sub)
+    from alpha_gym.batch.cli import register as register_score_batch  # issue 12: batch scoring on Ray
+    register_score_batch(sub)
     return parser
 
 
 #: Third-party modules that only the extras bring, and the extra that brings each.
 OPTIONAL_MODULES = {"torch": "train", "transformers": "train", "trl": "train", "peft": "train", "datasets": "train",
-                    "safetensors": "stress", "pandas": "data", "pyarrow": "data", "matplotlib": "plots"}
+                    "safetensors": "stress", "pandas": "data", "pyarrow": "data", "matplotlib": "plots",
+                    "starlette": "serve", "uvicorn": "serve", "ray": "batch"}
 
 
 def _missing_extra(extra: str, err: Exception) -> int:

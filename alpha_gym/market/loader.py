@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
+from alpha_gym.market.frames import frame_label, is_frame, to_pandas
 from alpha_gym.market.panel import BASE_FIELDS, OPTIONAL_FIELDS, PRICE_FIELDS, DataError, Panel
 
 try:  # optional dependency: alpha-gym[data]
@@ -405,6 +406,7 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
     """Load a long-format daily OHLCV file into a `Panel`.
 
     path      CSV (optionally .gz/.bz2/.xz compressed) or Parquet, chosen by suffix,
+              or a pandas/polars DataFrame in the same long format (same checks),
               with columns `date,ticker,open,high,low,close,volume` and optionally
               `vwap` and `cap` (carried as panel fields when present).
     universe  None (every ticker in the file, in order of first appearance), a
@@ -419,15 +421,24 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
     every selected ticker must trade on every session of it. Any problem in
     the selected data raises `DataError`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"market data file not found: {path}")
+    raw = None
+    if is_frame(path):  # a pandas/polars DataFrame: the same checks below, rows named by position
+        frame, path = to_pandas(path), frame_label(path)
+        columns = _normalise_header(list(frame.columns), path)
+        try:
+            raw = _from_frame(frame, columns, _row_label)
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from None
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"market data file not found: {path}")
     wanted = None if universe is None else load_universe(universe)
     lo, hi = _as_day(start, "start"), _as_day(end, "end")
     if lo is not None and hi is not None and lo > hi:
         raise DataError(f"start {lo} is after end {hi}")
 
-    raw = _read(path)
+    raw = _read(path) if raw is None else raw
     if raw.n_rows == 0:
         raise DataError(f"{path} has a header but no rows")
     label = raw.label

@@ -1,0 +1,39 @@
+"""`alpha-gym score-batch`: score a formula pool on a local Ray cluster (or an existing one), resumably."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cmd_score_batch(args) -> int:
+    from alpha_gym.batch.records import BatchError
+    from alpha_gym.batch.runner import score_batch
+    from alpha_gym.cli import _panel_from_args, _universe
+    args.universe = _universe(args.universe)
+    try:
+        summary = score_batch(_panel_from_args(args), args.formulas, args.out, workers=args.workers,
+                              ray_address=args.ray_address, chunk=args.chunk, progress=not args.quiet,
+                              limit=args.limit)
+    except BatchError as err:
+        print(f"alpha-gym score-batch: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from alpha_gym.batch.runner import CHUNK
+    from alpha_gym.cli import _add_data_args
+    p = sub.add_parser("score-batch", help="score a pool of formulas on Ray workers into a resumable JSONL")
+    p.add_argument("--formulas", required=True,
+                   help='one formula per line, or JSONL with "formula" or "answer" (e.g. alpha-gym sft-data rows)')
+    p.add_argument("--out", required=True, help="output JSONL; rerun the same command to resume it")
+    p.add_argument("--workers", type=int, default=2, help="Ray workers (CPUs); 0 scores serially without Ray")
+    p.add_argument("--ray-address", help='a running cluster ("auto", "ray://HEAD:10001"); default: a local one')
+    p.add_argument("--chunk", type=int, default=CHUNK, help="items per Ray task")
+    p.add_argument("--limit", type=int, help="stop after this many new items (the output stays resumable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_score_batch)

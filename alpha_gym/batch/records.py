@@ -1,0 +1,108 @@
+"""Input items and output records of batch scoring.
+
+Input: a text file with one formula per line (blank lines skipped), or JSONL whose
+objects hold "formula" (scored with `Verifier.score_formula`) or "answer" (a raw model
+answer, scored with `Verifier.score`) — the rows of `alpha-gym sft-data` work as they are.
+
+Output: JSONL, one record per input item, `{"index", "kind", "input", "score"}`, where
+"score" is exactly the object `alpha-gym score --json` prints. A finished output is sorted
+by index, so the same input gives the same bytes however it was scored. A sidecar
+`OUT.meta.json` names the input, panel and config; resuming into an output made with
+others is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class BatchError(ValueError):
+    """Batch input or output that cannot be used (with what is wrong and where)."""
+
+
+def read_items(path) -> list[tuple[str, str]]:
+    """[(kind, text)] with kind "formula" or "answer", in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"formula file not found: {path}")
+    items: list[tuple[str, str]] = []
+    jsonl = path.suffix.lower() in (".jsonl", ".json")
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if not jsonl:
+                items.append(("formula", line.strip()))
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BatchError(f"{path}: line {n} is not JSON: {err}") from None
+            kinds = [k for k in ("formula", "answer") if isinstance(row, dict) and isinstance(row.get(k), str)]
+            if not kinds:
+                raise BatchError(f'{path}: line {n} has no "formula" or "answer" text')
+            items.append((kinds[0], row[kinds[0]]))
+    if not items:
+        raise BatchError(f"{path} holds no formulas")
+    return items
+
+
+def record(index: int, kind: str, text: str, score) -> str:
+    """One output line (no newline)."""
+    return json.dumps({"index": index, "kind": kind, "input": text, "score": score.to_dict()})
+
+
+def meta_path(out) -> Path:
+    return Path(str(out) + ".meta.json")
+
+
+def check_meta(out, meta: dict) -> None:
+    """Write the sidecar for a new output, or refuse an output made with another input, panel or config."""
+    path = meta_path(out)
+    if path.exists() and Path(out).exists():
+        old = json.loads(path.read_text())
+        diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
+        if diff:
+            raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "
+                             f"choose another --out")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta, indent=1))
+
+
+def load_done(out, items: list[tuple[str, str]]) -> set[int]:
+    """The indices already in `out`; a torn last line (an interrupted run) is cut off first."""
+    path = Path(out)
+    if not path.exists():
+        return set()
+    done: set[int] = set()
+    good_end = 0
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                rec = json.loads(raw)
+                index = rec["index"]
+                if not raw.endswith(b"\n"):
+                    raise ValueError("torn line")
+            except (ValueError, KeyError, TypeError):
+                break  # from here on the file was being written when the run stopped
+            if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input")) != items[index]:
+                raise BatchError(f"{out}: the record for item {index} is not for this input file")
+            done.add(index)
+            good_end += len(raw)
+    if good_end < path.stat().st_size:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return done
+
+
+def finish(out) -> None:
+    """Sort a complete output by index (atomic replace): the same bytes whatever the order of scoring."""
+    path = Path(out)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.sort(key=lambda raw: json.loads(raw)["index"])
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(lines))
+    os.replace(tmp, path)

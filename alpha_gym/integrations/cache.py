@@ -1,0 +1,86 @@
+"""A process-wide Verifier cache keyed by (panel fingerprint, config).
+
+Building a Verifier is cheap, but its first score seeds the novelty archive with
+the Alpha101-style books (4-44 s by panel). RL libraries that build one env per
+episode or per trajectory (skyrl-gym, OpenEnv, textarena-style `make`) would pay
+that every time; `shared_verifier` pays it once per process and data.
+
+The cached verifier's archive is warmed under a lock before it is handed out, so
+concurrent callers only read it. A caller that calls `update_archive` changes it
+for every user of the same key: use `fresh=True` for a private one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import lru_cache
+from dataclasses import asdict
+from typing import Any
+
+from alpha_gym.market.panel import Panel
+from alpha_gym.scoring.config import VerifierConfig
+from alpha_gym.scoring.verifier import Verifier
+
+_LOCK = threading.Lock()
+_VERIFIERS: dict[tuple[str, str], Verifier] = {}
+_PANELS: dict[tuple, Panel] = {}
+
+
+def config_key(config: VerifierConfig | None) -> str:
+    """A canonical text of every config field: equal configs give equal keys."""
+    return json.dumps(asdict(config or VerifierConfig()), sort_keys=True, default=str)
+
+
+def cached_panel(data: Any = None, universe=None, start=None, end=None) -> Panel:
+    """`resolve_panel` for file paths (or the synthetic default), loaded once per process per arguments."""
+    from alpha_gym.env import resolve_panel
+    key = (None if data is None else str(data), None if universe is None else json.dumps(universe, default=str),
+           None if start is None else str(start), None if end is None else str(end))
+    with _LOCK:
+        panel = _PANELS.get(key)
+        if panel is None:
+            panel = _PANELS[key] = resolve_panel(data=None if data is None else str(data), universe=universe,
+                                                 train_start=start, train_end=end)
+        return panel
+
+
+def shared_verifier(panel: Panel | None = None, config: VerifierConfig | None = None, *, data: Any = None,
+                    universe=None, start=None, end=None, fresh: bool = False) -> Verifier:
+    """The process's Verifier for this panel and config, built and warmed once.
+
+    Give a `panel`, or the `data`/`universe`/`start`/`end` of `resolve_panel`
+    (nothing: the embedded synthetic market). `fresh=True` builds a new, uncached one.
+    """
+    if panel is None:
+        panel = cached_panel(data, universe, start, end)
+    elif data is not None:
+        raise ValueError("pass either panel= or data=, not both")
+    config = config or VerifierConfig()
+    key = (panel.fingerprint(), config_key(config))
+    with _LOCK:
+        verifier = None if fresh else _VERIFIERS.get(key)
+        if verifier is None:
+            verifier = Verifier(panel, config)
+            _ = verifier.archive, verifier.factors  # the lazy state, built now so later scores only read it
+            if not fresh:
+                _VERIFIERS[key] = verifier
+        return verifier
+
+
+@lru_cache(maxsize=1)
+def _briefs_by_id() -> dict:
+    from alpha_gym.env import brief_set
+    return {b.id: b for name in ("fixed", "probe", "train") for b in brief_set(name)}
+
+
+def brief_by_id(brief_id: str):
+    """The seeded or fixed brief with this id (None if there is none); the index is built once per process."""
+    return _briefs_by_id().get(brief_id)
+
+
+def clear() -> None:
+    """Forget every cached verifier and panel (tests; freeing memory)."""
+    with _LOCK:
+        _VERIFIERS.clear()
+        _PANELS.clear()

@@ -1,0 +1,84 @@
+"""OpenEnv: alpha-gym as an OpenEnv `Environment`, with OpenEnv's action and observation types.
+
+    env = AlphaEnvironment(briefs="train")
+    obs = env.reset(seed=0)                        # AlphaObservation: prompt, brief_id
+    obs = env.step(AlphaAction(answer="<alpha>rank(-ts_delta(close, 5))</alpha>"))
+    obs.reward, obs.done, obs.valid, obs.channels  # the verifier's reward and channels
+
+OpenEnv's own HTTP `/reset` and `/step` build a fresh environment for every request, so a
+step never sees its reset ("call reset() before step()"). `openenv_server` serves this
+environment with sessions instead; `AlphaEnvClient` is its client. Every environment in a
+process shares one Verifier per data (`cache.shared_verifier`), so building one is cheap.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Optional
+
+import numpy as np
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+
+class AlphaAction(Action):
+    """The model's raw answer: one formula inside <alpha>...</alpha>."""
+
+    answer: str = Field(..., max_length=32_768, description="the raw answer text holding <alpha>FORMULA</alpha>")
+
+
+class AlphaObservation(Observation):
+    """After reset: the brief. After step: the verdict (reward and done ride on Observation)."""
+
+    prompt: str = ""
+    brief_id: str = ""
+    valid: Optional[bool] = None
+    reason: str = ""
+    formula: Optional[str] = None
+    channels: dict[str, float] = Field(default_factory=dict)
+
+
+class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
+    """One brief per episode, one answer per episode (done after the step), scored by the shared verifier."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True  # sessions share only the verifier, which scoring never changes
+
+    def __init__(self, briefs: str = "train", data: str | None = None, universe=None, start=None, end=None):
+        super().__init__()
+        from alpha_gym.env import brief_set
+        from alpha_gym.integrations.cache import shared_verifier
+        self.briefs = brief_set(briefs)
+        self.verifier = shared_verifier(data=data, universe=universe, start=start, end=end)
+        self._rng = np.random.default_rng()
+        self._brief = None
+        self._state = State(episode_id=None, step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, brief_id: Optional[str] = None,
+              **kwargs: Any) -> AlphaObservation:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if brief_id is not None:
+            matches = [b for b in self.briefs if b.id == brief_id]
+            if not matches:
+                raise ValueError(f"no brief with id {brief_id!r}")
+            self._brief = matches[0]
+        else:
+            self._brief = self.briefs[int(self._rng.integers(len(self.briefs)))]
+        self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
+        return AlphaObservation(prompt=self._brief.prompt(), brief_id=self._brief.id, done=False, reward=None)
+
+    def step(self, action: AlphaAction, timeout_s: Optional[float] = None, **kwargs: Any) -> AlphaObservation:
+        if self._brief is None:
+            raise RuntimeError("call reset() before step()")
+        if self._state.step_count > 0:
+            raise RuntimeError("the episode is over (one answer per episode): call reset() for the next")
+        score = self.verifier.score(action.answer, brief=self._brief)
+        self._state = State(episode_id=self._state.episode_id, step_count=1)
+        return AlphaObservation(prompt=self._brief.prompt(), brief_id=self._brief.id, done=True,
+                                reward=float(score.reward), valid=score.valid, reason=score.reason,
+                                formula=score.formula, channels=dict(score.channels))
+
+    @property
+    def state(self) -> State:
+        return self._state

@@ -1,0 +1,206 @@
+"""An OpenEnv-style HTTP server for `AlphaEnvironment` whose episodes live in sessions, and its client.
+
+    python -m alpha_gym.integrations.openenv_server --port 8001 [--data ... --universe ...]
+
+    POST /reset   {"seed"?, "episode_id"?, "brief_id"?, "session_id"?}
+                  -> {"session_id", "observation", "reward", "done"}    (a new session, or that one reset)
+    POST /step    {"session_id", "action": {"answer": TEXT}}
+                  -> {"session_id", "observation", "reward", "done"}
+    GET  /state?session_id=ID      the session's OpenEnv State
+    DELETE /sessions/ID            end a session
+    GET  /health
+
+The bodies are OpenEnv's (`ResetRequest`, `StepRequest`, `serialize_observation`) plus a
+`session_id`, so an episode's step sees its reset. Errors are JSON `{"error"}`: 400 bad
+JSON, 404 unknown session, 409 step before reset or after the episode ended, 422 a
+malformed action. At most `max_sessions` live at once; the least recently used goes first.
+Binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+MAX_SESSIONS = 1024
+MAX_BYTES = 1 << 17
+
+
+class SessionError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
+    """The Starlette app; `env_factory()` makes one AlphaEnvironment per session (default: the synthetic market)."""
+    import anyio
+    from openenv.core.env_server.serialization import deserialize_action, serialize_observation
+    from pydantic import ValidationError
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment
+    factory = env_factory or AlphaEnvironment
+    sessions: collections.OrderedDict[str, Any] = collections.OrderedDict()
+    lock = threading.Lock()
+
+    def session(session_id) -> Any:
+        with lock:
+            env = sessions.get(session_id) if isinstance(session_id, str) else None
+            if env is None:
+                raise SessionError(404, f"unknown session_id {session_id!r}: POST /reset first (sessions end on "
+                                        "DELETE or when the least recently used of "
+                                        f"{max_sessions} is dropped)")
+            sessions.move_to_end(session_id)
+            return env
+
+    async def body(request: Request) -> dict:
+        raw = await request.body()
+        if len(raw) > MAX_BYTES:
+            raise SessionError(413, f"the body is over {MAX_BYTES} bytes")
+        try:
+            payload = json.loads(raw or b"{}")
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise SessionError(400, f"the body is not JSON: {err}") from None
+        if not isinstance(payload, dict):
+            raise SessionError(422, "the body must be a JSON object")
+        return payload
+
+    def errors(handler):
+        async def wrapped(request: Request):
+            try:
+                return JSONResponse(await handler(request))
+            except SessionError as err:
+                return JSONResponse({"error": str(err)}, status_code=err.status)
+            except ValidationError as err:
+                return JSONResponse({"error": json.loads(err.json(include_url=False))}, status_code=422)
+            except ValueError as err:  # e.g. an unknown brief_id
+                return JSONResponse({"error": str(err)}, status_code=422)
+        return wrapped
+
+    async def reset(request: Request):
+        payload = await body(request)
+        session_id = payload.pop("session_id", None)
+        env = session(session_id) if session_id is not None else None
+        if env is None:
+            env = await anyio.to_thread.run_sync(factory)
+            session_id = uuid.uuid4().hex
+            with lock:
+                sessions[session_id] = env
+                while len(sessions) > max_sessions:
+                    sessions.popitem(last=False)
+        kwargs = {k: payload[k] for k in ("seed", "episode_id", "brief_id") if payload.get(k) is not None}
+        obs = await anyio.to_thread.run_sync(lambda: env.reset(**kwargs))
+        return {"session_id": session_id, **serialize_observation(obs)}
+
+    async def step(request: Request):
+        payload = await body(request)
+        env = session(payload.get("session_id"))
+        if not isinstance(payload.get("action"), dict):
+            raise SessionError(422, 'give "action": {"answer": TEXT}')
+        action = deserialize_action(payload["action"], AlphaAction)
+        try:
+            obs = await anyio.to_thread.run_sync(env.step, action)
+        except RuntimeError as err:  # step before reset, or after the episode ended
+            raise SessionError(409, str(err)) from None
+        return {"session_id": payload["session_id"], **serialize_observation(obs)}
+
+    async def state(request: Request):
+        return session(request.query_params.get("session_id")).state.model_dump()
+
+    async def close(request: Request):
+        session_id = request.path_params["session_id"]
+        session(session_id)
+        with lock:
+            sessions.pop(session_id, None)
+        return {"closed": session_id}
+
+    async def health(request: Request):
+        return {"status": "healthy", "sessions": len(sessions)}
+
+    return Starlette(routes=[Route("/reset", errors(reset), methods=["POST"]),
+                             Route("/step", errors(step), methods=["POST"]),
+                             Route("/state", errors(state), methods=["GET"]),
+                             Route("/sessions/{session_id}", errors(close), methods=["DELETE"]),
+                             Route("/health", health, methods=["GET"])])
+
+
+class AlphaEnvClient:
+    """A client of one session: `reset()` then `step(answer)`, returning OpenEnv `StepResult`s."""
+
+    def __init__(self, base_url: str, timeout: float = 120.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session_id: str | None = None
+
+    def _call(self, method: str, path: str, payload=None) -> dict:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            from alpha_gym.service.client import ServiceError
+            raise ServiceError(err.code, err.read().decode(errors="replace")) from None
+
+    def _result(self, payload: dict):
+        from openenv.core.client_types import StepResult
+        from alpha_gym.integrations.openenv import AlphaObservation
+        obs = AlphaObservation(**payload["observation"], reward=payload["reward"], done=payload["done"])
+        return StepResult(observation=obs, reward=payload["reward"], done=payload["done"])
+
+    def reset(self, seed: int | None = None, brief_id: str | None = None):
+        payload = {k: v for k, v in {"seed": seed, "brief_id": brief_id, "session_id": self.session_id}.items()
+                   if v is not None}
+        out = self._call("POST", "/reset", payload)
+        self.session_id = out["session_id"]
+        return self._result(out)
+
+    def step(self, answer):
+        action = answer.model_dump(exclude={"metadata"}) if hasattr(answer, "model_dump") else {"answer": answer}
+        return self._result(self._call("POST", "/step", {"session_id": self.session_id, "action": action}))
+
+    def state(self) -> dict:
+        return self._call("GET", f"/state?session_id={self.session_id}")
+
+    def close(self) -> None:
+        if self.session_id is not None:
+            self._call("DELETE", f"/sessions/{self.session_id}")
+            self.session_id = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8001)
+    ap.add_argument("--briefs", default="train")
+    ap.add_argument("--data")
+    ap.add_argument("--universe")
+    args = ap.parse_args(argv)
+    import uvicorn
+
+    from alpha_gym.integrations.openenv import AlphaEnvironment
+    app = create_app(lambda: AlphaEnvironment(briefs=args.briefs, data=args.data, universe=args.universe))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

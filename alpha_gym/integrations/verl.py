@@ -1,0 +1,108 @@
+"""verl: a `compute_score` for verl's reward managers, the briefs as a verl dataset, and an invalid-answer guard.
+
+Reward function (verl config):
+
+    reward.custom_reward_function.path=<site-packages>/alpha_gym/integrations/verl.py
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs.data=/path/us_daily_train.csv.gz   # optional, like --data
+    +reward.custom_reward_function.reward_kwargs.universe=/path/universe_us46.txt    # optional
+
+`compute_score` returns {"score": reward, "valid": bool, <the 12 channels>}: verl puts every key in
+`reward_extra_info`, so its GDPO estimator can normalise each channel on its own:
+
+    algorithm.adv_estimator=gdpo
+    algorithm.gdpo_reward_keys=[cpcv,pbo,...]        (GDPO_KEYS)
+    algorithm.gdpo_reward_weights=[3.0,1.0,...]      (gdpo_weights(): the verifier's priorities)
+
+verl has no rule that keeps an invalid answer (no <alpha> block, no parse, a static book)
+from a positive advantage: GDPO normalises each channel within the group and then whitens
+the batch, so an invalid answer can land above the mean. `guard_advantages` applies the rule
+(advantage of an invalid answer = min(advantage, 0)); `install_guard()` wraps verl's registered
+"gdpo" estimator with it. verl computes advantages inside a Ray actor, so install it in every
+verl process with verl's own hook: `VERL_USE_EXTERNAL_MODULES=alpha_gym.integrations.verl_guard`.
+
+The verifier is shared per process (`cache.shared_verifier`): the seed archive is built once,
+not per call. Every score equals `Verifier.score(solution_str)` for the same data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
+
+DATA_SOURCE = "alpha_gym"
+#: The keys of `compute_score`'s result that GDPO should normalise: the 12 reward channels.
+GDPO_KEYS = list(CHANNELS)
+
+
+def gdpo_weights(priorities=None) -> list[float]:
+    """The GDPO weights for GDPO_KEYS: the verifier's priorities (its defaults unless given)."""
+    prios = dict(DEFAULT_PRIORITIES, **(priorities or {}))
+    return [float(prios[k]) for k in GDPO_KEYS]
+
+
+def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground_truth: Any = None,
+                  extra_info: dict | None = None, *, data: str | None = None, universe=None, start=None,
+                  end=None, **_: Any) -> dict:
+    """verl's reward function: score one decoded response with the process's shared verifier.
+
+    `ground_truth` is unused (the verifier needs no reference answer); `data`, `universe`, `start`,
+    `end` (from `reward_kwargs`) choose the market as `alpha-gym score --data ...` does.
+    Never raises for model output: an invalid answer gets the verifier's invalid-answer reward.
+    """
+    from alpha_gym.integrations.cache import shared_verifier
+    verifier = shared_verifier(data=data, universe=universe, start=start, end=end)
+    score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
+    return {"score": float(score.reward), "valid": bool(score.valid), **{k: float(v) for k, v in score.channels.items()}}
+
+
+def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
+    """verl's RL dataset rows for the briefs (a brief set name or Brief objects): prompt, data_source, ...
+
+    Write them with pandas: `pd.DataFrame(dataset_rows("train")).to_parquet("train.parquet")`.
+    """
+    from alpha_gym.env import brief_set
+    items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
+    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": b.prompt()}], "ability": "alpha",
+             "reward_model": {"style": "rule", "ground_truth": ""},
+             "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, b in enumerate(items)]
+
+
+def guard_advantages(advantages, valid):
+    """Advantages with every invalid answer's row capped at 0 (a torch tensor or numpy array, rows = answers)."""
+    invalid = ~np.asarray(valid, dtype=bool).reshape(-1)
+    if type(advantages).__module__.startswith("torch"):
+        import torch
+        mask = torch.as_tensor(invalid, device=advantages.device).reshape(-1, *([1] * (advantages.dim() - 1)))
+        return torch.where(mask, advantages.clamp(max=0.0), advantages)
+    advantages = np.asarray(advantages)
+    mask = invalid.reshape(-1, *([1] * (advantages.ndim - 1)))
+    return np.where(mask, np.minimum(advantages, 0.0), advantages)
+
+
+def install_guard() -> bool:
+    """Wrap verl's registered "gdpo" estimator with `guard_advantages`; True if it was installed now.
+
+    The wrapped estimator reads `non_tensor_batch["valid"]` (from `compute_score`); without it,
+    it raises instead of silently training on invalid answers. Idempotent.
+    """
+    from verl.trainer.ppo import core_algos
+    original = core_algos.ADV_ESTIMATOR_REGISTRY["gdpo"]
+    if getattr(original, "alpha_gym_guard", False):
+        return False
+
+    def guarded_gdpo(*args, non_tensor_batch=None, **kwargs):
+        advantages, _ = original(*args, non_tensor_batch=non_tensor_batch, **kwargs)
+        if non_tensor_batch is None or "valid" not in non_tensor_batch:
+            raise KeyError("alpha-gym's GDPO guard needs the 'valid' key of compute_score in the batch "
+                           "(use alpha_gym.integrations.verl.compute_score as the reward function)")
+        advantages = guard_advantages(advantages, non_tensor_batch["valid"])
+        return advantages, advantages
+
+    guarded_gdpo.alpha_gym_guard = True
+    guarded_gdpo.__wrapped__ = original
+    core_algos.ADV_ESTIMATOR_REGISTRY["gdpo"] = guarded_gdpo  # the registry refuses a re-registration by name
+    return True

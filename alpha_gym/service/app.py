@@ -1,0 +1,135 @@
+"""The ASGI app of the scoring service (Starlette).
+
+    GET  /health                      {"status": "starting" | "ready" | "failed", ...}; 503 until ready
+    POST /score {"answer": TEXT}      the same JSON object as `alpha-gym score --answer TEXT --json`
+    POST /score {"formula": TEXT}     the same as `alpha-gym score TEXT --json`
+    POST /score {"answers": [TEXT...]} a list of those objects, scored as one group (`Verifier.score_group`)
+
+The verifier is built (and its archive warmed) in a background thread at start-up, so
+/health answers at once and says when scoring is possible. Requests are validated before
+any scoring: a body over `max_bytes` is 413, malformed JSON 400, a wrong shape 422, and
+scoring before the verifier is ready 503. Anything a model wrote inside a valid request is
+scored (an invalid answer gets the invalid-answer reward, never an error). Scores run in
+worker threads, at most `concurrency` at a time; the verifier is only read, never
+updated, so every response equals a direct call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Callable
+
+from starlette.applications import Starlette  # first: without the serve extra, the error names starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+import anyio  # noqa: E402,I001  (starlette's own dependency)
+
+from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
+
+
+class RequestError(Exception):
+    """A request the service refuses, with its HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _json(payload, status: int = 200) -> Response:
+    # json.dumps as `alpha-gym score --json` calls it, so both print the same text for the same score
+    # (`Score.to_dict` already maps non-finite diagnostics to null)
+    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+
+
+def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object]:
+    """("answer" | "formula", TEXT) or ("answers", [TEXT, ...]); RequestError for anything else."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RequestError(400, f"the body is not JSON: {err}") from None
+    if not isinstance(payload, dict):
+        raise RequestError(422, f"the body must be a JSON object, got {type(payload).__name__}")
+    keys = [k for k in ("answer", "formula", "answers") if k in payload]
+    extra = sorted(set(payload) - {"answer", "formula", "answers"})
+    if len(keys) != 1 or extra:
+        raise RequestError(422, 'give exactly one of "answer" (text), "formula" (text) or "answers" '
+                                f'(list of text); got keys {sorted(payload)}')
+    key, value = keys[0], payload[keys[0]]
+    if key == "answers":
+        if not isinstance(value, list) or not value:
+            raise RequestError(422, '"answers" must be a non-empty list of strings')
+        if len(value) > max_answers:
+            raise RequestError(422, f'"answers" holds {len(value)} answers; the most in one group is {max_answers}')
+        bad = [i for i, a in enumerate(value) if not isinstance(a, str)]
+        if bad:
+            raise RequestError(422, f'"answers" items must be strings; items {bad[:5]} are not')
+    elif not isinstance(value, str):
+        raise RequestError(422, f'"{key}" must be a string, got {type(value).__name__}')
+    return key, value
+
+
+def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYTES, max_answers: int = MAX_ANSWERS,
+               concurrency: int = 2) -> Starlette:
+    """The service for the verifier `build_verifier()` returns (called once, in a background thread)."""
+    state = {"status": "starting", "verifier": None, "error": None}
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    def build() -> None:
+        try:
+            verifier = build_verifier()
+            _ = verifier.archive, verifier.factors  # warm the lazy state: later requests only read it
+            state.update(verifier=verifier, status="ready")
+        except Exception as err:  # reported by /health; the server stays up to say so
+            state.update(status="failed", error=f"{type(err).__name__}: {err}")
+
+    async def health(request: Request) -> Response:
+        body = {"status": state["status"]}
+        verifier = state["verifier"]
+        if verifier is not None:
+            panel = verifier.panel
+            body.update(panel=repr(panel), fingerprint=panel.fingerprint(), max_answers=max_answers,
+                        max_bytes=max_bytes)
+        if state["error"]:
+            body["error"] = state["error"]
+        return _json(body, 200 if state["status"] == "ready" else 503)
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
+            raise RequestError(413, f"the body is over {max_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # counted as it arrives: a missing or false length is no way round
+            size += len(chunk)
+            if size > max_bytes:
+                raise RequestError(413, f"the body is over {max_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def score(request: Request) -> Response:
+        try:
+            key, value = parse_request(await read_body(request), max_answers)
+            verifier = state["verifier"]
+            if verifier is None:
+                raise RequestError(503, f"the verifier is {state['status']}" +
+                                   (f": {state['error']}" if state["error"] else "; retry when GET /health is 200"))
+        except RequestError as err:
+            return _json({"error": str(err)}, err.status)
+        if key == "answers":
+            result = await anyio.to_thread.run_sync(verifier.score_group, value, limiter=limiter)
+            return _json([s.to_dict() for s in result.scores])
+        method = verifier.score if key == "answer" else verifier.score_formula
+        result = await anyio.to_thread.run_sync(method, value, limiter=limiter)
+        return _json(result.to_dict())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        threading.Thread(target=build, name="alpha-gym-verifier", daemon=True).start()
+        yield
+
+    app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/score", score, methods=["POST"])],
+                    lifespan=lifespan)
+    app.state.scoring = state
+    return app

@@ -1,0 +1,36 @@
+"""`alpha-gym serve`: the scoring service on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def cmd_serve(args) -> int:
+    from alpha_gym.cli import _universe
+    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.service.server import serve
+    universe = _universe(args.universe)
+
+    def build():
+        return shared_verifier(data=args.data, universe=universe, start=args.start, end=args.end)
+
+    print(f"alpha-gym serve: http://{args.host}:{args.port} (POST /score, GET /health; Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    return serve(build, args.host, args.port, max_bytes=args.max_bytes, max_answers=args.max_answers,
+                 concurrency=args.concurrency)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from alpha_gym.cli import _add_data_args
+    from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
+    p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest request body accepted (413 above)")
+    p.add_argument("--max-answers", type=int, default=MAX_ANSWERS, help="most answers in one group request")
+    p.add_argument("--concurrency", type=int, default=min(4, os.cpu_count() or 1),
+                   help="requests scored at the same time (threads)")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_serve)

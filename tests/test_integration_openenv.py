@@ -1,0 +1,115 @@
+"""OpenEnv integration: the environment, and a session server whose steps see their resets."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("openenv.core.env_server.interfaces", reason="openenv-core (and fastapi, fastmcp) not installed")
+pytest.importorskip("uvicorn", reason="uvicorn is not installed")
+
+from alpha_gym.integrations.cache import shared_verifier  # noqa: E402
+from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment, AlphaObservation  # noqa: E402
+from alpha_gym.integrations.openenv_server import AlphaEnvClient, create_app  # noqa: E402
+from alpha_gym.scoring.verifier import Verifier  # noqa: E402
+from alpha_gym.service.client import ServiceError  # noqa: E402
+from alpha_gym.service.server import BackgroundServer  # noqa: E402
+
+GOOD = "<alpha>rank(-ts_delta(close, 5))</alpha>"
+ANSWERS = [GOOD, "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>", "<alpha>rank(close -)</alpha>",
+           "no tag"]
+
+
+@pytest.fixture(scope="module")
+def direct():
+    from alpha_gym.env import default_panel
+    return Verifier(default_panel())
+
+
+def test_environment_episode_equals_the_verifier(direct):
+    env = AlphaEnvironment(briefs="probe")
+    assert env.verifier is shared_verifier()  # one verifier per process, not per environment
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(AlphaAction(answer=GOOD))
+    first = env.reset(seed=3)
+    assert isinstance(first, AlphaObservation) and not first.done and "<alpha>" in first.prompt
+    assert env.reset(seed=3).brief_id == first.brief_id  # seeded
+    for answer in ANSWERS:
+        env.reset(seed=3)
+        obs = env.step(AlphaAction(answer=answer))
+        want = direct.score(answer)
+        assert obs.done and obs.reward == want.reward and obs.valid == want.valid and obs.channels == want.channels
+        assert env.state.step_count == 1
+    with pytest.raises(RuntimeError, match="over"):
+        env.step(AlphaAction(answer=GOOD))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with BackgroundServer(app=create_app(lambda: AlphaEnvironment(briefs="probe"), max_sessions=3)) as url:
+        yield url
+
+
+def test_sessions_keep_their_episode_across_reset_and_step(server, direct):
+    a, b = AlphaEnvClient(server), AlphaEnvClient(server)
+    ra, rb = a.reset(seed=1), b.reset(seed=2, brief_id="g0-0008")
+    assert a.session_id != b.session_id and rb.observation.brief_id == "g0-0008"
+    sb = b.step(ANSWERS[2])  # interleaved: each session steps its own episode
+    sa = a.step(GOOD)
+    assert sa.observation.brief_id == ra.observation.brief_id and sa.done
+    assert sa.reward == direct.score(GOOD).reward and sa.observation.channels == direct.score(GOOD).channels
+    assert sb.reward == direct.score(ANSWERS[2]).reward and sb.observation.valid is False
+    assert a.state()["step_count"] == 1
+    with pytest.raises(ServiceError) as err:
+        a.step(GOOD)
+    assert err.value.status == 409 and "over" in str(err.value)
+    assert a.reset(seed=1).observation.brief_id == ra.observation.brief_id  # the same session, reset
+    assert a.step(AlphaAction(answer=GOOD)).reward == sa.reward
+    a.close()
+    with pytest.raises(ServiceError) as err:
+        a._call("POST", "/step", {"session_id": "nope", "action": {"answer": GOOD}})
+    assert err.value.status == 404 and "POST /reset first" in str(err.value)
+
+
+@pytest.mark.parametrize("payload, status", [({"session_id": None, "action": {"answer": GOOD}}, 404),
+                                             ("new", 422), ({"action": {"answer": 5}}, 422)])
+def test_bad_steps_are_clear_errors(server, payload, status):
+    client = AlphaEnvClient(server)
+    client.reset(seed=0)
+    if payload == "new":
+        payload = {"session_id": client.session_id, "action": "text"}
+    elif "session_id" not in payload:
+        payload = {**payload, "session_id": client.session_id}
+    with pytest.raises(ServiceError) as err:
+        client._call("POST", "/step", payload)
+    assert err.value.status == status
+
+
+def test_least_recently_used_sessions_are_dropped(server):
+    clients = [AlphaEnvClient(server) for _ in range(4)]
+    for c in clients:
+        c.reset(seed=0)
+    with pytest.raises(ServiceError) as err:  # max_sessions=3: the first is gone
+        clients[0].step(GOOD)
+    assert err.value.status == 404
+    assert clients[3].step(GOOD).done
+
+
+def test_concurrent_sessions(server, direct):
+    results, errors = [], []
+
+    def episode(k):
+        try:
+            c = AlphaEnvClient(server)
+            c.reset(seed=k)
+            results.append(c.step(ANSWERS[k % 2]).reward == direct.score(ANSWERS[k % 2]).reward)
+        except Exception as err:  # collected for the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=episode, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and results == [True] * 3

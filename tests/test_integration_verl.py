@@ -1,0 +1,115 @@
+"""verl integration: compute_score through verl's own loader, and the GDPO invalid-answer guard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.core_algos",
+                    reason="verl is not installed (CI: pip install --no-deps verl tensordict pyvers omegaconf codetiming)")
+torch = pytest.importorskip("torch")
+
+from alpha_gym.integrations import verl as av  # noqa: E402
+from alpha_gym.market import synthetic_panel  # noqa: E402
+from alpha_gym.scoring.config import CHANNELS  # noqa: E402
+from alpha_gym.scoring.verifier import Verifier  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>",
+           "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
+           "<alpha>rank(ts_mean(close, 250))</alpha>",   # static book: invalid
+           "<alpha>rank(close -)</alpha>",                # syntax error: invalid
+           "momentum, I think"]                           # no tag: invalid
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory):
+    """A small synthetic market written as a CSV (verl passes reward_kwargs as plain values)."""
+    pd = pytest.importorskip("pandas")
+    panel = synthetic_panel(n_stocks=12, n_days=400, seed=3)
+    n_days, n_stocks = panel.shape
+    frame = pd.DataFrame({"date": np.repeat(panel.dates.astype(str), n_stocks),
+                          "ticker": np.tile(np.array(panel.tickers), n_days),
+                          **{f: panel.field(f).reshape(-1) for f in ("open", "high", "low", "close", "volume")}})
+    path = tmp_path_factory.mktemp("verl") / "bars.csv"
+    frame.to_csv(path, index=False)
+    return panel, str(path)
+
+
+def test_compute_score_through_verls_loader_equals_the_verifier(market):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    panel, path = market
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": str(ROOT / "alpha_gym" / "integrations" / "verl.py"), "name": "compute_score",
+        "reward_kwargs": {"data": path}}}})
+    fn = get_custom_reward_fn(config)
+    direct = Verifier(panel)
+    for answer in ANSWERS:
+        got = fn(data_source="alpha_gym", solution_str=answer, ground_truth="", extra_info={"index": 0})
+        want = direct.score(answer)
+        assert got == {"score": want.reward, "valid": want.valid, **want.channels}
+        assert list(got)[2:] == av.GDPO_KEYS == list(CHANNELS)
+    assert av.gdpo_weights()[0] == 3.0 and len(av.gdpo_weights()) == 12
+
+
+def test_dataset_rows_carry_the_briefs():
+    rows = av.dataset_rows("probe")
+    assert len(rows) == 50
+    assert rows[0]["prompt"][0]["role"] == "user" and "<alpha>" in rows[0]["prompt"][0]["content"]
+    assert rows[0]["data_source"] == av.DATA_SOURCE and rows[3]["extra_info"]["index"] == 3
+
+
+def _gdpo_batch(scores, group_size):
+    """verl's GDPO inputs for responses of 4 tokens each, rewards on the last token."""
+    n = len(scores)
+    response_mask = torch.ones(n, 4)
+    rewards = torch.zeros(n, 4)
+    rewards[:, -1] = torch.tensor([s["score"] for s in scores])
+    batch = {"prompts": torch.zeros(n, 2, dtype=torch.long), "attention_mask": torch.ones(n, 6, dtype=torch.long)}
+    non_tensor = {k: np.array([s[k] for s in scores]) for k in scores[0]}
+    index = np.array([f"g{i // group_size}" for i in range(n)], dtype=object)
+    return dict(token_level_rewards=rewards, response_mask=response_mask, index=index, batch=batch,
+                non_tensor_batch=non_tensor)
+
+
+def test_guard_keeps_invalid_answers_from_positive_advantage(market):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import core_algos
+    panel, path = market
+    scores = [av.compute_score("alpha_gym", a, data=path) for a in ANSWERS + ANSWERS[2:][::-1]]  # 2 groups
+    config = OmegaConf.create({"gdpo_reward_keys": av.GDPO_KEYS, "gdpo_reward_weights": av.gdpo_weights()})
+    valid = np.array([s["valid"] for s in scores])
+    estimator = core_algos.get_adv_estimator_fn("gdpo")
+    original = getattr(estimator, "__wrapped__", estimator)
+    unguarded, _ = original(config=config, **_gdpo_batch(scores, 5))
+    assert (unguarded[~valid][:, -1] > 0).any(), "the case must show the problem the guard fixes"
+    assert av.install_guard() in (True, False) and not av.install_guard()  # idempotent
+    guarded, _ = core_algos.get_adv_estimator_fn("gdpo")(config=config, **_gdpo_batch(scores, 5))
+    assert (guarded[~valid] <= 0).all()
+    assert torch.equal(guarded[valid], unguarded[valid])
+    # without compute_score's "valid" key the guard refuses rather than trains on invalid answers
+    batch = _gdpo_batch(scores, 5)
+    del batch["non_tensor_batch"]["valid"]
+    with pytest.raises(KeyError, match="valid"):
+        core_algos.get_adv_estimator_fn("gdpo")(config=config, **batch)
+
+
+def test_guard_advantages_on_numpy():
+    adv = np.array([[0.5, 0.5], [-0.2, -0.2], [0.3, 0.3]])
+    out = av.guard_advantages(adv, [True, False, False])
+    np.testing.assert_array_equal(out, [[0.5, 0.5], [-0.2, -0.2], [0.0, 0.0]])
+
+
+def test_verls_external_module_hook_installs_the_guard():
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="alpha_gym.integrations.verl_guard", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", "import verl\nfrom verl.trainer.ppo import core_algos\n"
+                          "print(getattr(core_algos.get_adv_estimator_fn('gdpo'), 'alpha_gym_guard', False))"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("True")
