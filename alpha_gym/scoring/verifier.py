@@ -244,7 +244,11 @@ class Verifier:
         """Score the answers to one prompt together (12 by default in training).
 
         Deterministic and independent of the answers' order (up to the same permutation of the result).
+        A bare string is refused (TypeError): iterating it would score each character as an answer.
         """
+        if isinstance(answers, (str, bytes)):
+            raise TypeError("score_group takes a list of answers, not one string: use score(answer) or "
+                            "score_group([answer])")
         return self._score_all(list(answers), None, group=True, brief=brief)
 
     def _score_all(self, answers, formulas, group: bool, brief=None) -> GroupScore:
