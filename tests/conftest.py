@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# The verifier caches seed books on disk (alpha_gym/scoring/seed_cache.py): keep the tests' files
+# out of the user's cache folder.
+os.environ.setdefault("ALPHA_GYM_CACHE", os.path.join(__import__("tempfile").mkdtemp(prefix="alpha_gym_test_cache_")))
+
 ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA_DIR = Path(os.environ.get("ALPHA_GYM_REAL_DATA", ROOT.parent / "shared" / "data" / "us_equities"))
 REAL_TRAIN_FILE = REAL_DATA_DIR / "us_daily_train.csv.gz"

@@ -115,6 +115,16 @@ class Panel:
         self._derived[name] = out
         return out
 
+    def memo(self, key, compute):
+        """A read-only array computed from this panel's fields alone (the rank of a field, say), kept
+        with the panel like its derived fields: formulas on the panel compute it once."""
+        value = self._derived.get(key)
+        if value is None:
+            value = compute()
+            value.setflags(write=False)
+            self._derived[key] = value
+        return value
+
     # ------------------------------------------------------------------- cuts
     def window(self, start=None, end=None) -> "Panel":
         """Sessions with start <= date <= end, as a new panel of copies.

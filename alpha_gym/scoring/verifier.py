@@ -20,7 +20,7 @@ import numpy as np
 from alpha_gym.book import metrics
 from alpha_gym.book.book import Book, build_book, open_to_open_returns
 from alpha_gym.book.costs import training_cost
-from alpha_gym.language import (AnswerError, FormulaError, Node, canonical, extract, lookback, parse, size,
+from alpha_gym.language import (AnswerError, FormulaError, Node, Op, canonical, extract, lookback, parse, size,
                                 to_text)
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
@@ -28,6 +28,7 @@ from alpha_gym.scoring import channels, cpcv
 from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
 
@@ -156,15 +157,9 @@ class Verifier:
         """The novelty archive; seeded with Alpha101-style books on first use (config.archive_seed)."""
         if self._archive is None:
             self._archive = Archive(self.panel.fingerprint(), len(self._returns), self.config.archive_capacity)
-            if self.config.archive_seed:
-                for formula in SEED_FORMULAS:
-                    try:
-                        ev = self.evaluate(formula)
-                    except FormulaError:
-                        continue
-                    if ev.turnover >= self.config.min_turnover_invalid:
-                        self._archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes,
-                                          seed=True)
+            if self.config.archive_seed:  # cached on disk by panel, config and code (seed_cache.py)
+                for b in seed_books(self, SEED_FORMULAS):
+                    self._archive.add(b.form, b.text, b.net, b.cpcv, b.train_sharpes, b.test_sharpes, seed=True)
         return self._archive
 
     def update_archive(self, group: "GroupScore") -> int:
@@ -182,7 +177,8 @@ class Verifier:
         """The daily book of a parsed formula on this panel."""
         signal = evaluate(node, self.panel, cache)
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
-                          self.config.min_valid_stocks, returns=self._returns)
+                          self.config.min_valid_stocks, returns=self._returns,
+                          ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
     def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
         """Parse and trade a formula. Raises FormulaError for bad formulas."""
@@ -190,11 +186,12 @@ class Verifier:
         book = self.book(node, cache)
         net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
-        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True), book=book, net=net,
+        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True),
+                         book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
                          test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
-                         ic=metrics.information_coefficient(book.weights, book.returns),
+                         ic=book.information_coefficient(),  # = metrics.information_coefficient
                          sharpe=metrics.sharpe(net), has_reasoning=has_reasoning)
 
     # -------------------------------------------------------------- verdicts
@@ -252,7 +249,7 @@ class Verifier:
         return self._score_all(list(answers), None, group=True, brief=brief)
 
     def _score_all(self, answers, formulas, group: bool, brief=None) -> GroupScore:
-        cache: dict = {}
+        cache = None  # no cache shared across answers: one answer's arrays are freed before the next
         items = [self._prepare(a, None if formulas is None else formulas[i], cache) for i, a in enumerate(answers)]
         live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
         evs = [items[i] for i in live]
@@ -328,7 +325,7 @@ class Verifier:
             "max_drawdown": metrics.max_drawdown(ev.net),
             "beta": beta,
             "market_correlation": corr,
-            "traded_days": int((np.abs(ev.book.weights).sum(axis=1) > 0).sum()),
+            "traded_days": ev.book.traded_days,
             "nodes": size(ev.node),
             "lookback": lookback(ev.node),
             "canonical": canonical(ev.node),
