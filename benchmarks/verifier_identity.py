@@ -63,6 +63,19 @@ def run_tree(tree: Path, panel: str, n_random: int) -> list[str]:
     return out.stdout.splitlines()
 
 
+def max_change(diffs) -> float:
+    """The largest absolute difference of a reward or a channel value among differing records."""
+    worst = 0.0
+    for a, b in diffs:
+        ja, jb = json.loads(a), json.loads(b)
+        pairs = [(ja.get("reward"), jb.get("reward"))]
+        pairs += [(ja["channels"].get(k), jb["channels"].get(k)) for k in ja.get("channels", {})]
+        for x, y in pairs:
+            if isinstance(x, float) and isinstance(y, float):
+                worst = max(worst, abs(x - y))
+    return worst
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", type=Path)
@@ -78,7 +91,8 @@ def main() -> int:
         new, old = run_tree(ROOT, panel, args.random), run_tree(args.baseline, panel, args.random)
         diffs = [(a, b) for a, b in zip(old, new) if a != b]
         bad += len(diffs) + abs(len(old) - len(new))
-        print(f"{panel}: {len(new)} records, {len(diffs)} differ")
+        print(f"{panel}: {len(new)} records, {len(diffs)} differ; largest change of a reward or channel: "
+              f"{max_change(diffs):.3g}")
         for a, b in diffs[:5]:
             ja, jb = json.loads(a), json.loads(b)
             keys = sorted(k for k in set(ja) | set(jb) if ja.get(k) != jb.get(k))

@@ -51,7 +51,7 @@ class Panel:
         shape = (len(dates), len(tickers))
         frozen = {}
         for name, arr in self.data.items():
-            a = np.array(arr, dtype=np.float64, copy=True)
+            a = np.array(arr, dtype=np.float64, copy=True, order="C")  # row-major: kernels slice by rows
             if a.shape != shape:
                 raise DataError(f"field {name!r} has shape {a.shape}, expected {shape} (days x stocks)")
             a.setflags(write=False)
