@@ -25,8 +25,8 @@ _ROLLING = {name: (6.0, 1 / 16) for name in (
     "ts_sum", "ts_mean", "ts_max", "ts_min", "ts_product", "ts_ema", "ts_argmax", "ts_argmin", "ts_slope", "adv")}
 _ROLLING.update({name: (20.0, 1 / 8) for name in ("ts_std", "ts_cov", "ts_decay_linear")})
 _ROLLING.update({name: (45.0, 1 / 8) for name in ("ts_skew", "ts_kurt", "ts_corr")})
-_ROLLING.update({"delay": (2.0, 0.0), "ts_delta": (2.0, 0.0), "ts_rank": (4.0, 0.5)})
-_CROSS = {"rank": 35.0, "scale": 4.0, "ind_neutralize": 10.0}
+_ROLLING.update({"delay": (2.0, 0.0), "ts_delta": (2.0, 0.0), "ts_rank": (4.0, 0.75)})
+_CROSS = {"rank": 50.0, "scale": 4.0, "ind_neutralize": 10.0}
 
 
 def node_work(node: Node) -> float:
