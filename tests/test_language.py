@@ -339,6 +339,8 @@ def test_cost_counts_window_work_and_shared_subexpressions_once():
     assert cost(parse("close")) == 0.0
     assert cost(parse("ts_rank(close, 250)")) == 4.0 + 0.75 * 250
     assert cost(parse("ts_rank(close, 10)")) < cost(parse("ts_rank(close, 100)"))
+    assert cost(parse("close ^ volume")) == 90.0  # libm pow per cell
+    assert cost(parse("close ^ 2")) == cost(parse("signed_power(close, 0.5)")) - 2.0 == 4.0  # special-cased
     one = cost(parse("ts_corr(close, volume, 20)"))
     assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 20)")) == one + 2.0  # shared: once
     assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 21)")) > 2 * one

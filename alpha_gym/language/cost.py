@@ -18,8 +18,12 @@ from functools import lru_cache
 
 from alpha_gym.language.nodes import Field, Node, Num, Op
 
-#: Element-wise operators that cost more than one pass (a power, a three-way select).
-_HEAVY_ELEM = {"power": 8.0, "signed_power": 10.0, "where": 6.0}
+#: Element-wise operators that cost more than one pass (a three-way select).
+_HEAVY_ELEM = {"where": 6.0}
+#: A power with a general exponent calls libm's pow per cell (about 80 ns); the constant exponents
+#: `ops._pow` special-cases (x*x, sqrt, 1/x, ...) cost a pass or two.
+_POW_GENERAL, _POW_FAST = 90.0, 4.0
+_FAST_EXPONENTS = frozenset({0.0, 0.5, 1.0, 2.0, 3.0, 4.0, -0.5, -1.0, -2.0})
 #: Per-cell work of O(1) rolling kernels: base + d * slope (cache effects grow with the window).
 _ROLLING = {name: (6.0, 1 / 16) for name in (
     "ts_sum", "ts_mean", "ts_max", "ts_min", "ts_product", "ts_ema", "ts_argmax", "ts_argmin", "ts_slope", "adv")}
@@ -38,6 +42,10 @@ def node_work(node: Node) -> float:
         return base + slope * (node.window or 0)
     if node.name in _CROSS:
         return _CROSS[node.name]
+    if node.name in ("power", "signed_power"):
+        exponent = node.args[1]
+        fast = isinstance(exponent, Num) and exponent.value in _FAST_EXPONENTS
+        return (_POW_FAST if fast else _POW_GENERAL) + (2.0 if node.name == "signed_power" else 0.0)
     return _HEAVY_ELEM.get(node.name, 2.0)
 
 
