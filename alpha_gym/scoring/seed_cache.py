@@ -6,8 +6,8 @@ computes books, so it is stored under a key hashing all three:
 
 - the panel's fingerprint (dates, tickers, every field);
 - `repr(config)` (every threshold and limit; any new config field changes it);
-- the source of the modules that turn a formula into a book (language, book, CPCV, seeds),
-  the Alpha101 table, and numpy's version.
+- the source of the modules that turn a formula into a seed book (language, book, panel, CPCV,
+  seeds, the verifier, its config and the archive), the Alpha101 table, and numpy's version.
 
 A changed input is a new key, so a stale file is never read. Files are written atomically
 (temporary file, then rename); one that cannot be read is ignored, recomputed and rewritten.
@@ -33,7 +33,8 @@ log = logging.getLogger("alpha_gym")
 FORMAT_VERSION = 1
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose code decides a seed book's numbers.
-_CODE = ("language", "book", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py", "alpha101")
+_CODE = ("language", "book", "market/panel.py", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py",
+         "scoring/verifier.py", "scoring/config.py", "scoring/archive.py", "alpha101")
 
 
 @dataclass(frozen=True)
