@@ -143,6 +143,16 @@ def test_seed_books_are_cached_on_disk_and_read_back_identically(tmp_path, monke
     assert seed_cache._load(files[0], len(second._returns)) is not None  # rewritten
 
 
+def test_seed_cache_keeps_the_newest_files(tmp_path):
+    import os
+    for i in range(20):
+        f = tmp_path / f"seeds-{i:02d}.npz"
+        f.write_bytes(b"x")
+        os.utime(f, (1000 + i, 1000 + i))
+    seed_cache._prune(tmp_path, keep=16)
+    assert sorted(f.name for f in tmp_path.glob("seeds-*.npz")) == [f"seeds-{i:02d}.npz" for i in range(4, 20)]
+
+
 def test_seed_cache_off(tmp_path, monkeypatch, panel):
     monkeypatch.setenv("ALPHA_GYM_CACHE", "off")
     assert seed_cache.cache_dir() is None

@@ -31,6 +31,8 @@ import numpy as np
 log = logging.getLogger("alpha_gym")
 
 FORMAT_VERSION = 1
+#: Seed files kept in the cache folder; older ones (other panels, configs or code versions) are removed.
+KEEP_FILES = 16
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose code decides a seed book's numbers.
 _CODE = ("language", "book", "market/panel.py", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py",
@@ -139,6 +141,14 @@ def seed_books(verifier, formulas) -> list[SeedBook]:
         books = compute_seed_books(verifier, formulas)
         try:
             _save(path, books)
+            _prune(folder)
         except OSError as err:  # a read-only or full disk only costs the next process the recompute
             log.warning("could not write seed cache %s: %r", path, err)
     return books
+
+
+def _prune(folder: Path, keep: int = KEEP_FILES) -> None:
+    """Remove all but the `keep` most recently written seed files (each code change makes new keys)."""
+    files = sorted(folder.glob("seeds-*.npz"), key=lambda f: f.stat().st_mtime, reverse=True)
+    for f in files[keep:]:
+        f.unlink(missing_ok=True)
