@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 import warnings
@@ -30,15 +32,46 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="CSV/CSV.gz/Parquet in the long format date,ticker,open,high,low,close,volume "
                                   "(default: the embedded synthetic market)")
     p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--start", help="first session (YYYY-MM-DD)")
-    p.add_argument("--end", help="last session (YYYY-MM-DD); nothing after it is read")
+    p.add_argument("--start", type=iso_date, help="first session (YYYY-MM-DD)")
+    p.add_argument("--end", type=iso_date, help="last session (YYYY-MM-DD); nothing after it is read")
 
 
-def _universe(value):
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: Suffixes that mark a --universe value as a file name, never a ticker list.
+_UNIVERSE_FILE_SUFFIXES = (".txt", ".csv", ".lst", ".tsv", ".list")
+
+
+def iso_date(value: str) -> str:
+    """argparse type of a date flag: YYYY-MM-DD, a real calendar day (argparse names the flag in its error)."""
+    text = value.strip()
+    try:
+        if not _ISO_DATE.fullmatch(text):
+            raise ValueError
+        import numpy as np
+        np.datetime64(text, "D")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date (use YYYY-MM-DD, e.g. 2024-08-20)") from None
+    return text
+
+
+def universe_arg(value):
+    """--universe: an existing ticker file, or tickers separated by commas.
+
+    A value that looks like a path (a slash or a file suffix) but names no file is an error:
+    read as a ticker list it would fail later with a confusing "ticker not found".
+    """
     if value is None:
         return None
     from pathlib import Path
-    return value if Path(value).exists() else [t.strip() for t in value.split(",") if t.strip()]
+    if Path(value).is_file():
+        return value
+    if "/" in value or os.sep in value or value.lower().endswith(_UNIVERSE_FILE_SUFFIXES):
+        raise FileNotFoundError(f"--universe {value}: no such file (give a ticker file, or tickers separated "
+                                "by commas)")
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+_universe = universe_arg  # the name the commands below use
 
 
 def cmd_score(args) -> int:
@@ -183,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
     p.add_argument("--market-data", help="market data for the probe's verifier (default: the synthetic market)")
     p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--end", help="last training session (YYYY-MM-DD)")
+    p.add_argument("--end", type=iso_date, help="last training session (YYYY-MM-DD)")
     p.set_defaults(func=cmd_sft, start=None)
 
     from alpha_gym.evaluation.cli import register as register_evaluation
@@ -220,6 +253,19 @@ def _missing_extra(extra: str, err: Exception) -> int:
 
 
 def main(argv=None) -> int:
+    """Run one command; a closed output pipe (`| head`) ends it quietly, as Unix tools do."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a broken pipe surfaces here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from alpha_gym.language import FormulaError
     from alpha_gym.market import DataError

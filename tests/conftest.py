@@ -7,6 +7,16 @@ from pathlib import Path
 
 import pytest
 
+# The verifier caches seed books on disk (alpha_gym/scoring/seed_cache.py): keep the tests' files
+# out of the user's cache folder, in a folder removed when the session ends.
+if "ALPHA_GYM_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    _CACHE = tempfile.mkdtemp(prefix="alpha_gym_test_cache_")
+    os.environ["ALPHA_GYM_CACHE"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
 ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA_DIR = Path(os.environ.get("ALPHA_GYM_REAL_DATA", ROOT.parent / "shared" / "data" / "us_equities"))
 REAL_TRAIN_FILE = REAL_DATA_DIR / "us_daily_train.csv.gz"

@@ -331,3 +331,72 @@ def test_indneutralize_and_indclass():
 
 def test_cap_is_an_optional_field():
     assert parse("rank(returns * cap)").args[0] == Op("mul", (Field("returns"), Field("cap")))
+
+
+# ============================================================================ issue 13: bounded cost, linear extraction
+def test_cost_counts_window_work_and_shared_subexpressions_once():
+    from alpha_gym.language import cost
+    assert cost(parse("close")) == 0.0
+    assert cost(parse("ts_rank(close, 250)")) == 4.0 + 0.75 * 250
+    assert cost(parse("ts_rank(close, 10)")) < cost(parse("ts_rank(close, 100)"))
+    assert cost(parse("close ^ volume")) == 90.0  # libm pow per cell
+    assert cost(parse("close ^ 2")) == cost(parse("signed_power(close, 0.5)")) - 2.0 == 4.0  # special-cased
+    one = cost(parse("ts_corr(close, volume, 20)"))
+    assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 20)")) == one + 2.0  # shared: once
+    assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 21)")) > 2 * one
+
+
+def test_formula_over_the_cost_limit_is_refused_with_the_limit_named():
+    from alpha_gym.language import FormulaLimitError, Limits
+    terms = [f"ts_rank({x}, {d})" for x in ("close", "open", "high", "low") for d in (248, 250, 252)]
+    text = "((" + " + ".join(terms[:6]) + ") ^ (" + " + ".join(terms[6:]) + "))"
+    with pytest.raises(FormulaLimitError, match=r"estimated evaluation cost \d+ units a cell exceeds the limit "
+                                                 r"max_cost=500 \(VerifierConfig.limits"):
+        parse(text)
+    assert parse(text, Limits(max_cost=3000)) is not None
+    parse("ts_rank(close, 250) + ts_rank(open, 250)")  # 2 x 191.5 = 383: within
+
+
+def test_all_paper_alphas_fit_the_cost_limit():
+    from alpha_gym.alpha101 import ALPHAS, parse_alpha
+    from alpha_gym.language import DEFAULT_LIMITS, cost
+    worst = max(cost(parse_alpha(a.n)) for a in ALPHAS)
+    assert 200 < worst <= DEFAULT_LIMITS.max_cost
+
+
+def _old_extract(text):
+    """The regex extraction that `extract` replaced (quadratic on unclosed tags), as the reference."""
+    import re
+    blocks = list(re.finditer(r"<alpha>(.*?)</alpha>", text, re.DOTALL | re.IGNORECASE))
+    if len(blocks) != 1 or not blocks[0].group(1).strip():
+        return len(blocks), None, None
+    reasoning = re.compile(r"<think>\s*\S.*?</think>", re.DOTALL | re.IGNORECASE).search(text, 0, blocks[0].start())
+    return 1, blocks[0].group(1).strip(), reasoning is not None
+
+
+def test_linear_extraction_matches_the_regex_on_random_answers():
+    import random
+    from alpha_gym.language import AnswerError
+    from alpha_gym.language.answer import alpha_blocks
+    pieces = ["<alpha>", "</alpha>", "<ALPHA>", "</Alpha>", "<think>", "</think>", "<THINK>", " ", "\n", "x",
+              "<", ">", "/", "rank(close)", "\t"]
+    rng = random.Random(13)
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        n, formula, reasoning = _old_extract(text)
+        import re
+        assert len(alpha_blocks(text)) == len(re.findall(r"<alpha>(.*?)</alpha>", text, re.S | re.I)), text
+        if formula is None:
+            with pytest.raises(AnswerError):
+                extract(text)
+        else:
+            got = extract(text)
+            assert (got.formula, got.has_reasoning) == (formula, reasoning), text
+
+
+def test_unclosed_tags_at_the_length_limit_are_refused():
+    from alpha_gym.language import AnswerError
+    with pytest.raises(AnswerError, match="no <alpha>"):
+        extract("<alpha>" * 4681)
+    assert extract("<think>" * 4000 + "<alpha>rank(close)</alpha>").has_reasoning is False
+    assert extract("<think>" * 4000 + "a</think><alpha>rank(close)</alpha>").has_reasoning is True

@@ -11,30 +11,57 @@ than `min_valid` valid stocks is flat.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from alpha_gym.book import metrics
 from alpha_gym.language.ops import KERNELS
 
 
-def weights_from_signal(signal: np.ndarray, min_valid: int = 5) -> np.ndarray:
-    """Dollar-neutral weights with gross exposure 1 (0.5 long, 0.5 short) on every traded day.
+#: Rows per block hold about this many cells, so every temporary of the book stays in cache (1 MB;
+#: measured best of 2^13..2^23 on 496 stocks). Each row's numbers do not depend on the blocking:
+#: the results are identical for any block size.
+BLOCK_CELLS = 1 << 17
 
-        w_{t,i} = (rank_{t,i} - mean_t(rank)) / sum_i |rank_{t,i} - mean_t(rank)|
 
-    Days with fewer than `min_valid` valid stocks, or where every valid stock
-    ties, are flat (all weights 0).
-    """
-    ranks = KERNELS["rank"](np.asarray(signal, dtype=np.float64))
+def row_blocks(n_rows: int, n_cols: int, cells: int | None = None):
+    """(start, stop) of consecutive row blocks of about `cells` (default BLOCK_CELLS) cells each."""
+    rows = max(1, (cells or BLOCK_CELLS) // max(n_cols, 1))
+    return [(r0, min(n_rows, r0 + rows)) for r0 in range(0, n_rows, rows)]
+
+
+def _weight_rows(signal: np.ndarray, min_valid: int, ranked: bool, out: np.ndarray) -> None:
+    """`weights_from_signal` of a block of rows, written into `out`."""
+    ranks = signal if ranked else KERNELS["rank"](signal)
     valid = ~np.isnan(ranks)
     n_valid = valid.sum(axis=1, keepdims=True)
     filled = np.where(valid, ranks, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         centred = np.where(valid, filled - filled.sum(axis=1, keepdims=True) / n_valid, 0.0)
         gross = np.abs(centred).sum(axis=1, keepdims=True)
-        w = np.where((gross > 1e-12) & (n_valid >= min_valid), centred / gross, 0.0)
-    return w
+        np.copyto(out, np.where((gross > 1e-12) & (n_valid >= min_valid), centred / gross, 0.0))
+
+
+def weights_from_signal(signal: np.ndarray, min_valid: int = 5, ranked: bool = False,
+                        n_rows: int | None = None) -> np.ndarray:
+    """Dollar-neutral weights with gross exposure 1 (0.5 long, 0.5 short) on every traded day.
+
+        w_{t,i} = (rank_{t,i} - mean_t(rank)) / sum_i |rank_{t,i} - mean_t(rank)|
+
+    Days with fewer than `min_valid` valid stocks, or where every valid stock
+    ties, are flat (all weights 0). `ranked=True` says the signal is already the
+    output of `rank` (a formula whose root is rank): ranking is idempotent bit for
+    bit (same order, same ties, same arithmetic), so the second rank is skipped.
+    `n_rows`: only the first rows (each row depends on its own day only).
+    Computed in cache-sized blocks of rows.
+    """
+    signal = np.asarray(signal, dtype=np.float64)
+    n = signal.shape[0] if n_rows is None else n_rows
+    out = np.empty((n,) + signal.shape[1:])
+    for r0, r1 in row_blocks(n, signal.shape[1]):
+        _weight_rows(signal[r0:r1], min_valid, ranked, out[r0:r1])
+    return out
 
 
 def open_to_open_returns(open_: np.ndarray) -> np.ndarray:
@@ -60,27 +87,61 @@ class Book:
     open-to-open returns the weights earn; n = panel days - 2.
     """
 
-    weights: np.ndarray
+    weights: np.ndarray | None
     returns: np.ndarray
     gross: np.ndarray
     turnover: np.ndarray
     cost: np.ndarray
     dates: np.ndarray
+    traded: np.ndarray | None = None  # (n,) bool: the book holds a position that day
+    daily_ic: np.ndarray | None = None  # (n,) cross-sectional IC of each day, and whether it counts
+    ic_counts: np.ndarray | None = None
 
     @property
     def net(self) -> np.ndarray:
         return self.gross - self.cost
 
+    @property
+    def traded_days(self) -> int:
+        """Decision days with a position."""
+        traded = self.traded if self.traded is not None else np.abs(self.weights).sum(axis=1) > 0
+        return int(traded.sum())
+
+    def information_coefficient(self) -> float:
+        """`metrics.information_coefficient(weights, returns)`, from the daily values `build_book` computed."""
+        if self.daily_ic is None:
+            return metrics.information_coefficient(self.weights, self.returns)
+        return metrics.mean_ic(self.daily_ic, self.ic_counts)
+
+    def light(self) -> "Book":
+        """This book without its (days x stocks) weights, for keeping many books at once (a scored group)."""
+        return replace(self, weights=None)
+
 
 def build_book(signal: np.ndarray, open_: np.ndarray, dates: np.ndarray, cost_fn, min_valid: int = 5,
-               returns: np.ndarray | None = None) -> Book:
+               returns: np.ndarray | None = None, ranked: bool = False) -> Book:
     """Weights, gross P&L, turnover and costs for a signal. `cost_fn(weights, turnover) -> (n,)`.
 
-    `returns` may be passed to reuse `open_to_open_returns(open_)` across formulas.
+    `returns` may be passed to reuse `open_to_open_returns(open_)` across formulas;
+    `ranked`: the signal is already a `rank` output (see `weights_from_signal`).
+    Weights, P&L and turnover are computed together on cache-sized blocks of rows
+    (the same numbers as `weights_from_signal` and `daily_turnover` on the whole array).
     """
-    w = weights_from_signal(signal, min_valid)[:-2]
+    signal = np.asarray(signal, dtype=np.float64)
     r = open_to_open_returns(open_)[:-2] if returns is None else returns
-    gross = np.where(np.isnan(r), 0.0, w * r).sum(axis=1)
-    turnover = daily_turnover(w)
+    n, n_stocks = signal.shape[0] - 2, signal.shape[1]
+    w = np.empty((n, n_stocks))
+    gross, turnover, traded = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+    daily_ic, ic_counts = np.empty(n), np.empty(n, dtype=bool)
+    zero_row = np.zeros((1, n_stocks))
+    for r0, r1 in row_blocks(n, n_stocks):
+        wb, rb = w[r0:r1], r[r0:r1]
+        _weight_rows(signal[r0:r1], min_valid, ranked, wb)
+        gross[r0:r1] = np.where(np.isnan(rb), 0.0, wb * rb).sum(axis=1)
+        prev = w[r0 - 1:r1 - 1] if r0 else np.vstack([zero_row, w[:r1 - 1]])
+        turnover[r0:r1] = np.abs(wb - prev).sum(axis=1)
+        traded[r0:r1] = np.abs(wb).sum(axis=1) > 0
+        daily_ic[r0:r1], ic_counts[r0:r1] = metrics.daily_ic(wb, rb)  # while the block is in cache
     cost = cost_fn(w, turnover)
-    return Book(weights=w, returns=r, gross=gross, turnover=turnover, cost=cost, dates=dates[:-2])
+    return Book(weights=w, returns=r, gross=gross, turnover=turnover, cost=cost, dates=dates[:-2], traded=traded,
+                daily_ic=daily_ic, ic_counts=ic_counts)

@@ -74,8 +74,23 @@ def information_coefficient(weights: np.ndarray, returns: np.ndarray) -> float:
 
     Reference: Grinold & Kahn (2000), Active Portfolio Management, ch. 6.
     """
+    from alpha_gym.book.book import row_blocks
     w = np.asarray(weights, dtype=np.float64)
     r = np.asarray(returns, dtype=np.float64)
+    daily = np.empty(w.shape[0])
+    use = np.empty(w.shape[0], dtype=bool)
+    for r0, r1 in row_blocks(*w.shape):  # cache-sized blocks; every day's numbers are its own
+        daily[r0:r1], use[r0:r1] = daily_ic(w[r0:r1], r[r0:r1])
+    return mean_ic(daily, use)
+
+
+def mean_ic(daily: np.ndarray, use: np.ndarray) -> float:
+    """The mean of the daily ICs that count (0 when none does)."""
+    return float(daily[use].mean()) if use.any() else 0.0
+
+
+def daily_ic(w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-sectional correlation of weights and returns per row, and whether the row counts."""
     ok = np.isfinite(r) & (w != 0)
     n = ok.sum(axis=1)
     wz = np.where(ok, w, 0.0)
@@ -88,8 +103,7 @@ def information_coefficient(weights: np.ndarray, returns: np.ndarray) -> float:
         num = (wc * rc).sum(axis=1)
         den = np.sqrt((wc * wc).sum(axis=1) * (rc * rc).sum(axis=1))
         daily = num / den
-    use = (n >= 3) & np.isfinite(daily) & (den > 1e-18)
-    return float(daily[use].mean()) if use.any() else 0.0
+    return daily, (n >= 3) & np.isfinite(daily) & (den > 1e-18)
 
 
 def equal_weight_market(returns: np.ndarray) -> np.ndarray:

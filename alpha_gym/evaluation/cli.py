@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from alpha_gym.cli import iso_date, universe_arg
+
 
 def read_formulas(path) -> list[str | None]:
     """Formulas from a file: JSONL objects with a "formula" (or "answer") key, or one formula per line.
@@ -71,9 +73,7 @@ def cmd_briefs_filter(args) -> int:
     briefs = load_briefs(args.briefs) if args.briefs else list(brief_set("train"))
     if args.limit:
         briefs = briefs[: args.limit]
-    universe = args.universe
-    if universe is not None and not Path(universe).exists():
-        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    universe = universe_arg(args.universe)
     verifier = Verifier(resolve_panel(data=args.data, universe=universe, train_end=args.end))
     model, tokenizer = load_base(args.model)
     rates = pass_rates(model, tokenizer, verifier, briefs, tries=args.tries, max_new_tokens=args.max_new_tokens,
@@ -97,9 +97,7 @@ def _day_before(date: str) -> str:
 def cmd_holdout_formulas(args) -> int:
     from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
     from alpha_gym.market import load_panel
-    universe = args.universe
-    if universe is not None and not Path(universe).exists():
-        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    universe = universe_arg(args.universe)
     # One read of the file, cut in two: the training panel holds copies of the sessions before the
     # holdout only, so nothing in it reaches the holdout window.
     full = load_panel(args.data, universe=universe, start=args.train_start, end=args.holdout_end)
@@ -149,9 +147,7 @@ def cmd_holdout(args) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from trainers.answers import generate_answers, load_for_inference
-    universe = args.universe
-    if universe is not None and not Path(universe).exists():
-        universe = [t.strip() for t in universe.split(",") if t.strip()]
+    universe = universe_arg(args.universe)
     full = load_panel(args.data, universe=universe, end=args.holdout_end)
     train = full.window(end=_day_before(args.holdout_start))
     holdout = full.window(start=args.holdout_start, end=args.holdout_end)
@@ -204,17 +200,17 @@ def register(subparsers) -> None:
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--data", help="market data for the verifier (default: the synthetic market)")
     f.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    f.add_argument("--end", help="last training session (YYYY-MM-DD)")
+    f.add_argument("--end", type=iso_date, help="last training session (YYYY-MM-DD)")
     f.set_defaults(func=cmd_briefs_filter)
 
     h = subparsers.add_parser("holdout-formulas", help="score a file of formulas on a holdout window "
                                                       "(realistic costs) and build their equal-weight book")
     h.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
     h.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    h.add_argument("--train-start", help="first training session to read (default: the file's first)")
-    h.add_argument("--holdout-start", required=True, help="first holdout session (YYYY-MM-DD); "
+    h.add_argument("--train-start", type=iso_date, help="first training session to read (default: the file's first)")
+    h.add_argument("--holdout-start", type=iso_date, required=True, help="first holdout session (YYYY-MM-DD); "
                                                           "training ends the day before")
-    h.add_argument("--holdout-end", help="last holdout session (default: the file's last)")
+    h.add_argument("--holdout-end", type=iso_date, help="last holdout session (default: the file's last)")
     h.add_argument("--formulas", required=True, help="one formula per line, or JSONL with a 'formula' key")
     h.add_argument("--context", type=int, default=252, help="training sessions used as lookback history")
     h.add_argument("--no-train", action="store_true", help="skip the train-window CPCV of each formula")
@@ -227,8 +223,8 @@ def register(subparsers) -> None:
                                                 "holdout window with realistic costs (needs the train extra)")
     c.add_argument("--checkpoint", help="a training checkpoint (adapters) or a model folder (default: the base model)")
     c.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
-    c.add_argument("--holdout-start", required=True, help="first holdout session; training ends the day before")
-    c.add_argument("--holdout-end", help="last holdout session (default: the file's last)")
+    c.add_argument("--holdout-start", type=iso_date, required=True, help="first holdout session; training ends the day before")
+    c.add_argument("--holdout-end", type=iso_date, help="last holdout session (default: the file's last)")
     c.add_argument("--universe", help="a ticker file, or tickers separated by commas")
     c.add_argument("--probe", type=int, default=50, help="how many probe briefs")
     c.add_argument("--max-new-tokens", type=int, default=128)

@@ -1,6 +1,7 @@
 """The formula language: grammar, immutable nodes, parser with limits, printers and the evaluator."""
 
 from alpha_gym.language.answer import Answer, extract
+from alpha_gym.language.cost import cost
 from alpha_gym.language.errors import (AnswerError, FormulaArgumentError, FormulaError, FormulaLimitError,
                                        FormulaSyntaxError, UnknownNameError)
 from alpha_gym.language.evaluate import DataUnavailableError
@@ -11,6 +12,6 @@ from alpha_gym.language.printer import WINDOW_BUCKETS, bucket_window, canonical,
 __all__ = [
     "Answer", "AnswerError", "DataUnavailableError", "DEFAULT_LIMITS", "Field", "FormulaArgumentError", "FormulaError",
     "FormulaLimitError", "FormulaSyntaxError", "Limits", "Node", "Num", "Op", "UnknownNameError",
-    "WINDOW_BUCKETS", "bucket_window", "canonical", "count_tokens", "depth", "extract", "lookback",
+    "WINDOW_BUCKETS", "bucket_window", "canonical", "cost", "count_tokens", "depth", "extract", "lookback",
     "normalize", "parse", "size", "to_text", "walk",
 ]

@@ -11,6 +11,7 @@ A NaN cell later gets zero weight in the book.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import MutableMapping
 
 import numpy as np
@@ -37,13 +38,107 @@ def _full(x, shape) -> np.ndarray:
 def evaluate(node: Node, panel, cache: MutableMapping | None = None) -> np.ndarray:
     """The formula's value for every (day, stock) of `panel`.
 
-    `cache` (optional) memoises subtrees by node across calls on the same
-    panel, so answers sharing subexpressions compute them once. Results are
-    read-only arrays; never mutate them.
+    Without `cache`, every intermediate array is dropped as soon as its last consumer has
+    used it (a shared subexpression is computed once and kept until its last use), and the
+    arguments needing the most memory are evaluated first: peak memory grows with the
+    tree's nesting, not with its size (`peak_arrays`).
+
+    `cache` (optional) memoises every subtree by node across calls on the same panel, so
+    answers sharing subexpressions compute them once; it keeps every intermediate alive,
+    so use it only on small panels. Results are read-only arrays; never mutate them.
     """
-    memo = {} if cache is None else cache
-    out = _eval(node, panel, memo)
+    _tune_allocator()
+    if cache is not None:
+        out = _eval(node, panel, cache)
+    else:
+        out = _Freeing(node, panel).value(node)
     return _full(out, panel.shape)
+
+
+def _tune_allocator() -> None:
+    from alpha_gym.language._malloc import keep_freed_memory
+    keep_freed_memory()
+
+
+def uses(node: Node) -> dict[Node, int]:
+    """How many times each distinct subexpression is read by an operator (edges of the tree's DAG)."""
+    count: dict[Node, int] = {}
+    seen = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen or not isinstance(n, Op):
+            continue
+        seen.add(n)
+        for a in n.args:
+            count[a] = count.get(a, 0) + 1
+            stack.append(a)
+    return count
+
+
+@lru_cache(maxsize=65536)
+def peak_arrays(node: Node) -> int:
+    """Panel-sized arrays alive at once while evaluating `node` alone, in the order `evaluate` uses
+    (largest need first), counting its result; fields and constants cost nothing (the panel holds them).
+
+    This is the Sethi-Ullman number of the tree: at most about log2(leaves) + 1, and at most the
+    tree's depth. Shared subexpressions kept for a later use can add to it (at most one each).
+    """
+    if not isinstance(node, Op):
+        return 0
+    needs = sorted((peak_arrays(a) for a in node.args), reverse=True)
+    held = max((i + need for i, need in enumerate(needs)), default=0)
+    return max(held, len([a for a in node.args if isinstance(a, Op)]) + 1, 1)
+
+
+class _Freeing:
+    """One evaluation that frees each intermediate after its last use."""
+
+    def __init__(self, root: Node, panel):
+        self.panel = panel
+        self.left = uses(root)          # reads still to come, per distinct subexpression
+        self.kept: dict[Node, object] = {}  # values of shared subexpressions awaiting another read
+
+    def value(self, node: Node):
+        if isinstance(node, Num):
+            return node.value
+        hit = self.kept.get(node)
+        if hit is None:
+            hit = _field(node, self.panel) if isinstance(node, Field) else self._compute(node)
+            if self.left.get(node, 0) > 1 and not isinstance(node, Field):
+                self.kept[node] = hit
+        return hit
+
+    def _read(self, node: Node) -> None:
+        """One read of `node` done: forget it after its last one."""
+        if isinstance(node, Num):
+            return
+        self.left[node] -= 1
+        if self.left[node] == 0:
+            self.kept.pop(node, None)
+
+    def _compute(self, node: Op):
+        _check_data(node, self.panel)
+        # Largest need first (Sethi-Ullman), so fewer results wait while a big argument is built.
+        order = sorted(range(len(node.args)), key=lambda i: -peak_arrays(node.args[i]))
+        args: list = [None] * len(node.args)
+        for i in order:
+            args[i] = self.value(node.args[i])
+        value = _apply_values(node, self.panel, args)
+        del args
+        for a in node.args:
+            self._read(a)
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+        return value
+
+
+def _field(node: Field, panel) -> np.ndarray:
+    if not panel.has(node.name):
+        raise DataUnavailableError(f"the data has no {node.name!r} field (market cap is not available "
+                                   "on this panel)" if node.name == "cap" else
+                                   f"the data has no {node.name!r} field")
+    return panel.field(node.name)
 
 
 def _eval(node: Node, panel, memo):
@@ -53,30 +148,33 @@ def _eval(node: Node, panel, memo):
     if hit is not None:
         return hit
     if isinstance(node, Field):
-        if not panel.has(node.name):
-            raise DataUnavailableError(f"the data has no {node.name!r} field (market cap is not available "
-                                       "on this panel)" if node.name == "cap" else
-                                       f"the data has no {node.name!r} field")
-        value = panel.field(node.name)
+        value = _field(node, panel)
     else:
-        value = _apply(node, panel, memo)
+        _check_data(node, panel)
+        value = _apply_values(node, panel, [_eval(a, panel, memo) for a in node.args])
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
     memo[node] = value
     return value
 
 
-def _apply(node: Op, panel, memo):
+def _check_data(node: Op, panel) -> None:
+    """Refuse, before evaluating its argument, an operator that needs data the panel lacks."""
+    if node.name == "ind_neutralize" and getattr(panel, "sectors", None) is None:
+        raise DataUnavailableError("IndNeutralize needs industry data, and this panel has no sector map")
+
+
+def _apply_values(node: Op, panel, args: list):
+    """Apply one operator to its evaluated arguments (arrays or scalar constants)."""
     if node.name == "adv":
         return KERNELS["ts_mean"](panel.field("dollar_volume"), node.window)
     if node.name == "ind_neutralize":
-        sectors = getattr(panel, "sectors", None)
-        if sectors is None:
-            raise DataUnavailableError("IndNeutralize needs industry data, and this panel has no sector map")
-        return KERNELS["ind_neutralize"](_full(_eval(node.args[0], panel, memo), panel.shape), sectors)
+        return KERNELS["ind_neutralize"](_full(args[0], panel.shape), panel.sectors)
     spec = OPERATORS[node.name]
-    args = [_eval(a, panel, memo) for a in node.args]
     kernel = KERNELS[node.name]
+    if node.name == "rank" and isinstance(node.args[0], Field) and hasattr(panel, "memo"):
+        # rank(close), rank(volume)...: common in formulas and a full sort each; kept with the panel
+        return panel.memo(("rank", node.args[0].name), lambda: kernel(args[0]))
     if spec.kind == "elem":
         if all(not isinstance(a, np.ndarray) for a in args):  # constant folding stays scalar
             return float(_full(kernel(*[np.full((1, 1), a) for a in args]), (1, 1))[0, 0])

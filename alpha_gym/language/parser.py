@@ -3,7 +3,8 @@
 Parsing is LALR(1) over `grammar.lark`; nothing the model writes is ever
 evaluated as Python. The checks run cheapest first: length and bracket
 nesting on the raw text, the token count on the lexer's output, then names,
-arities, windows, depth and nested lookback while the tree is built.
+arities, windows, depth and nested lookback while the tree is built, and last
+the estimated evaluation cost of the whole tree (`cost.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from importlib import resources
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
+from alpha_gym.language.cost import cost
 from alpha_gym.language.errors import (FormulaArgumentError, FormulaError, FormulaLimitError,
                                        FormulaSyntaxError, UnknownNameError)
 from alpha_gym.language.nodes import Field, Node, Num, Op
@@ -43,6 +45,9 @@ class Limits:
     max_depth: int = 16        # tree levels
     max_chars: int = 4096      # raw text length, checked before lexing
     max_brackets: int = 64     # bracket nesting, checked before parsing
+    # Estimated evaluation work, units per cell (`cost.py`): bounds the slowest valid formula at a few
+    # times the median one. The paper's 101 alphas cost 8..428; 36 x ts_rank(x, 250) would cost 6,900.
+    max_cost: float = 500.0
 
 
 DEFAULT_LIMITS = Limits()
@@ -299,6 +304,11 @@ def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> Node:
         raise FormulaLimitError(f"formula is nested more than {limits.max_depth} levels deep") from None
     if _is_indclass(node):
         raise FormulaArgumentError(f"{node.name} can only be the second argument of IndNeutralize", 1)
+    work = cost(node)
+    if work > limits.max_cost:
+        raise FormulaLimitError(f"estimated evaluation cost {work:.0f} units a cell exceeds the limit max_cost="
+                                f"{limits.max_cost:g} (VerifierConfig.limits; ts_rank(x, d) costs about 3d/4, "
+                                "rank 50, other operators 2 to 80)")
     return node
 
 

@@ -21,6 +21,8 @@ import csv
 import gzip
 import lzma
 import os
+import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, Union
@@ -39,8 +41,16 @@ REQUIRED_COLUMNS = ("date", "ticker") + BASE_FIELDS
 NUMERIC_COLUMNS = BASE_FIELDS + OPTIONAL_FIELDS
 #: Relative tolerance for the OHLC consistency checks (prices rounded to a few digits).
 OHLC_RTOL = 1e-6
+#: Relative tolerance of the vwap sanity check: a vendor's vwap may include trades just outside
+#: the regular session's [low, high], and is rounded, but never by more than this.
+VWAP_RTOL = 1e-3
+#: The most shares a stock can trade in a day (the record is a few billion): above it a value is a unit
+#: or parsing error, and vwap x volume would overflow long before any kernel could flag it.
+MAX_VOLUME = 1e12
 #: How many offending rows, tickers or dates an error message shows.
 SHOW = 5
+#: A date string carrying a time zone offset or "Z" (e.g. `2012-06-29 00:00:00-04:00`).
+_TZ_DATE = re.compile(r"\d[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)$", re.IGNORECASE)
 
 _NA_STRINGS = frozenset({"", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "-"})
 _PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
@@ -62,9 +72,17 @@ def load_universe(path_or_list) -> list[str]:
         path = Path(path_or_list)
         if not path.is_file():
             raise FileNotFoundError(f"universe file not found: {path}")
+        try:  # utf-8-sig: a byte-order mark (Windows editors) is not part of the first ticker
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise DataError(f"universe file {path} is not UTF-8 text ({_decode_detail(err)}); "
+                            "expected one ticker per line") from None
         tickers = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             ticker = line.split("#", 1)[0].strip()
+            if ticker and not ticker.isprintable():
+                raise DataError(f"universe file {path} line {number}: ticker {ticker!r} holds an invisible or "
+                                "control character")
             if ticker:
                 tickers.append(ticker)
         where = f"universe file {path}"
@@ -319,6 +337,43 @@ def _read_parquet(path: Path) -> _Raw:
     return _from_frame(df, columns, _row_label)
 
 
+def _decode_detail(err: UnicodeDecodeError) -> str:
+    return f"byte 0x{err.object[err.start]:02x} at position {err.start} is not valid UTF-8"
+
+
+def _head(path: Path, n: int = 8) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
+    """A DataError naming the file for an exception a reader library raised on a broken or mislabelled file."""
+    head = _head(path)
+    if kind == "parquet":
+        if not head.startswith(b"PAR1"):
+            return DataError(f"{path} is not a Parquet file (it starts with {head!r}, not b'PAR1'); "
+                             "a CSV file must be named .csv or .csv.gz")
+        return DataError(f"{path} is a damaged or truncated Parquet file ({type(exc).__name__}: {exc})")
+    if isinstance(exc, gzip.BadGzipFile) or (path.name.lower().endswith(".gz") and not head.startswith(b"\x1f\x8b")):
+        return DataError(f"{path} is not gzip-compressed although its name ends in .gz (it starts with {head!r}); "
+                         "rename it to .csv or compress it")
+    if isinstance(exc, (EOFError, zlib.error, lzma.LZMAError)) or (isinstance(exc, OSError) and exc.errno is None):
+        return DataError(f"{path} is truncated or damaged: the compressed stream does not decompress "
+                         f"({type(exc).__name__}: {exc})")
+    if isinstance(exc, UnicodeDecodeError):
+        what = "binary data, not text" if b"\x00" in head or not head[:1].isascii() else "not UTF-8 text"
+        return DataError(f"{path} is {what} ({_decode_detail(exc)}); save it as a UTF-8 CSV file")
+    return DataError(f"{path} cannot be read ({type(exc).__name__}: {exc})")
+
+
+def _arrow_errors() -> tuple:
+    try:
+        import pyarrow
+    except ImportError:
+        return ()
+    return (pyarrow.ArrowException,)
+
+
 def _read(path: Path) -> _Raw:
     kind = _file_kind(path)
     try:
@@ -331,6 +386,8 @@ def _read(path: Path) -> _Raw:
         if str(exc).startswith(str(path)) or "pip install" in str(exc):
             raise
         raise DataError(f"{path}: {exc}") from None
+    except (EOFError, OSError, zlib.error, lzma.LZMAError, UnicodeDecodeError) + _arrow_errors() as exc:
+        raise _unreadable(path, kind, exc) from None
 
 
 # --------------------------------------------------------------------------- dates
@@ -444,6 +501,10 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
     label = raw.label
 
     # -- dates and tickers: every row must have both (checked on the whole file)
+    zoned = [v for v in raw.date_values if isinstance(v, str) and _TZ_DATE.search(v.strip())]
+    if zoned:  # numpy would convert them to UTC and move every session by hours, often onto another day
+        raise DataError(f"{path}: {len(zoned)} date value(s) carry a time zone offset {_show([repr(v) for v in zoned])}; "
+                        "write the session's local date as YYYY-MM-DD")
     day_of_unique, bad = _parse_dates(raw.date_values)
     if bad:
         shown = [repr(raw.date_values[i]) for i in bad]
@@ -475,7 +536,8 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
         known = set(file_tickers)
         unknown = [t for t in wanted if t not in known]
         if unknown:
-            raise DataError(f"{len(unknown)} universe ticker(s) not in {path}: {_show(unknown)}")
+            shown = [t if t.isprintable() else repr(t) for t in unknown]  # make invisible characters visible
+            raise DataError(f"{len(unknown)} universe ticker(s) not in {path}: {_show(shown)}")
         tickers = wanted
     column_of = {t: j for j, t in enumerate(tickers)}
     col_of_code = np.array([column_of.get(t, -1) for t in file_tickers], dtype=np.int64)
@@ -508,6 +570,9 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
     bad_rows = np.flatnonzero(values["volume"] < 0)
     if len(bad_rows):
         fail("with a negative volume", bad_rows, ["volume"])
+    bad_rows = np.flatnonzero(values["volume"] > MAX_VOLUME)
+    if len(bad_rows):
+        fail(f"with a volume over {MAX_VOLUME:g} shares a day (a unit or parsing error)", bad_rows, ["volume"])
     if "cap" in values:
         bad_rows = np.flatnonzero(values["cap"] < 0)
         if len(bad_rows):
@@ -522,6 +587,11 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
         bad_rows = np.flatnonzero((arr > tol_h) | (arr < tol_l))
         if len(bad_rows):
             fail(f"with {name} outside [low, high]", bad_rows, ["low", "high", name])
+    if "vwap" in values:
+        v = values["vwap"]
+        bad_rows = np.flatnonzero((v > h * (1.0 + VWAP_RTOL)) | (v < l * (1.0 - VWAP_RTOL)))
+        if len(bad_rows):
+            fail(f"with vwap outside [low, high] (by more than {VWAP_RTOL:.1%})", bad_rows, ["low", "high", "vwap"])
 
     # -- duplicates and gaps, then the pivot
     n_days, n_stocks = len(calendar), len(tickers)

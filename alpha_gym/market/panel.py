@@ -51,7 +51,7 @@ class Panel:
         shape = (len(dates), len(tickers))
         frozen = {}
         for name, arr in self.data.items():
-            a = np.array(arr, dtype=np.float64, copy=True)
+            a = np.array(arr, dtype=np.float64, copy=True, order="C")  # row-major: kernels slice by rows
             if a.shape != shape:
                 raise DataError(f"field {name!r} has shape {a.shape}, expected {shape} (days x stocks)")
             a.setflags(write=False)
@@ -114,6 +114,16 @@ class Panel:
         out.setflags(write=False)
         self._derived[name] = out
         return out
+
+    def memo(self, key, compute):
+        """A read-only array computed from this panel's fields alone (the rank of a field, say), kept
+        with the panel like its derived fields: formulas on the panel compute it once."""
+        value = self._derived.get(key)
+        if value is None:
+            value = compute()
+            value.setflags(write=False)
+            self._derived[key] = value
+        return value
 
     # ------------------------------------------------------------------- cuts
     def window(self, start=None, end=None) -> "Panel":

@@ -21,7 +21,7 @@ import numpy as np
 from alpha_gym.book import metrics
 from alpha_gym.book.book import Book, build_book, open_to_open_returns
 from alpha_gym.book.costs import training_cost
-from alpha_gym.language import (AnswerError, FormulaError, Node, canonical, extract, lookback, parse, size,
+from alpha_gym.language import (AnswerError, FormulaError, Node, Op, canonical, extract, lookback, parse, size,
                                 to_text)
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
@@ -29,6 +29,7 @@ from alpha_gym.scoring import channels, cpcv
 from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
 
@@ -167,15 +168,9 @@ class Verifier:
         if self._archive is None:
             self._archive = Archive(self.panel.fingerprint(), len(self._returns), self.config.archive_capacity,
                                     self.config.archive_admit_corr)
-            if self.config.archive_seed:
-                for formula in SEED_FORMULAS:
-                    try:
-                        ev = self.evaluate(formula)
-                    except FormulaError:
-                        continue
-                    if ev.turnover >= self.config.min_turnover_invalid:
-                        self._archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes,
-                                          seed=True)
+            if self.config.archive_seed:  # cached on disk by panel, config and code (seed_cache.py)
+                for b in seed_books(self, SEED_FORMULAS):
+                    self._archive.add(b.form, b.text, b.net, b.cpcv, b.train_sharpes, b.test_sharpes, seed=True)
         return self._archive
 
     def update_archive(self, group: "GroupScore") -> int:
@@ -214,7 +209,8 @@ class Verifier:
         """The daily book of a parsed formula on this panel."""
         signal = evaluate(node, self.panel, cache)
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
-                          self.config.min_valid_stocks, returns=self._returns)
+                          self.config.min_valid_stocks, returns=self._returns,
+                          ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
     def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
         """Parse and trade a formula. Raises FormulaError for bad formulas."""
@@ -222,11 +218,12 @@ class Verifier:
         book = self.book(node, cache)
         net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
-        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True), book=book, net=net,
+        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True),
+                         book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
                          test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
-                         ic=metrics.information_coefficient(book.weights, book.returns),
+                         ic=book.information_coefficient(),  # = metrics.information_coefficient
                          sharpe=metrics.sharpe(net), has_reasoning=has_reasoning)
 
     # -------------------------------------------------------------- verdicts
@@ -271,17 +268,18 @@ class Verifier:
 
     def score_formula(self, formula: str, brief=None) -> Score:
         """Score a bare formula (no `<alpha>` block needed): a group of one."""
-        return self._score_items([self._prepare(None, formula, {})], brief).scores[0]
+        return self._score_items([self._prepare(None, formula, None)], brief).scores[0]
 
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
 
         Deterministic and independent of the answers' order (up to the same permutation of the result).
+        A bare string is refused (TypeError): iterating it would score each character as an answer.
         """
         if isinstance(answers, (str, bytes)):
-            raise TypeError("score_group takes a list of answers; for one answer use score(answer) "
-                            "or score_group([answer])")
-        cache: dict = {}
+            raise TypeError("score_group takes a list of answers, not one string: use score(answer) or "
+                            "score_group([answer])")
+        cache = None  # no cache shared across answers: one answer's arrays are freed before the next
         return self._score_items([self._prepare(a, None, cache) for a in answers], brief)
 
     def _score_items(self, items: list, brief=None) -> GroupScore:
@@ -363,7 +361,7 @@ class Verifier:
             "max_drawdown": metrics.max_drawdown(ev.net),
             "beta": beta,
             "market_correlation": corr,
-            "traded_days": int((np.abs(ev.book.weights).sum(axis=1) > 0).sum()),
+            "traded_days": ev.book.traded_days,
             "nodes": size(ev.node),
             "lookback": lookback(ev.node),
             "canonical": canonical(ev.node),
