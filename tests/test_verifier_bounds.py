@@ -114,7 +114,7 @@ def test_over_the_cost_limit_is_an_invalid_answer_naming_the_limit(panel):
     v = Verifier(panel, VerifierConfig(archive_seed=False))
     text = "ts_rank(close, 252) + ts_rank(open, 252) + ts_rank(high, 252) + ts_rank(low, 252)"
     s = v.score(f"<alpha>{text}</alpha>")
-    assert not s.valid and s.reward == v.config.reward_unparseable
+    assert not s.valid and s.reward == pytest.approx(v.config.invalid_reward("unparseable"))
     assert "max_cost=500" in s.reason and s.diagnostics["error"] == "limit"
     loose = Verifier(panel, VerifierConfig(archive_seed=False, limits=VerifierConfig().limits.__class__(max_cost=1e4)))
     assert loose.score(f"<alpha>{text}</alpha>").valid
@@ -136,7 +136,7 @@ def test_seed_books_are_cached_on_disk_and_read_back_identically(tmp_path, monke
     answer = "<alpha>rank(-ts_delta(close, 3))</alpha>"
     assert second.score(answer).to_dict() == first.score(answer).to_dict()
     # another configuration is another key; a damaged file is recomputed, never an error
-    Verifier(panel, VerifierConfig(min_turnover_invalid=0.03)).archive
+    Verifier(panel, VerifierConfig(min_turnover_invalid=0.025)).archive
     assert len(list(tmp_path.glob("seeds-*.npz"))) == 2
     files[0].write_bytes(b"not an npz")
     assert Verifier(panel).archive.forms == archive.forms
@@ -158,7 +158,7 @@ def test_seed_cache_off(tmp_path, monkeypatch, panel):
     assert seed_cache.cache_dir() is None
     assert len(Verifier(panel).archive) > 20
     assert seed_cache.seed_key(panel.fingerprint(), VerifierConfig()) != \
-        seed_cache.seed_key(panel.fingerprint(), VerifierConfig(min_turnover_invalid=0.03))
+        seed_cache.seed_key(panel.fingerprint(), VerifierConfig(min_turnover_invalid=0.025))
 
 
 def test_panel_fields_are_row_major_after_select_and_window():
