@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
+import traceback
 import warnings
 
 DEMO_ANSWERS = [
@@ -23,55 +23,8 @@ DEMO_ANSWERS = [
 ]
 
 
-def _panel_from_args(args):
-    from alpha_gym.env import resolve_panel
-    return resolve_panel(data=args.data, universe=args.universe, train_start=args.start, train_end=args.end)
-
-
-def _add_data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", help="CSV/CSV.gz/Parquet in the long format date,ticker,open,high,low,close,volume "
-                                  "(default: the embedded synthetic market)")
-    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--start", type=iso_date, help="first session (YYYY-MM-DD)")
-    p.add_argument("--end", type=iso_date, help="last session (YYYY-MM-DD); nothing after it is read")
-
-
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-#: Suffixes that mark a --universe value as a file name, never a ticker list.
-_UNIVERSE_FILE_SUFFIXES = (".txt", ".csv", ".lst", ".tsv", ".list")
-
-
-def iso_date(value: str) -> str:
-    """argparse type of a date flag: YYYY-MM-DD, a real calendar day (argparse names the flag in its error)."""
-    text = value.strip()
-    try:
-        if not _ISO_DATE.fullmatch(text):
-            raise ValueError
-        import numpy as np
-        np.datetime64(text, "D")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a date (use YYYY-MM-DD, e.g. 2024-08-20)") from None
-    return text
-
-
-def universe_arg(value):
-    """--universe: an existing ticker file, or tickers separated by commas.
-
-    A value that looks like a path (a slash or a file suffix) but names no file is an error:
-    read as a ticker list it would fail later with a confusing "ticker not found".
-    """
-    if value is None:
-        return None
-    from pathlib import Path
-    if Path(value).is_file():
-        return value
-    if "/" in value or os.sep in value or value.lower().endswith(_UNIVERSE_FILE_SUFFIXES):
-        raise FileNotFoundError(f"--universe {value}: no such file (give a ticker file, or tickers separated "
-                                "by commas)")
-    return [t.strip() for t in value.split(",") if t.strip()]
-
-
-_universe = universe_arg  # the name the commands below use
+from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args,  # noqa: F401
+                                settings_from_args, universe_arg)
 
 
 def cmd_score(args) -> int:
@@ -80,8 +33,7 @@ def cmd_score(args) -> int:
     if (args.formula is None) == (args.answer is None):
         print("alpha-gym score: give a FORMULA or --answer TEXT (one of them)", file=sys.stderr)
         return 2
-    args.universe = _universe(args.universe)
-    verifier = Verifier(_panel_from_args(args))
+    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=False))
@@ -97,7 +49,7 @@ def cmd_demo(args) -> int:
     print("alpha-gym demo: AlphaFormula-v0 on the embedded synthetic market (46 stocks x 3,304 sessions).")
     print("Each answer below is one episode: brief -> answer -> deterministic verifier.\n")
     t0 = time.perf_counter()
-    env = gym.make("AlphaFormula-v0", render_mode="ansi")
+    env = gym.make("AlphaFormula-v0", render_mode="ansi", config=settings_from_args(args).verifier)
     build_s = time.perf_counter() - t0
     prompt, info = env.reset(seed=args.seed)
     print(f"First brief ({info['brief_id']}):\n  " + prompt.splitlines()[0] + "\n")
@@ -128,14 +80,16 @@ def _demo_training(args) -> int:
         from trainers.loop import train
     except ImportError as err:
         return _missing_extra("train", err)
-    from dataclasses import replace
     from alpha_gym.env import brief_set, default_panel
     from alpha_gym.scoring.verifier import Verifier
-    config = replace(RECIPES["cispo_repo_r"], prompts_per_step=1, num_generations=4, max_completion_length=48,
-                     save_steps=0, seed=args.seed)
+    settings = settings_from_args(args, {"train": {"recipe": "cispo_repo_r", "prompts_per_step": 1,
+                                                   "num_generations": 4, "max_completion_length": 48,
+                                                   "save_steps": 0, "seed": args.seed}})
+    config = settings["train"].config
     print(f"\nShort training run: recipe cispo_repo_r, {args.train} steps of 1 brief x 4 answers, 48 tokens "
           f"(SmolLM2-135M-Instruct; without a supervised warm start it rarely writes a valid answer yet)")
-    summary = train(config, Verifier(default_panel()), list(brief_set("train")), args.out, steps=args.train)
+    summary = train(config, Verifier(default_panel(), settings.verifier), list(brief_set("train")), args.out,
+                    steps=args.train)
     print(json.dumps({k: v for k, v in summary.items() if isinstance(v, (str, int, float)) and k != "policy"},
                      indent=2))
     return 0
@@ -146,8 +100,7 @@ def cmd_sft_data(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs
     from alpha_gym.tasks.sft_data import build_sft_dataset
-    args.universe = _universe(args.universe)
-    verifier = Verifier(_panel_from_args(args))
+    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
     summary = build_sft_dataset(verifier, briefs, args.out, pool_size=args.pool, per_brief=args.per_brief,
                                 seed=args.seed, progress=True)
@@ -163,9 +116,7 @@ def cmd_sft(args) -> int:
     if args.probe:
         from alpha_gym.env import brief_set
         from alpha_gym.scoring.verifier import Verifier
-        from alpha_gym.env import resolve_panel
-        verifier = Verifier(resolve_panel(data=args.market_data, universe=_universe(args.universe),
-                                          train_end=args.end))
+        verifier = Verifier(panel_from_args(args, data_attr="market_data"), settings_from_args(args).verifier)
         probe = brief_set("probe")[: args.probe]
         before = probe_valid_rate(args.model, verifier, probe)
         after = probe_valid_rate(summary["model_dir"], verifier, probe)
@@ -177,15 +128,33 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def cmd_config_show(args) -> int:
+    """Print the settings as a TOML file: the defaults, or the effective ones with --config/--set."""
+    from alpha_gym import settings as S
+    if args.config or args.settings:
+        print(settings_from_args(args).toml(), end="")
+    else:
+        print(S.dumps(S.defaults_tables(), header=S.HEADER), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="alpha-gym", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("config", help="the settings file: every verifier, cost, channel, stress and training setting")
+    csub = p.add_subparsers(dest="config_command", required=True)
+    c = csub.add_parser("show", help="print the default settings as TOML (with --config/--set: the effective ones)")
+    add_settings_args(c)
+    c.set_defaults(func=cmd_config_show)
 
     p = sub.add_parser("score", help="score one formula or one raw answer")
     p.add_argument("formula", nargs="?", help="a formula, e.g. 'rank(-ts_delta(close, 5))'")
     p.add_argument("--answer", help="a raw model answer holding <alpha>...</alpha>")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_data_args(p)
+    add_data_args(p)
+    add_settings_args(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("demo", help="the environment on the embedded market scoring example answers")
@@ -193,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", type=int, default=0, metavar="STEPS",
                    help="then a short RL run of STEPS steps with the built-in small model (needs the train extra)")
     p.add_argument("--out", default="runs/demo", help="run folder of the short training run")
+    add_settings_args(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sft-data", help="verified brief -> formula pairs (JSONL) for a supervised warm start")
@@ -201,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", type=int, default=4000, help="random formulas to draw and score")
     p.add_argument("--per-brief", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    _add_data_args(p)
+    add_data_args(p)
+    add_settings_args(p)
     p.set_defaults(func=cmd_sft_data)
 
     p = sub.add_parser("sft", help="LoRA SFT warm start with TRL's SFTTrainer (needs the train extra)")
@@ -214,10 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
-    p.add_argument("--market-data", help="market data for the probe's verifier (default: the synthetic market)")
-    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--end", type=iso_date, help="last training session (YYYY-MM-DD)")
-    p.set_defaults(func=cmd_sft, start=None)
+    add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
+    add_settings_args(p)
+    p.set_defaults(func=cmd_sft)
 
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)
@@ -265,21 +235,28 @@ def main(argv=None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
+def user_errors() -> tuple[type, ...]:
+    """Exceptions that mean the input was wrong (a bad flag, file, formula or setting), not that we have a bug.
+
+    These print one line; anything else is a bug and prints its traceback (as does any error with --debug).
+    """
+    from alpha_gym.errors import InputError
+    return (InputError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from alpha_gym.language import FormulaError
-    from alpha_gym.market import DataError
-    from alpha_gym.scoring.config import ConfigError
-    from alpha_gym.stress.config import StressError
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return args.func(args)
     except ModuleNotFoundError as err:
-        if err.name and err.name.split(".")[0] in OPTIONAL_MODULES:
+        if not args.debug and err.name and err.name.split(".")[0] in OPTIONAL_MODULES:
             return _missing_extra(OPTIONAL_MODULES[err.name.split(".")[0]], err)
         raise
-    except (DataError, ConfigError, StressError, FileNotFoundError, FormulaError, ValueError) as err:
+    except user_errors() as err:
+        if args.debug:
+            traceback.print_exc()
         print(f"alpha-gym: error: {err}", file=sys.stderr)
         return 2
 

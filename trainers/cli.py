@@ -13,21 +13,22 @@ import json
 import sys
 from pathlib import Path
 
-from trainers.config import RECIPES
+from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.errors import InputError
+from trainers.config import DEFAULT_RECIPE, RECIPES
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add `train` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns)."""
     p = subparsers.add_parser("train", help="RL-train a policy on the verifier with a named recipe",
                               description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", required=True, choices=sorted(RECIPES), help="settings of the run (trainers.config)")
+    p.add_argument("--recipe", choices=sorted(RECIPES),
+                   help=f"settings of the run (trainers.config; default: train.recipe of the settings, {DEFAULT_RECIPE})")
     p.add_argument("--model", help="a local model folder or a Hub id (default: the built-in SmolLM2-135M-Instruct)")
     p.add_argument("--steps", type=int, default=100, help="total optimizer steps (rollout batches), default 100")
     p.add_argument("--out", default=None, help="run folder (default runs/<recipe>)")
-    p.add_argument("--data", help="CSV/CSV.gz/Parquet in the long format (default: the embedded synthetic market)")
-    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--start", help="first session of the training window (YYYY-MM-DD)")
-    p.add_argument("--end", help="last session of the training window (YYYY-MM-DD)")
+    add_data_args(p)
+    add_settings_args(p)
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--prompts-per-step", type=int, help="override the recipe's prompts_per_step")
     p.add_argument("--num-generations", type=int, help="override the recipe's num_generations")
@@ -40,8 +41,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "JSONL file (alpha-gym briefs generate/split/filter)")
     p.add_argument("--advantage-floor", type=_floor, metavar="X|none",
                    help="override the recipe's advantage floor (ladder recipes: 0; 'none' switches it off)")
-    p.add_argument("--format-reward", choices=("on", "off"), default="off",
-                   help="R12: +0.05 for a <think> block (default off, as in the reference run)")
+    p.add_argument("--format-reward", choices=("on", "off"),
+                   help="R12: +0.05 for a <think> block (default: verifier.format_enabled, off as in the reference)")
     p.add_argument("--stress-checkpoint", metavar="DIR", help="a fitted world model for R3 (alpha-gym stress fit)")
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is often faster on a busy shared machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,22 +60,37 @@ def _floor(text: str):
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
 
 
-def config_from_args(args):
-    """The recipe with the command line's overrides applied (validated: bad values raise ValueError)."""
-    overrides = {k: getattr(args, k) for k in ("prompts_per_step", "num_generations", "max_completion_length",
-                                                "save_steps", "seed", "steps_per_generation")
-                 if getattr(args, k, None) is not None}
+def _flag_overrides(args) -> dict:
+    """What the command's own flags say, as settings tables (applied after --config and --set)."""
+    train = {k: getattr(args, k) for k in ("prompts_per_step", "num_generations", "max_completion_length",
+                                           "save_steps", "seed", "steps_per_generation")
+             if getattr(args, k, None) is not None}
+    if getattr(args, "recipe", None) is not None:
+        train["recipe"] = args.recipe
     floor = getattr(args, "advantage_floor", None)
     if floor is not None:
-        overrides["advantage_floor"] = None if floor == "none" else floor
-    return RECIPES[args.recipe].with_(**overrides)
+        train["advantage_floor"] = None if floor == "none" else floor
+    verifier = {}
+    if getattr(args, "format_reward", None) is not None:
+        verifier["format_enabled"] = args.format_reward == "on"
+    if getattr(args, "stress_checkpoint", None) is not None:
+        verifier["stress_checkpoint"] = args.stress_checkpoint
+    return {"train": train, "verifier": verifier}
+
+
+def settings_from_train_args(args):
+    """The effective settings of a `train` command (ConfigError names a bad value)."""
+    return settings_from_args(args, _flag_overrides(args))
+
+
+def config_from_args(args):
+    """The run's TrainConfig: the recipe, then --config/--set, then the flags."""
+    return settings_from_train_args(args)["train"].config
 
 
 def verifier_config_from_args(args):
-    """The verifier's settings the command line can change: R12 and the R3 world model."""
-    from alpha_gym.scoring.config import VerifierConfig
-    return VerifierConfig(format_enabled=getattr(args, "format_reward", "off") == "on",
-                          stress_checkpoint=getattr(args, "stress_checkpoint", None))
+    """The run's VerifierConfig: the defaults, then --config/--set, then --format-reward/--stress-checkpoint."""
+    return settings_from_train_args(args).verifier
 
 
 def briefs_from_args(value: str):
@@ -84,36 +100,25 @@ def briefs_from_args(value: str):
         return list(brief_set(value))
     from alpha_gym.tasks.generator import load_briefs
     if not Path(value).is_file():
-        raise ValueError(f"--briefs: {value!r} is neither 'train', 'probe', 'fixed' nor a briefs JSONL file")
+        raise InputError(f"--briefs: {value!r} is neither 'train', 'probe', 'fixed' nor a briefs JSONL file")
     return load_briefs(value)
 
 
-def _universe(value):
-    if value is None:
-        return None
-    return value if Path(value).exists() else [t.strip() for t in value.split(",") if t.strip()]
-
-
 def cmd_train(args) -> int:
-    from alpha_gym.env import resolve_panel
     from alpha_gym.scoring.verifier import Verifier
     from trainers.loop import train
     try:
-        config = config_from_args(args)
-        verifier_config = verifier_config_from_args(args)
+        settings = settings_from_train_args(args)
         briefs = briefs_from_args(args.briefs)
-    except ValueError as err:
+    except InputError as err:
         print(f"alpha-gym train: error: {err}", file=sys.stderr)
         return 2
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    panel = resolve_panel(data=args.data, universe=_universe(args.universe), train_start=args.start,
-                          train_end=args.end)
-    out = args.out or str(Path("runs") / args.recipe)
-    summary = train(config, Verifier(panel, verifier_config), briefs, out, model=args.model, steps=args.steps,
-                    resume=args.resume,
-                    progress=not args.no_progress)
+    out = args.out or str(Path("runs") / settings["train"].recipe)
+    summary = train(settings["train"].config, Verifier(panel_from_args(args), settings.verifier), briefs, out,
+                    model=args.model, steps=args.steps, resume=args.resume, progress=not args.no_progress)
     summary.pop("policy", None)
     print(json.dumps(summary, indent=2))
     return 0

@@ -205,3 +205,44 @@ def recipe(name: str, **overrides: Any) -> TrainConfig:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; choose from {sorted(RECIPES)}")
     return RECIPES[name].with_(**overrides) if overrides else RECIPES[name]
+
+
+# ------------------------------------------------------------------------------ the [train] settings table
+DEFAULT_RECIPE = "cispo_repo_r"  # the reference's best held-out run
+
+
+def train_config_from_table(table) -> tuple[str, TrainConfig]:
+    """(recipe name, TrainConfig) of a [train] table: the recipe's settings with the table's keys changed."""
+    from alpha_gym.settings import from_dict
+    from alpha_gym.scoring.config import ConfigError
+    table = dict(table)
+    name = table.pop("recipe", DEFAULT_RECIPE)
+    if name not in RECIPES:
+        raise ConfigError(f"train.recipe: unknown recipe {name!r}; choose from {sorted(RECIPES)}")
+    return name, from_dict(TrainConfig, table, base=RECIPES[name], where="train")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The [train] table built: the recipe's name and the effective TrainConfig."""
+
+    recipe: str
+    config: TrainConfig
+
+    def to_settings(self) -> dict[str, Any]:
+        from alpha_gym.settings import to_dict
+        return {"recipe": self.recipe, **to_dict(self.config)}
+
+
+def _train_section():
+    from alpha_gym.settings import Section, to_dict
+    return Section("train", lambda: {"recipe": DEFAULT_RECIPE, **to_dict(RECIPES[DEFAULT_RECIPE])},
+                   lambda table, built: TrainSettings(*train_config_from_table(table)))
+
+
+def _register() -> None:
+    from alpha_gym.settings import register_section
+    register_section("train", _train_section)
+
+
+_register()

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
+from alpha_gym.settings import claim_run_dir, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.config import TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
@@ -91,6 +92,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # the exact settings of the run, beside its log; a resume with other settings is refused, naming them
+    claim_run_dir(out, {"verifier": to_dict(verifier.config), "train": to_dict(config)}, resume=resume)
 
     policy, tokenizer = _policy(model, config)
     policy.eval()  # no dropout anywhere: sampling, old and new log-probs come from one deterministic function
@@ -112,7 +115,6 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             verifier.load_archive(ckpt / ARCHIVE_FILE)
     for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
         _truncate_jsonl(out / name, start)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
 
     summary = {"out_dir": str(out), "start_step": start, "steps": steps, "refills": 0, "checkpoint": None,
                "last": None}

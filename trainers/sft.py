@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from alpha_gym.errors import InputError
+
 
 @dataclass
 class SFTSettings:
@@ -46,7 +48,7 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
         raise FileNotFoundError(f"SFT data {data} not found (build it with `alpha-gym sft-data`)")
     dataset = load_dataset("json", data_files=str(data), split="train").select_columns(["prompt", "completion"])
     if len(dataset) == 0:
-        raise ValueError(f"{data} holds no rows")
+        raise InputError(f"{data} holds no rows")
     base, tokenizer = load_base(model)
     args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
                      learning_rate=settings.learning_rate, per_device_train_batch_size=settings.batch_size,

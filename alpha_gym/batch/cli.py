@@ -10,10 +10,10 @@ import sys
 def cmd_score_batch(args) -> int:
     from alpha_gym.batch.records import BatchError
     from alpha_gym.batch.runner import score_batch
-    from alpha_gym.cli import _panel_from_args, _universe
-    args.universe = _universe(args.universe)
+    from alpha_gym.cli_args import panel_from_args, settings_from_args
+    config = settings_from_args(args).verifier
     try:
-        summary = score_batch(_panel_from_args(args), args.formulas, args.out, workers=args.workers,
+        summary = score_batch(panel_from_args(args), args.formulas, args.out, config=config, workers=args.workers,
                               ray_address=args.ray_address, chunk=args.chunk, progress=not args.quiet,
                               limit=args.limit)
     except BatchError as err:
@@ -25,7 +25,7 @@ def cmd_score_batch(args) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from alpha_gym.batch.runner import CHUNK
-    from alpha_gym.cli import _add_data_args
+    from alpha_gym.cli_args import add_data_args, add_settings_args
     p = sub.add_parser("score-batch", help="score a pool of formulas on Ray workers into a resumable JSONL")
     p.add_argument("--formulas", required=True,
                    help='one formula per line, or JSONL with "formula" or "answer" (e.g. alpha-gym sft-data rows)')
@@ -35,5 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=int, default=CHUNK, help="items per Ray task")
     p.add_argument("--limit", type=int, help="stop after this many new items (the output stays resumable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_data_args(p)
+    add_data_args(p)
+    add_settings_args(p)
     p.set_defaults(func=cmd_score_batch)

@@ -17,8 +17,10 @@ import json
 import os
 from pathlib import Path
 
+from alpha_gym.errors import InputError
 
-class BatchError(ValueError):
+
+class BatchError(InputError):
     """Batch input or output that cannot be used (with what is wrong and where)."""
 
 

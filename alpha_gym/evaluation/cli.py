@@ -18,7 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from alpha_gym.cli import iso_date, universe_arg
+from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
+                                universe_arg)
+from alpha_gym.errors import InputError
 
 
 def read_formulas(path) -> list[str | None]:
@@ -39,7 +41,7 @@ def read_formulas(path) -> list[str | None]:
             elif isinstance(row, dict) and ("formula" in row or "answer" in row):
                 out.append(row.get("formula", row.get("answer")))
             else:
-                raise ValueError(f"{path}:{k}: expected a string or an object with a 'formula' key")
+                raise InputError(f"{path}:{k}: expected a string or an object with a 'formula' key")
         return out
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
@@ -65,7 +67,7 @@ def cmd_briefs_split(args) -> int:
 
 
 def cmd_briefs_filter(args) -> int:
-    from alpha_gym.env import brief_set, resolve_panel
+    from alpha_gym.env import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs, save_briefs
     from trainers.difficulty import filter_briefs, pass_rates
@@ -73,8 +75,7 @@ def cmd_briefs_filter(args) -> int:
     briefs = load_briefs(args.briefs) if args.briefs else list(brief_set("train"))
     if args.limit:
         briefs = briefs[: args.limit]
-    universe = universe_arg(args.universe)
-    verifier = Verifier(resolve_panel(data=args.data, universe=universe, train_end=args.end))
+    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     model, tokenizer = load_base(args.model)
     rates = pass_rates(model, tokenizer, verifier, briefs, tries=args.tries, max_new_tokens=args.max_new_tokens,
                        seed=args.seed)
@@ -94,9 +95,15 @@ def _day_before(date: str) -> str:
     return str(np.datetime64(date, "D") - np.timedelta64(1, "D"))
 
 
+def _holdout_settings(args):
+    """The settings with --context applied to holdout.context."""
+    return settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
+
+
 def cmd_holdout_formulas(args) -> int:
-    from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
+    from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.market import load_panel
+    settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
     # One read of the file, cut in two: the training panel holds copies of the sessions before the
     # holdout only, so nothing in it reaches the holdout window.
@@ -108,8 +115,8 @@ def cmd_holdout_formulas(args) -> int:
     verifier = None
     if not args.no_train:
         from alpha_gym.scoring.verifier import Verifier
-        verifier = Verifier(train)
-    report = evaluate_holdout(formulas, train, holdout, config=HoldoutConfig(context=args.context),
+        verifier = Verifier(train, settings.verifier)
+    report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
                               train_verifier=verifier, label=args.label or Path(args.formulas).stem)
     if args.out:
         path = report.save(args.out)
@@ -142,11 +149,12 @@ def _print_report(report) -> None:
 def cmd_holdout(args) -> int:
     """Greedy answers of a checkpoint to the probe briefs, scored on the holdout window."""
     from alpha_gym.env import brief_set
-    from alpha_gym.evaluation.holdout import HoldoutConfig, evaluate_holdout
+    from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from trainers.answers import generate_answers, load_for_inference
+    settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
     full = load_panel(args.data, universe=universe, end=args.holdout_end)
     train = full.window(end=_day_before(args.holdout_start))
@@ -158,8 +166,8 @@ def cmd_holdout(args) -> int:
                                               max_new_tokens=args.max_new_tokens)]
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
-    report = evaluate_holdout(formulas, train, holdout, config=HoldoutConfig(context=args.context),
-                              train_verifier=Verifier(train), label=label)
+    report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
+                              train_verifier=Verifier(train, settings.verifier), label=label)
     if args.out:
         print(f"wrote {report.save(args.out, name=f'holdout-{label}.json' if args.name_by_label else 'holdout.json')}",
               file=sys.stderr)
@@ -198,9 +206,8 @@ def register(subparsers) -> None:
     f.add_argument("--limit", type=int, default=0, help="only the first N briefs")
     f.add_argument("--max-new-tokens", type=int, default=128)
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--data", help="market data for the verifier (default: the synthetic market)")
-    f.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    f.add_argument("--end", type=iso_date, help="last training session (YYYY-MM-DD)")
+    add_data_args(f)
+    add_settings_args(f)
     f.set_defaults(func=cmd_briefs_filter)
 
     h = subparsers.add_parser("holdout-formulas", help="score a file of formulas on a holdout window "
@@ -212,11 +219,13 @@ def register(subparsers) -> None:
                                                           "training ends the day before")
     h.add_argument("--holdout-end", type=iso_date, help="last holdout session (default: the file's last)")
     h.add_argument("--formulas", required=True, help="one formula per line, or JSONL with a 'formula' key")
-    h.add_argument("--context", type=int, default=252, help="training sessions used as lookback history")
+    h.add_argument("--context", type=int, help="training sessions used as lookback history (default: holdout.context, "
+                                             "252)")
     h.add_argument("--no-train", action="store_true", help="skip the train-window CPCV of each formula")
     h.add_argument("--label", help="a label stored in holdout.json")
     h.add_argument("--out", help="run directory to write holdout.json into")
     h.add_argument("--json", action="store_true", help="print the holdout.json object")
+    add_settings_args(h)
     h.set_defaults(func=cmd_holdout_formulas)
 
     c = subparsers.add_parser("holdout", help="greedy answers of a checkpoint to the probe briefs, scored on the "
@@ -228,10 +237,12 @@ def register(subparsers) -> None:
     c.add_argument("--universe", help="a ticker file, or tickers separated by commas")
     c.add_argument("--probe", type=int, default=50, help="how many probe briefs")
     c.add_argument("--max-new-tokens", type=int, default=128)
-    c.add_argument("--context", type=int, default=252, help="training sessions used as lookback history")
+    c.add_argument("--context", type=int, help="training sessions used as lookback history (default: holdout.context, "
+                                             "252)")
     c.add_argument("--label", help="a label stored in the JSON (default: the checkpoint folder's name)")
     c.add_argument("--out", help="run directory to write holdout.json into")
     c.add_argument("--name-by-label", action="store_true", help="write holdout-LABEL.json instead of holdout.json")
+    add_settings_args(c)
     c.set_defaults(func=cmd_holdout)
 
     r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")

@@ -53,11 +53,15 @@ import numpy as np
 from alpha_gym.book import metrics
 from alpha_gym.book.book import daily_turnover, open_to_open_returns, weights_from_signal
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
+from alpha_gym.errors import InputError
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
 from alpha_gym.scoring import cpcv as cpcv_mod
+from alpha_gym.scoring.config import ConfigError, VerifierConfig
 from alpha_gym.scoring.cpcv import CPCVConfig
+
+_V = VerifierConfig  # the rules the holdout shares with training default to the verifier's
 
 HOLDOUT_FORMAT = "alpha-gym/holdout/v1"
 
@@ -77,20 +81,36 @@ class HoldoutOverlapError(HoldoutError):
 
 @dataclass(frozen=True)
 class HoldoutConfig:
-    """How the holdout is scored. Defaults are the definition in the module docstring."""
+    """How the holdout is scored. Defaults are the definition in the module docstring.
+
+    The book and score rules shared with training (CPCV blocks, turnover cap and penalty, R1's clip,
+    the minimum stock count) default to `VerifierConfig`'s; `from_verifier` copies a given verifier's.
+    """
 
     context: int = 252             # training sessions prepended for the lookback
-    cpcv: CPCVConfig = CPCVConfig()
-    turnover_cap: float = 0.5      # free turnover per day
-    turnover_penalty: float = 2.0  # score points per unit of turnover above the cap
-    clip: float = 5.0
-    min_valid_stocks: int = 5
+    cpcv: CPCVConfig = _V.cpcv
+    turnover_cap: float = _V.turnover_cap          # free turnover per day
+    turnover_penalty: float = _V.turnover_penalty  # score points per unit of turnover above the cap
+    clip: float = _V.cpcv_clip
+    min_valid_stocks: int = _V.min_valid_stocks
     min_turnover: float = 0.0      # validity floor on holdout turnover (the reference probe applies none)
     crash_threshold: float = -0.015  # "market fell more than 1.5%" for the book's down-day return
 
     def __post_init__(self):
         if self.context < 1:
-            raise ValueError("context must be >= 1 session")
+            raise ConfigError(f"holdout context must be >= 1 session, got {self.context}")
+        if not (self.clip is not None and self.clip > 0):
+            raise ConfigError(f"holdout clip must be > 0, got {self.clip}")
+
+    @classmethod
+    def from_verifier(cls, verifier_config: VerifierConfig, **changes) -> "HoldoutConfig":
+        """The holdout rules of a training verifier: its CPCV, turnover cap and penalty, clip and stock floor.
+
+        A verifier with R1 unclipped (`VerifierConfig.reference()`) keeps the holdout's default clip."""
+        v = verifier_config
+        return cls(**{"cpcv": v.cpcv, "turnover_cap": v.turnover_cap, "turnover_penalty": v.turnover_penalty,
+                      "clip": v.cpcv_clip if v.cpcv_clip is not None else cls.clip,
+                      "min_valid_stocks": v.min_valid_stocks, **changes})
 
 
 def holdout_formula_score(cpcv: float, turnover: float, config: HoldoutConfig = HoldoutConfig()) -> float:
@@ -396,12 +416,12 @@ def load_holdout(path) -> dict[str, Any]:
         path = path / "holdout.json"
     d = json.loads(path.read_text(encoding="utf-8"))
     if d.get("format") != HOLDOUT_FORMAT:
-        raise ValueError(f"{path} is not a {HOLDOUT_FORMAT} file (format={d.get('format')!r})")
+        raise InputError(f"{path} is not a {HOLDOUT_FORMAT} file (format={d.get('format')!r})")
     return d
 
 
 def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout_panel: Panel,
-                     costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig = HoldoutConfig(),
+                     costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig | None = None,
                      train_verifier=None, label: str = "", step: int | None = None) -> HoldoutReport:
     """Score every formula on the holdout and build the equal-weight book of the valid ones.
 
@@ -409,8 +429,11 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     `train_verifier`: optional `Verifier` on the TRAINING panel; when given,
     each formula's train-window CPCV and turnover are recorded beside its
     holdout numbers. It must end before the holdout (HoldoutOverlapError);
-    it only ever evaluates on its own panel.
+    it only ever evaluates on its own panel. `config` None: the training verifier's rules
+    (`HoldoutConfig.from_verifier`), or the defaults without one.
     """
+    if config is None:
+        config = HoldoutConfig.from_verifier(train_verifier.config) if train_verifier is not None else HoldoutConfig()
     ev = HoldoutEvaluator(train_panel, holdout_panel, costs, config)
     if train_verifier is not None:
         check_disjoint(train_verifier.panel, holdout_panel)

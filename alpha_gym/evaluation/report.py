@@ -33,7 +33,10 @@ import html
 import io
 import json
 from pathlib import Path
+
 import numpy as np
+
+from alpha_gym.errors import InputError
 
 REPORT_NAME = "report.html"
 LOG_KEYS = (("reward", "reward mean"), ("core", "core score (CPCV) mean"), ("valid_share", "valid share"))
@@ -175,7 +178,7 @@ def _load_json(path: Path, fmt: str | None = None) -> dict | None:
         return None
     d = json.loads(path.read_text(encoding="utf-8"))
     if fmt is not None and d.get("format") != fmt:
-        raise ValueError(f"{path}: expected format {fmt!r}, found {d.get('format')!r}")
+        raise InputError(f"{path}: expected format {fmt!r}, found {d.get('format')!r}")
     return d
 
 

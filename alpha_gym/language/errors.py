@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from alpha_gym.errors import InputError
 
-class FormulaError(ValueError):
+
+class FormulaError(InputError):
     """Base class: the formula cannot be scored. `column` is 1-based where known."""
 
     kind = "formula"
@@ -38,7 +40,7 @@ class FormulaLimitError(FormulaError):
     kind = "limit"
 
 
-class AnswerError(ValueError):
+class AnswerError(InputError):
     """The model's answer holds no usable `<alpha>...</alpha>` block."""
 
     kind = "answer"

@@ -47,6 +47,10 @@ VWAP_RTOL = 1e-3
 #: The most shares a stock can trade in a day (the record is a few billion): above it a value is a unit
 #: or parsing error, and vwap x volume would overflow long before any kernel could flag it.
 MAX_VOLUME = 1e12
+class _ValueError(DataError):
+    """A bad value found while converting a column, before the message can name the file (`_read` adds it)."""
+
+
 #: How many offending rows, tickers or dates an error message shows.
 SHOW = 5
 #: A date string carrying a time zone offset or "Z" (e.g. `2012-06-29 00:00:00-04:00`).
@@ -184,7 +188,7 @@ def _floats(values: Sequence, name: str, label) -> np.ndarray:
         except ValueError:
             bad.append(f"{label(i)}: {s!r}")
     if bad:
-        raise DataError(f"{len(bad)} non-numeric value(s) in column {name!r}: {_show(bad)}")
+        raise _ValueError(f"{len(bad)} non-numeric value(s) in column {name!r}: {_show(bad)}")
     return out
 
 
@@ -382,9 +386,7 @@ def _read(path: Path) -> _Raw:
         if _pd is not None:
             return _read_csv_pandas(path)
         return _read_csv_stdlib(path)
-    except DataError as exc:
-        if str(exc).startswith(str(path)) or "pip install" in str(exc):
-            raise
+    except _ValueError as exc:  # the only reader error that does not name the file yet
         raise DataError(f"{path}: {exc}") from None
     except (EOFError, OSError, zlib.error, lzma.LZMAError, UnicodeDecodeError) + _arrow_errors() as exc:
         raise _unreadable(path, kind, exc) from None
@@ -484,7 +486,7 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
         columns = _normalise_header(list(frame.columns), path)
         try:
             raw = _from_frame(frame, columns, _row_label)
-        except DataError as exc:
+        except _ValueError as exc:
             raise DataError(f"{path}: {exc}") from None
     else:
         path = Path(path)

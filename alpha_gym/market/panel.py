@@ -14,13 +14,15 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from alpha_gym.errors import InputError
+
 PRICE_FIELDS = ("open", "high", "low", "close")
 BASE_FIELDS = PRICE_FIELDS + ("volume",)
 #: Fields a panel may carry beyond OHLCV.
 OPTIONAL_FIELDS = ("vwap", "cap")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """Market data that cannot be used: missing columns, bad values, gaps."""
 
 

@@ -28,10 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.errors import InputError
+
 FORMAT_VERSION = 2
 
 
-class ArchiveError(ValueError):
+class ArchiveError(InputError):
     """An archive file that is corrupt, of another version, or computed on other data."""
 
 

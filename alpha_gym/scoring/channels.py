@@ -12,6 +12,7 @@ import numpy as np
 
 from alpha_gym.language.nodes import Field, Node, Num, Op, walk
 from alpha_gym.language.operators import OPERATORS
+from alpha_gym.scoring.config import VerifierConfig as _D  # every default below is a VerifierConfig field
 
 
 def cpcv_channel(cpcv_score: float, clip: float | None = None) -> float:
@@ -43,7 +44,7 @@ def _group_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def pbo_channel(in_sample: np.ndarray, out_of_sample: np.ndarray, ref_in: np.ndarray | None = None,
-                ref_out: np.ndarray | None = None, floor: float = -0.48) -> np.ndarray:
+                ref_out: np.ndarray | None = None, floor: float = _D.pbo_floor) -> np.ndarray:
     """R2 (priority 1.0): penalise answers that rank far better in-sample than out of sample.
 
     For each CPCV slice s, answers (plus the reference rows, when given) are
@@ -69,21 +70,23 @@ def pbo_channel(in_sample: np.ndarray, out_of_sample: np.ndarray, ref_in: np.nda
     return floor * drop.mean(axis=1)
 
 
-def factor_neutrality_channel(raw_sharpe: float, residual_sharpe: float) -> float:
+def factor_neutrality_channel(raw_sharpe: float, residual_sharpe: float, weight: float = _D.neutrality_weight,
+                              max_gap: float = _D.neutrality_max_gap) -> float:
     """R4 (priority 0.4): -0.4 * clip(raw Sharpe - residual Sharpe, 0, 3) after the five known factors.
 
     A formula whose Sharpe falls from 1.5 to 0.3 pays -0.4 * 1.2 = -0.48.
     Closes: market beta and known factors in disguise.
     """
-    return -0.4 * float(np.clip(raw_sharpe - residual_sharpe, 0.0, 3.0))
+    return -weight * float(np.clip(raw_sharpe - residual_sharpe, 0.0, max_gap))
 
 
-def turnover_channel(turnover: float, cap: float = 0.5) -> float:
+def turnover_channel(turnover: float, cap: float = _D.turnover_cap, penalty: float = _D.turnover_penalty) -> float:
     """R5 (priority 1.0): -2 * max(0, turnover - 0.5). Closes: books that pay their profit away in costs."""
-    return -2.0 * max(0.0, turnover - cap)
+    return -penalty * max(0.0, turnover - cap)
 
 
-def min_turnover_channel(turnover: float, free_above: float = 0.03, invalid_below: float = 0.02) -> float:
+def min_turnover_channel(turnover: float, free_above: float = _D.min_turnover_free,
+                         invalid_below: float = _D.min_turnover_invalid) -> float:
     """R6 (priority 0.5): 0 at or above 3% a day, falling linearly to -1 at the 2% validity floor.
 
         R6 = -clip((0.03 - turnover) / (0.03 - 0.02), 0, 1)
@@ -95,16 +98,19 @@ def min_turnover_channel(turnover: float, free_above: float = 0.03, invalid_belo
     return -float(np.clip((free_above - turnover) / (free_above - invalid_below), 0.0, 1.0))
 
 
-def ic_channel(ic: float, cpcv_score: float, cap_when_unprofitable: float = 0.05) -> float:
+def ic_channel(ic: float, cpcv_score: float, cap_when_unprofitable: float = _D.ic_cap_when_unprofitable,
+               weight: float = _D.ic_weight, scale: float = _D.ic_scale) -> float:
     """R7 (priority 0.2): 0.2 * clip(20 * IC, -1, 1), at most 0.05 while CPCV <= 0.
 
     An IC of 0.05 earns the full 0.2. Closes: profit without prediction.
     """
-    value = 0.2 * float(np.clip(20.0 * ic, -1.0, 1.0))
+    value = weight * float(np.clip(scale * ic, -1.0, 1.0))
     return min(value, cap_when_unprofitable) if cpcv_score <= 0 else value
 
 
-def novelty_pnl_channel(max_abs_corr: float, duplicate_corr: float = 0.98, duplicate_penalty: float = -0.4) -> float:
+def novelty_pnl_channel(max_abs_corr: float, duplicate_corr: float = _D.duplicate_corr,
+                        duplicate_penalty: float = _D.duplicate_pnl_penalty, weight: float = _D.novelty_pnl_weight
+                        ) -> float:
     """R8 (priority 0.4): 0.4 * (1 - max |corr|) of the daily P&L against the archive and the group.
 
     A book that correlates >= 0.98 with one already there is a duplicate and
@@ -112,11 +118,12 @@ def novelty_pnl_channel(max_abs_corr: float, duplicate_corr: float = 0.98, dupli
     """
     if max_abs_corr >= duplicate_corr:
         return duplicate_penalty
-    return 0.4 * (1.0 - max_abs_corr)
+    return weight * (1.0 - max_abs_corr)
 
 
-def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate: float = -0.3,
-                           max_counted: int = 4) -> float:
+def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate: float = _D.syntax_duplicate_penalty,
+                           max_counted: int = _D.syntax_duplicates_counted,
+                           weight: float = _D.novelty_syntax_weight) -> float:
     """R9 (priority 0.2): a bonus for an unseen canonical form (windows bucketed to 5/21/63/126/252).
 
         unseen:  0.2 * (1 - max |P&L corr|)
@@ -126,7 +133,7 @@ def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate
     `ts_mean(close, 20)` and `ts_mean(close, 21)` are the same idea. Closes: one template with jittered windows.
     """
     if n_duplicates <= 0:
-        return 0.2 * (1.0 - max_abs_corr)
+        return weight * (1.0 - max_abs_corr)
     return per_duplicate * min(n_duplicates, max_counted)
 
 
@@ -174,7 +181,7 @@ def is_price_only(node: Node) -> bool:
     return bool(fields) and fields <= PRICE_FIELDS and not uses_adv
 
 
-def motif_guard_channel(node: Node, ic: float, min_ic: float = 0.005) -> float:
+def motif_guard_channel(node: Node, ic: float, min_ic: float = _D.motif_min_ic) -> float:
     """R10 (priority 0.3): -1 when a bare one-motif or price-only formula has IC < 0.005, else 0.
 
     When it fires the answer also loses its positive reward: see `motif_guard_value`.
@@ -203,12 +210,13 @@ def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
     return value
 
 
-def complexity_channel(n_nodes: int, free_nodes: int = 24, per_node: float = -0.02) -> float:
+def complexity_channel(n_nodes: int, free_nodes: int = _D.complexity_free_nodes,
+                       per_node: float = _D.complexity_per_node) -> float:
     """R11 (priority 0.2): -0.02 per expression node beyond 24 (30 nodes cost -0.12). Closes: bloated formulas."""
     return per_node * max(0, n_nodes - free_nodes)
 
 
-def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = 0.05) -> float:
+def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = _D.format_bonus) -> float:
     """R12 (priority 1.0): +0.05 for a non-empty <think>...</think> block before the answer (switchable)."""
     return bonus if (enabled and has_reasoning) else 0.0
 
@@ -225,13 +233,15 @@ def channel_minima(config) -> dict[str, float]:
         "cpcv": -clip if clip is not None else -np.inf,
         "pbo": min(0.0, config.pbo_floor),
         "jepa_stress": -1.0,
-        "factor_neutrality": -0.4 * 3.0,
-        "turnover": turnover_channel(2.0, config.turnover_cap),
+        "factor_neutrality": factor_neutrality_channel(np.inf, 0.0, config.neutrality_weight,
+                                                       config.neutrality_max_gap),
+        "turnover": turnover_channel(2.0, config.turnover_cap, config.turnover_penalty),
         "min_turnover": -1.0,
-        "ic": -0.2,
-        "novelty_pnl": min(0.0, -0.4),
-        "novelty_syntax": novelty_syntax_channel(4, 0.0, config.syntax_duplicate_penalty),
+        "ic": min(0.0, -config.ic_weight),
+        "novelty_pnl": min(0.0, config.duplicate_pnl_penalty),  # unseen books earn >= 0 (weight x (1 - corr))
+        "novelty_syntax": min(0.0, config.syntax_duplicate_penalty * config.syntax_duplicates_counted),
         "motif_guard": -1.0,
-        "complexity": complexity_channel(config.limits.max_tokens, config.complexity_free_nodes),
-        "format": 0.0,
+        "complexity": min(0.0, complexity_channel(config.limits.max_tokens, config.complexity_free_nodes,
+                                                  config.complexity_per_node)),
+        "format": min(0.0, config.format_bonus if config.format_enabled else 0.0),
     }

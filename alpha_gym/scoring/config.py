@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from alpha_gym.book.costs import TrainingCosts
+from alpha_gym.errors import InputError
 from alpha_gym.language.parser import Limits
 from alpha_gym.scoring.cpcv import CPCVConfig
 
@@ -38,7 +39,7 @@ def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float])
     return float(sum(priorities[c] * channels[c] for c in CHANNELS))
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A configuration value that cannot work."""
 
 
@@ -62,18 +63,30 @@ class VerifierConfig:
     reward_unparseable: float = -0.8   # syntax error, unknown name or over a limit
     reward_invalid_book: float = -0.6  # parses, but trades under the floor or never
     min_turnover_invalid: float = 0.02  # below 2% of the book a day: invalid (R6)
-    # Channel thresholds (each channel's docstring in channels.py gives its formula).
+    # Channel constants: every number a channel uses (each channel's docstring in channels.py gives its
+    # formula; the functions there take their defaults from these fields).
     pbo_floor: float = -0.48             # R2: the most a formula can lose for ranking worse out of sample
+    neutrality_weight: float = 0.4       # R4: -weight x clip(raw Sharpe - residual Sharpe, 0, max_gap)
+    neutrality_max_gap: float = 3.0      # R4: Sharpe lost to the known factors counted at most this much
     turnover_cap: float = 0.5            # R5: free up to 50% of the book a day
+    turnover_penalty: float = 2.0        # R5: per unit of daily turnover above the cap (also the holdout's)
     # R6: free above 3% a day. The reference started at 6% and on Jul 26 (hack log) moved the band after it
     # charged its own best formulas (2.3-3.1% a day) -0.36 to -0.46; at 3% that top decile pays about -0.09.
     min_turnover_free: float = 0.03
+    ic_weight: float = 0.2               # R7: weight x clip(ic_scale x IC, -1, 1)
+    ic_scale: float = 20.0               # R7: an IC of 1/20 = 0.05 earns the full weight
     ic_cap_when_unprofitable: float = 0.05  # R7: IC bonus cap while CPCV <= 0
+    novelty_pnl_weight: float = 0.4      # R8: weight x (1 - max |P&L corr|)
     duplicate_corr: float = 0.98         # R8: a book this correlated with another is a duplicate
+    duplicate_pnl_penalty: float = -0.4  # R8: what a duplicate book gets
+    novelty_syntax_weight: float = 0.2   # R9: weight x (1 - max |P&L corr|) for an unseen form
     syntax_duplicate_penalty: float = -0.3  # R9: per duplicate of the bucketed canonical form
+    syntax_duplicates_counted: int = 4   # R9: duplicates counted at most
     motif_min_ic: float = 0.005          # R10: a bare motif or price-only formula needs this IC
-    complexity_free_nodes: int = 24      # R11: nodes beyond this cost 0.02 each
-    format_enabled: bool = False         # R12: +0.05 for a reasoning block; off, as in the reference run
+    complexity_free_nodes: int = 24      # R11: nodes beyond this cost complexity_per_node each
+    complexity_per_node: float = -0.02   # R11
+    format_enabled: bool = False         # R12: a bonus for a reasoning block; off, as in the reference run
+    format_bonus: float = 0.05           # R12
     # Novelty archive (R8, R9, and R2 for single answers).
     archive_capacity: int = 1024         # oldest non-seed entry leaves beyond this
     archive_min_core: float = 0.0        # valid answers with R1 above this enter the archive after each step
@@ -115,6 +128,21 @@ class VerifierConfig:
                                   "lowest valid reward to sit beneath)")
             if prios["cpcv"] <= 0:
                 raise ConfigError("invalid_rewards='below_valid' puts the penalty in R1: priorities['cpcv'] must be > 0")
+        weights = {k: getattr(self, k) for k in ("neutrality_weight", "neutrality_max_gap", "turnover_penalty",
+                                                 "ic_weight", "ic_scale", "ic_cap_when_unprofitable",
+                                                 "novelty_pnl_weight", "novelty_syntax_weight", "format_bonus")}
+        bad = {k: v for k, v in weights.items() if not (v >= 0 and v < float("inf"))}
+        if bad:
+            raise ConfigError(f"channel weights and scales must be finite and >= 0, got {bad}")
+        penalties = {k: getattr(self, k) for k in ("pbo_floor", "duplicate_pnl_penalty", "syntax_duplicate_penalty",
+                                                   "complexity_per_node")}
+        bad = {k: v for k, v in penalties.items() if not (v <= 0 and v > float("-inf"))}
+        if bad:
+            raise ConfigError(f"channel penalties must be finite and <= 0, got {bad}")
+        if self.syntax_duplicates_counted < 1 or self.complexity_free_nodes < 0:
+            raise ConfigError("syntax_duplicates_counted must be >= 1 and complexity_free_nodes >= 0")
+        if not 0 < self.duplicate_corr <= 1:
+            raise ConfigError(f"duplicate_corr must be in (0, 1], got {self.duplicate_corr}")
         if self.archive_capacity < 1:
             raise ConfigError("archive_capacity must be at least 1")
         if not 0 < self.archive_admit_corr <= 1:

@@ -8,13 +8,14 @@ import sys
 
 
 def cmd_serve(args) -> int:
-    from alpha_gym.cli import _universe
+    from alpha_gym.cli_args import settings_from_args, universe_arg
     from alpha_gym.integrations.cache import shared_verifier
     from alpha_gym.service.server import serve
-    universe = _universe(args.universe)
+    universe = universe_arg(args.universe)
+    config = settings_from_args(args).verifier  # read before listening: a bad file fails at once
 
     def build():
-        return shared_verifier(data=args.data, universe=universe, start=args.start, end=args.end)
+        return shared_verifier(data=args.data, universe=universe, start=args.start, end=args.end, config=config)
 
     print(f"alpha-gym serve: http://{args.host}:{args.port} (POST /score, GET /health; Ctrl-C stops)",
           file=sys.stderr, flush=True)
@@ -23,7 +24,7 @@ def cmd_serve(args) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from alpha_gym.cli import _add_data_args
+    from alpha_gym.cli_args import add_data_args, add_settings_args
     from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
     p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -32,5 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-answers", type=int, default=MAX_ANSWERS, help="most answers in one group request")
     p.add_argument("--concurrency", type=int, default=min(4, os.cpu_count() or 1),
                    help="requests scored at the same time (threads)")
-    _add_data_args(p)
+    add_data_args(p)
+    add_settings_args(p)
     p.set_defaults(func=cmd_serve)

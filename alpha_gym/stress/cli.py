@@ -15,11 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-
-def _universe(value):
-    if value is None:
-        return None
-    return str(Path(value).resolve()) if Path(value).exists() else [t.strip() for t in value.split(",") if t.strip()]
+from alpha_gym.cli_args import add_data_args, add_settings_args, settings_from_args, universe_arg
 
 
 def _load(data, universe, start, end):
@@ -28,21 +24,24 @@ def _load(data, universe, start, end):
 
 
 def _load_info(args) -> dict:
-    return {"data": str(Path(args.data).resolve()) if args.data else None, "universe": _universe(args.universe),
+    return {"data": str(Path(args.data).resolve()) if args.data else None, "universe": universe_arg(args.universe),
             "start": args.start, "end": args.end}
 
 
 def cmd_fit(args) -> int:
-    from alpha_gym.stress.config import preset
+    from alpha_gym.settings import from_dict
+    from alpha_gym.stress.config import StressConfig, preset
     from alpha_gym.stress.fit import fit
     info = _load_info(args)
-    panel = _load(info["data"], info["universe"], info["start"], info["end"])
     overrides = {"seed": args.seed}
     if args.steps is not None:
         overrides["steps"] = args.steps
     if args.threads is not None:
         overrides["threads"] = args.threads
-    cfg = preset(args.size, **overrides)
+    # --size is the base; the settings file's [stress] keys change it; the flags above come last
+    given = settings_from_args(args).given.get("stress", {})
+    cfg = from_dict(StressConfig, {**given, **overrides}, base=preset(args.size), where="stress")
+    panel = _load(info["data"], info["universe"], info["start"], info["end"])
     print(f"alpha-gym stress fit: {panel!r}, size {args.size}, {cfg.steps} steps, seed {cfg.seed} -> {args.out}",
           file=sys.stderr)
     manifest = fit(panel, args.out, cfg, progress=not args.no_progress, data_extra={"load": info},
@@ -151,20 +150,14 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _data_args(p):
-    p.add_argument("--data", help="CSV/CSV.gz/Parquet in the long format (default: the embedded synthetic market)")
-    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    p.add_argument("--start", help="first session (YYYY-MM-DD)")
-    p.add_argument("--end", help="last session of the train window (YYYY-MM-DD); nothing after it is read")
-
-
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `stress` command group to an argparse subparsers object."""
     p = subparsers.add_parser("stress", help="the R3 world model: fit, check, validate")
     sub = p.add_subparsers(dest="stress_command", required=True)
 
     f = sub.add_parser("fit", help="fit the JEPA world model on the train window (resumable, seeded)")
-    _data_args(f)
+    add_data_args(f)
+    add_settings_args(f)
     f.add_argument("--out", required=True, help="checkpoint directory")
     f.add_argument("--size", default="default", choices=("tiny", "small", "default"))
     f.add_argument("--steps", type=int, help="training steps (default: the size's)")
@@ -183,7 +176,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="AUC of each scenario's drop for formulas that hold up later in the "
                                         "train window")
     v.add_argument("dir")
-    _data_args(v)
+    add_data_args(v)
     v.add_argument("--split", type=float, default=2.0 / 3.0, help="share of the train window in the earlier part")
     v.add_argument("--apply", action="store_true", help="record the result and switch off scenarios below "
                                                         "--threshold")
@@ -198,11 +191,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="alpha-gym")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    from alpha_gym.market import DataError
-    from alpha_gym.stress.config import StressError
+    from alpha_gym.errors import InputError
     try:
         return args.func(args)
-    except (DataError, StressError, FileNotFoundError) as err:
+    except (InputError, FileNotFoundError) as err:
         print(f"alpha-gym: error: {err}", file=sys.stderr)
         return 2
 

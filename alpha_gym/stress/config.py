@@ -7,11 +7,13 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
+from alpha_gym.errors import InputError
+
 #: The four scenario channels, in the order R3 reports them.
 SCENARIOS: tuple[str, ...] = ("dispersion", "trend_flip", "correlation", "volatility")
 
 
-class StressError(ValueError):
+class StressError(InputError):
     """A world-model checkpoint that cannot be used here (other data, corrupt files, bad settings)."""
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields as dc_fields
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from alpha_gym.errors import InputError
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import (AVERAGING_OPS, COMPARISON_OPS, PRICE_FIELDS, TS_OPS, Constraint,
                                         DistinctFields, ForbidOpOnFields, MaxNodes, MaxWindow, OpCount, RootOp,
@@ -363,5 +364,5 @@ def load_briefs(path) -> list[Brief]:
             try:
                 out.append(Brief.from_dict(json.loads(line)))
             except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}:{k}: not a brief: {err}") from None
+                raise InputError(f"{path}:{k}: not a brief: {err}") from None
     return out

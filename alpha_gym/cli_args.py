@@ -1,0 +1,76 @@
+"""The flags every `alpha-gym` command shares: market data, dates, universe, and the settings file.
+
+Declared once here so that each command reads `--data/--universe/--start/--end` and `--config/--set`
+the same way and reports a bad value with the flag's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: Suffixes that mark a --universe value as a file name, never a ticker list.
+_UNIVERSE_FILE_SUFFIXES = (".txt", ".csv", ".lst", ".tsv", ".list")
+
+
+def iso_date(value: str) -> str:
+    """argparse type of a date flag: YYYY-MM-DD, a real calendar day (argparse names the flag in its error)."""
+    text = value.strip()
+    try:
+        if not _ISO_DATE.fullmatch(text):
+            raise ValueError
+        import numpy as np
+        np.datetime64(text, "D")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date (use YYYY-MM-DD, e.g. 2024-08-20)") from None
+    return text
+
+
+def universe_arg(value):
+    """--universe: an existing ticker file (returned as an absolute path), or tickers separated by commas.
+
+    A value that looks like a path (a slash or a file suffix) but names no file is an error:
+    read as a ticker list it would fail later with a confusing "ticker not found".
+    """
+    if value is None or isinstance(value, list):
+        return value
+    if Path(value).is_file():
+        return str(Path(value).resolve())
+    if "/" in value or os.sep in value or value.lower().endswith(_UNIVERSE_FILE_SUFFIXES):
+        raise FileNotFoundError(f"--universe {value}: no such file (give a ticker file, or tickers separated "
+                                "by commas)")
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def add_data_args(p: argparse.ArgumentParser, dates: bool = True, data_flag: str = "--data") -> None:
+    """--data, --universe and (with `dates`) --start/--end: the training window a command reads."""
+    p.add_argument(data_flag, dest=data_flag.lstrip("-").replace("-", "_"),
+                   help="CSV/CSV.gz/Parquet in the long format date,ticker,open,high,low,close,volume "
+                        "(default: the embedded synthetic market)")
+    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    if dates:
+        p.add_argument("--start", type=iso_date, help="first session (YYYY-MM-DD)")
+        p.add_argument("--end", type=iso_date, help="last session (YYYY-MM-DD); nothing after it is read")
+
+
+def panel_from_args(args, data_attr: str = "data"):
+    """The training panel the data flags name (the embedded synthetic market without --data)."""
+    from alpha_gym.env import resolve_panel
+    return resolve_panel(data=getattr(args, data_attr), universe=universe_arg(args.universe),
+                         train_start=getattr(args, "start", None), train_end=getattr(args, "end", None))
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    """--config FILE and --set KEY=VALUE (repeatable): the settings file (`alpha-gym config show`)."""
+    p.add_argument("--config", metavar="FILE", help="settings TOML (alpha-gym config show prints every default)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="settings",
+                   help="change one setting, e.g. --set verifier.turnover_cap=0.4 (repeatable; after --config)")
+
+
+def settings_from_args(args, overrides=None):
+    """The effective settings: defaults, --config, each --set, then what the command's own flags say."""
+    from alpha_gym.settings import load
+    return load(getattr(args, "config", None), getattr(args, "settings", ()) or (), overrides)

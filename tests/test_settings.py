@@ -1,0 +1,205 @@
+"""The settings file (alpha_gym/settings.py): one TOML surface for every setting that decides a reward or a run."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+import pytest
+
+from alpha_gym import settings as S
+from alpha_gym.cli import main
+from alpha_gym.scoring.config import ConfigError, VerifierConfig, weighted_sum
+from alpha_gym.scoring.verifier import Verifier
+
+#: Every channel constant of VerifierConfig, and a changed value that must move some answer's reward.
+CHANNEL_CONSTANTS = {
+    "cpcv_clip": 0.5, "pbo_floor": -2.0, "neutrality_weight": 2.0, "neutrality_max_gap": 0.05,
+    "turnover_cap": 0.05, "turnover_penalty": 9.0, "min_turnover_free": 0.5, "ic_weight": 0.9, "ic_scale": 2.0,
+    "ic_cap_when_unprofitable": 0.0, "novelty_pnl_weight": 2.0, "duplicate_corr": 0.2,
+    "duplicate_pnl_penalty": -3.0, "novelty_syntax_weight": 2.0, "syntax_duplicate_penalty": -2.0,
+    "syntax_duplicates_counted": 1, "motif_min_ic": 0.5, "complexity_free_nodes": 2, "complexity_per_node": -0.5,
+    "format_bonus": 0.7, "min_turnover_invalid": 0.2, "reward_missing_tag": -5.0, "reward_unparseable": -0.9,
+    "reward_invalid_book": -0.7,
+}
+#: Settings a constant needs to act at all (R12 is off by default).
+CONTEXT = {"format_bonus": {"format_enabled": True}, "min_turnover_invalid": {"min_turnover_free": 0.5}}
+
+ANSWERS = [
+    "<alpha>rank(-ts_delta(close, 5))</alpha>",
+    "<alpha>rank(-ts_delta(close, 5))</alpha>",                       # a duplicate (R8, R9)
+    "<alpha>rank(-ts_delta(close, 6))</alpha>",                       # same bucketed form (R9)
+    "<think>volume</think><alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",  # R12
+    "<alpha>-correlation(rank(open), rank(volume), 10)</alpha>",
+    "<alpha>rank(returns)</alpha>",                                    # bare motif (R10), high turnover (R5)
+    "<alpha>rank(ts_mean(returns, 10)) - rank(ts_std(volume, 15)) * rank(delta(vwap, 3)) + "
+    "rank(ts_corr(close, volume, 12)) - rank(ts_min(low, 7))</alpha>",  # long (R11)
+    "<alpha>rank(ts_mean(close, 120))</alpha>",                        # slow: low turnover (R6)
+    "no answer tag",
+    "<alpha>rank(close -)</alpha>",
+    "<alpha>scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))</alpha>",
+]
+
+
+@pytest.fixture(scope="module")
+def base(small_synthetic):
+    return Verifier(small_synthetic)
+
+
+def _rewards(verifier) -> np.ndarray:
+    group = verifier.score_group(ANSWERS)
+    for s in group.scores:
+        assert s.reward == weighted_sum(s.channels, verifier.config.priorities)
+    return np.array([s.reward for s in group.scores])
+
+
+def test_defaults_file_loads_back_to_the_defaults(tmp_path):
+    text = S.dumps(S.defaults_tables(), header=S.HEADER)
+    path = tmp_path / "defaults.toml"
+    path.write_text(text)
+    loaded = S.load(path)
+    assert loaded.verifier == VerifierConfig()
+    assert set(tomllib.loads(text)) == {"verifier", "holdout", "stress", "train"}
+    assert S.differing_keys(loaded.tables, tomllib.loads(text)) == []
+    assert loaded["train"].recipe == "cispo_repo_r"
+    from trainers.config import RECIPES
+    assert loaded["train"].config == RECIPES["cispo_repo_r"]
+
+
+def test_every_channel_constant_is_read_from_the_file(tmp_path, base):
+    """Changing any channel constant in the file moves at least one answer's reward (and keeps the contract)."""
+    assert set(CHANNEL_CONSTANTS) <= {f for f in S.to_dict(VerifierConfig())}
+    for name, value in CHANNEL_CONSTANTS.items():
+        context = CONTEXT.get(name, {})
+        before = _rewards(Verifier(base.panel, VerifierConfig(**context), archive=base.archive.copy()))
+        path = tmp_path / f"{name}.toml"
+        path.write_text(S.dumps({"verifier": {**context, name: value}}))
+        config = S.load(path).verifier
+        assert getattr(config, name) == value
+        after = _rewards(Verifier(base.panel, config, archive=base.archive.copy()))
+        assert not np.array_equal(before, after), f"verifier.{name} = {value} left every reward unchanged"
+
+
+def test_priorities_and_costs_through_set(base):
+    before = _rewards(base)
+    for item in ("verifier.priorities.cpcv=1.0", "verifier.priorities.novelty_pnl=2", "verifier.costs.fee_bps=40"):
+        config = S.load(None, [item]).verifier
+        archive = base.archive.copy() if "costs" not in item else None  # costs change the seed books too
+        assert not np.array_equal(before, _rewards(Verifier(base.panel, config, archive=archive))), item
+
+
+def test_holdout_rules_follow_the_verifier():
+    s = S.load(None, ["verifier.turnover_cap=0.4", "verifier.turnover_penalty=3", "verifier.min_valid_stocks=7",
+                      "holdout.context=100"])
+    rules = s.holdout.rules
+    assert (rules.turnover_cap, rules.turnover_penalty, rules.min_valid_stocks, rules.context) == (0.4, 3.0, 7, 100)
+    with pytest.raises(ConfigError, match="verifier.turnover_cap"):
+        S.load(None, ["holdout.turnover_cap=0.4"])
+
+
+@pytest.mark.parametrize("sets, match", [
+    (["verifier.turnover_ca=1"], "did you mean verifier.turnover_cap"),
+    (["verifier.turnover_cap=abc"], "expected a number"),
+    (["verifier.min_valid_stocks=2.5"], "expected an integer"),
+    (["verifier.format_enabled=1"], "expected true or false"),
+    (["verifer.turnover_cap=1"], r"did you mean \[verifier\]"),
+    (["turnover_cap"], "SECTION.KEY=VALUE"),
+    (["verifier.priorities.sharpe=1"], "unknown channels"),
+    (["verifier.turnover_penalty=-1"], "finite and >= 0"),
+    (["train.learning_rate=-1"], "learning_rate must be > 0"),
+    (["train.recipe=ppo"], "unknown recipe"),
+    (["stress.window=13"], "multiple of"),
+    (["verifier.limits.max_tokens=nan"], "expected an integer"),
+])
+def test_bad_settings_name_the_key(sets, match):
+    with pytest.raises(ConfigError, match=match):
+        S.load(None, sets)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        S.load(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[verifier\nturnover_cap = 1")
+    with pytest.raises(ConfigError, match="not a valid TOML"):
+        S.load(bad)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="not a valid TOML"):
+        S.load(binary)
+
+
+def test_optional_values_and_set_strings():
+    s = S.load(None, ["verifier.stress_checkpoint=models/world", "verifier.cpcv_clip=none",
+                      "verifier.invalid_rewards=reference", "train.advantage_floor=none"])
+    assert s.verifier.stress_checkpoint == "models/world" and s.verifier.cpcv_clip is None
+    assert s["train"].config.advantage_floor is None
+    assert 'stress_checkpoint = "none"' in S.dumps(S.defaults_tables())
+
+
+def test_a_recipe_file_is_not_run_under_another_recipe(tmp_path):
+    path = tmp_path / "cispo.toml"
+    path.write_text(S.dumps(S.defaults_tables()))
+    with pytest.raises(ConfigError, match="names recipe 'dapo'"):
+        S.load(path, ["train.recipe=dapo"])
+    with pytest.raises(ConfigError, match="names recipe 'dapo'"):
+        S.load(path, overrides={"train": {"recipe": "dapo"}})
+    small = tmp_path / "lr.toml"
+    small.write_text("[train]\nlearning_rate = 3e-5\n")
+    s = S.load(small, overrides={"train": {"recipe": "dapo"}})
+    assert s["train"].recipe == "dapo" and s["train"].config.learning_rate == 3e-5
+    assert s["train"].config.loss_type == "dapo"
+
+
+def test_run_folder_keeps_the_settings_and_a_resume_refuses_others(tmp_path):
+    a = S.load(None).tables
+    S.claim_run_dir(tmp_path, a, resume=False)
+    assert tomllib.loads((tmp_path / S.SETTINGS_FILE).read_text()) == tomllib.loads(S.dumps(a))
+    S.claim_run_dir(tmp_path, a, resume=True)  # same settings: fine
+    b = S.load(None, ["verifier.turnover_cap=0.4", "train.learning_rate=2e-5"]).tables
+    with pytest.raises(ConfigError, match=r"train.learning_rate \(1e-05 -> 2e-05\).*verifier.turnover_cap"):
+        S.claim_run_dir(tmp_path, b, resume=True)
+    S.claim_run_dir(tmp_path, b, resume=False)  # a fresh run in the folder replaces them
+
+
+def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_path, small_synthetic):
+    from trainers.config import RECIPES
+    from trainers.loop import train
+    verifier = Verifier(small_synthetic)
+    S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": S.to_dict(RECIPES["dapo"])},
+                    resume=False)
+    with pytest.raises(ConfigError, match="train.loss_type"):
+        train(RECIPES["cispo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
+
+
+def test_cli_config_show_and_score_with_settings(tmp_path, capsys):
+    assert main(["config", "show"]) == 0
+    shown = capsys.readouterr().out
+    path = tmp_path / "run.toml"
+    path.write_text(shown)
+    assert S.load(path).verifier == VerifierConfig()
+    formula = "rank(-ts_delta(close, 5))"
+    import json
+    assert main(["score", formula, "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["reward"]
+    assert main(["score", formula, "--json", "--config", str(path), "--set", "verifier.priorities.cpcv=1"]) == 0
+    changed = json.loads(capsys.readouterr().out)["reward"]
+    assert changed != default
+    assert main(["score", formula, "--set", "verifier.nope=1"]) == 2
+    assert "unknown setting 'verifier.nope'" in capsys.readouterr().err
+
+
+def test_cli_bug_shows_a_traceback_user_error_one_line(capsys, monkeypatch):
+    import alpha_gym.cli as cli
+
+    def boom(args):
+        raise KeyError("a bug")
+    monkeypatch.setattr(cli, "cmd_config_show", boom)
+    with pytest.raises(KeyError):  # not swallowed into a one-line message
+        cli.main(["config", "show"])
+    monkeypatch.undo()
+    assert cli.main(["config", "show", "--set", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "SECTION.KEY=VALUE" in err
+    assert cli.main(["--debug", "config", "show", "--set", "x"]) == 2
+    assert "Traceback" in capsys.readouterr().err
