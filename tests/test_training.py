@@ -171,7 +171,9 @@ def test_two_steps_of_each_recipe(runs, name):
     if config.repo_r:
         thermo = [json.loads(ln) for ln in (out / "thermostat.jsonl").read_text().splitlines()]
         assert [t["step"] for t in thermo] == [1, 2] and all(t["zeta"] == 0.0 for t in thermo)  # calibrating
-    assert json.loads((out / "config.json").read_text())["loss_type"] == config.loss_type
+    import tomllib
+    saved = tomllib.loads((out / "settings.toml").read_text())  # the run's exact settings, both halves
+    assert saved["train"]["loss_type"] == config.loss_type and saved["verifier"]["turnover_cap"] == 0.5
 
 
 @pytest.mark.slow
