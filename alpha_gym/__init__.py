@@ -11,7 +11,7 @@ from alpha_gym.market import DataError, Panel, load_panel, load_universe, synthe
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES, VerifierConfig
 from alpha_gym.scoring.verifier import Score, Verifier
 
-__version__ = "0.1.0"
+from alpha_gym._version import __version__  # noqa: E402,F401
 
 ENV_ID = "AlphaFormula-v0"
 #: Environment B of the reference: the same task and verifier with per-action costs about 19x higher.

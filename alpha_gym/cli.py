@@ -23,8 +23,7 @@ DEMO_ANSWERS = [
 ]
 
 
-from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args,  # noqa: F401
-                                settings_from_args, universe_arg)
+from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
 
 
 def cmd_score(args) -> int:
@@ -45,7 +44,6 @@ def cmd_score(args) -> int:
 def cmd_demo(args) -> int:
     import gymnasium as gym
     import alpha_gym  # noqa: F401  (registers the environment)
-    from alpha_gym.scoring.report import format_score
     print("alpha-gym demo: AlphaFormula-v0 on the embedded synthetic market (46 stocks x 3,304 sessions).")
     print("Each answer below is one episode: brief -> answer -> deterministic verifier.\n")
     t0 = time.perf_counter()
@@ -76,7 +74,6 @@ def cmd_demo(args) -> int:
 def _demo_training(args) -> int:
     """A short RL run: SmolLM2-135M, recipe cispo_repo_r, tiny settings, on the same synthetic market."""
     try:
-        from trainers.config import RECIPES
         from trainers.loop import train
     except ImportError as err:
         return _missing_extra("train", err)

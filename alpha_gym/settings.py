@@ -10,7 +10,8 @@ Sections (each is one dataclass; a nested dataclass is a sub-table):
     [holdout]        HoldoutConfig's own fields (context, min_turnover, crash_threshold) and
     [holdout.costs]  RealisticCosts: the costs the holdout charges.
     [stress]         StressConfig: the R3 world model, its gates and scenarios.
-    [train]          TrainConfig with its `recipe` (registered by `trainers`, present where it is installed).
+    [train]          TrainConfig with its `recipe` (registered when `trainers` is imported; the command line
+                     imports it; before that a [train] table is kept as given, unchecked).
 
 TOML has no null: an optional setting that is unset is written as the string "none".
 A file may hold any subset of the keys; the rest keep their defaults. Unknown keys are errors that
@@ -238,11 +239,9 @@ def register_section(name: str, factory: Callable[[], Section]) -> None:
     _SECTIONS[name] = factory
 
 
-def _load_optional_sections() -> None:
-    try:  # [train] lives with the trainers; without them the file simply has no [train]
-        import trainers.config  # noqa: F401  (registers the section)
-    except ImportError:
-        pass
+#: Tables that another package registers when it is imported (`trainers.config` adds [train]). Until then
+#: such a table is kept as given, unchecked: the environment never imports the trainers.
+OPTIONAL_SECTIONS = ("train",)
 
 
 @dataclass(frozen=True)
@@ -271,7 +270,6 @@ HEADER = ("alpha-gym settings (alpha-gym config show). Any subset of these keys 
 
 
 def defaults_tables() -> dict[str, dict]:
-    _load_optional_sections()
     return {name: factory().defaults() for name, factory in _SECTIONS.items()}
 
 
@@ -295,7 +293,6 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
 
     `overrides` are what a command's own flags say ({"verifier": {"format_enabled": True}}), applied last.
     """
-    _load_optional_sections()
     tables: dict[str, dict] = {}
     if path is not None:
         p = Path(path)
@@ -318,9 +315,9 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
         node[keys[-1]] = value
     for name, table in (overrides or {}).items():
         if "recipe" in table:
-            _check_recipe(from_file, name, table["recipe"], f"the command's recipe")
+            _check_recipe(from_file, name, table["recipe"], "the command's recipe")
         tables.setdefault(name, {}).update(table)
-    unknown = sorted(set(tables) - set(_SECTIONS))
+    unknown = sorted(set(tables) - set(_SECTIONS) - set(OPTIONAL_SECTIONS))
     if unknown:
         near = difflib.get_close_matches(unknown[0], list(_SECTIONS), n=1)
         raise ConfigError(f"unknown section [{unknown[0]}]" + (f" (did you mean [{near[0]}]?)" if near else "")
@@ -331,6 +328,9 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
         section = factory()
         built[name] = section.build(tables.get(name, {}), built)
         effective[name] = _effective_table(section, built[name])
+    for name in OPTIONAL_SECTIONS:
+        if name not in _SECTIONS and name in tables:
+            built[name] = effective[name] = dict(tables[name])
     return Settings(objects=built, tables=effective, given=tables)
 
 
@@ -340,8 +340,9 @@ def _check_recipe(from_file: Mapping[str, Any], section: str, recipe, who: str) 
     given = from_file.get(section, {})
     if isinstance(given, Mapping) and "recipe" in given and given["recipe"] != recipe and len(given) > 1:
         raise ConfigError(f"{who} names recipe {recipe!r}, but the settings file gives {section}.recipe = "
-                          f"{given['recipe']!r} together with {len(given) - 1} of its keys; write a file for that recipe (alpha-gym config "
-                          f"show --set {section}.recipe={recipe}) or drop the file's other [{section}] keys")
+                          f"{given['recipe']!r} together with {len(given) - 1} of its keys; write a file for that "
+                          f"recipe (alpha-gym config show --set {section}.recipe={recipe}) or drop the file's other "
+                          f"[{section}] keys")
 
 
 def _effective_table(section: Section, obj) -> dict:

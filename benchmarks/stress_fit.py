@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     from alpha_gym.stress.cli import format_gates
     from alpha_gym.stress.config import preset
     from alpha_gym.stress.fit import fit
-    from alpha_gym.stress.validate import apply, validate
+    from alpha_gym.evaluation.stress_validation import apply, validate
 
     train = DATA / "us_daily_train.csv.gz"
     if not train.exists():

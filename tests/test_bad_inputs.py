@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from alpha_gym.cli import iso_date, universe_arg
+from alpha_gym.cli_args import iso_date, universe_arg
 from alpha_gym.cli import main as cli_main
 from alpha_gym.market import DataError, load_panel, load_universe, synthetic_panel
 from alpha_gym.market import loader as loader_mod

@@ -7,6 +7,7 @@ import tomllib
 import numpy as np
 import pytest
 
+import trainers.config  # noqa: F401  (registers the [train] table)
 from alpha_gym import settings as S
 from alpha_gym.cli import main
 from alpha_gym.scoring.config import ConfigError, VerifierConfig, weighted_sum

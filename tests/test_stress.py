@@ -23,7 +23,7 @@ FORMULAS = ["rank(-ts_delta(close, 5))", "rank(volume / ts_mean(volume, 10))", "
 # --------------------------------------------------------------------------- no torch at import
 def test_importing_alpha_gym_and_the_stress_package_does_not_import_torch():
     code = ("import sys, alpha_gym, alpha_gym.stress, alpha_gym.stress.provider, alpha_gym.stress.cli, "
-            "alpha_gym.stress.validate, alpha_gym.stress.scenarios, alpha_gym.stress.geometry; "
+            "alpha_gym.evaluation.stress_validation, alpha_gym.stress.scenarios, alpha_gym.stress.geometry; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -291,7 +291,7 @@ def test_scenario_panels_are_complete_and_a_zero_shift_replays_the_real_panel(ti
     from alpha_gym.stress import scenarios as sc
     from alpha_gym.stress.config import StressConfig
     from alpha_gym.stress.data import raw_features, scaled_features
-    from alpha_gym.stress.fit import load_model
+    from alpha_gym.stress.model import load_model
     d, _ = tiny_fit
     manifest = ck.read_manifest(d)
     panels, _ = sc.load_or_build(d, tiny_panel, manifest)

@@ -23,7 +23,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("train", help="RL-train a policy on the verifier with a named recipe",
                               description=__doc__.splitlines()[0])
     p.add_argument("--recipe", choices=sorted(RECIPES),
-                   help=f"settings of the run (trainers.config; default: train.recipe of the settings, {DEFAULT_RECIPE})")
+                   help=f"settings of the run (trainers.config; default: the settings' train.recipe, "
+                        f"{DEFAULT_RECIPE})")
     p.add_argument("--model", help="a local model folder or a Hub id (default: the built-in SmolLM2-135M-Instruct)")
     p.add_argument("--steps", type=int, default=100, help="total optimizer steps (rollout batches), default 100")
     p.add_argument("--out", default=None, help="run folder (default runs/<recipe>)")

@@ -19,6 +19,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
+#: epsilon_high when a config leaves it None: DAPO's clip-higher band 1.28 and CISPO's weight cap 1.2 (both
+#: as margins above 1; grpo uses epsilon, a symmetric band). The losses and ADAPO take their defaults here.
+EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
 
@@ -86,7 +89,7 @@ class TrainConfig:
         """epsilon_high as the loss uses it (None -> the loss's own default, see the field comment)."""
         if self.epsilon_high is not None:
             return self.epsilon_high
-        return {"grpo": self.epsilon, "dapo": 0.28, "cispo": 0.2}[self.loss_type]
+        return self.epsilon if self.loss_type == "grpo" else EPSILON_HIGH[self.loss_type]
 
     def with_(self, **changes: Any) -> "TrainConfig":
         """A validated copy with some fields changed; unknown names raise ValueError."""
@@ -180,19 +183,20 @@ _BASE = TrainConfig()
 _LADDER = _BASE.with_(advantage_floor=0.0)
 RECIPES: dict[str, TrainConfig] = {
     # DAPO: clip-higher band 0.8 / 1.28, token-level averaging.
-    "dapo": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2),
+    "dapo": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
+                          top_entropy_quantile=0.2),
     # CISPO: importance weight capped at 1.2, every token keeps its gradient.
-    "cispo": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, top_entropy_quantile=0.2),
+    "cispo": _LADDER.with_(loss_type="cispo", epsilon_high=EPSILON_HIGH["cispo"], top_entropy_quantile=0.2),
     # The best held-out run: CISPO + REPO-R (w5 thermostat), full-token loss, two passes.
-    "cispo_repo_r": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
-                                  num_iterations=2),
-    "cispo_repo_r_dora": _LADDER.with_(loss_type="cispo", epsilon_high=0.2, repo_r=True, top_entropy_quantile=1.0,
-                                       num_iterations=2, use_dora=True),
-    "dapo_repo_r_dora": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, repo_r=True,
+    "cispo_repo_r": _LADDER.with_(loss_type="cispo", epsilon_high=EPSILON_HIGH["cispo"], repo_r=True,
+                                  top_entropy_quantile=1.0, num_iterations=2),
+    "cispo_repo_r_dora": _LADDER.with_(loss_type="cispo", epsilon_high=EPSILON_HIGH["cispo"], repo_r=True,
+                                       top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
+    "dapo_repo_r_dora": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"], repo_r=True,
                                       top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
     # Part 2's arms: DAPO with dynamic sampling (resample groups whose rewards are all equal), no floor.
-    "dapo_refill": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=0.2,
-                               refill_rounds=2),
+    "dapo_refill": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
+                               top_entropy_quantile=0.2, refill_rounds=2),
     # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
     # averaging, no dynamic sampling, no floor.
     "grpo": _BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",

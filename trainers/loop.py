@@ -26,7 +26,6 @@ checkpoint repeats the uninterrupted run's later steps exactly (same machine, sa
 from __future__ import annotations
 
 import json
-import math
 import random
 import shutil
 import time
@@ -40,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
+from alpha_gym.jsonable import jsonable
 from alpha_gym.settings import claim_run_dir, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.config import TrainConfig
@@ -477,23 +477,13 @@ def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
 
 
 # ---------------------------------------------------------------------------------------- files
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a") as f:
-        f.write(json.dumps(_clean(record)) + "\n")
+        f.write(json.dumps(jsonable(record)) + "\n")
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
-    path.write_text("".join(json.dumps(_clean(r)) + "\n" for r in records))
+    path.write_text("".join(json.dumps(jsonable(r)) + "\n" for r in records))
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:

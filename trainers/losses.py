@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from trainers.config import EPSILON_HIGH
+
 __all__ = ["kl_penalty", "top_entropy_mask", "grpo_loss", "dapo_loss", "cispo_loss", "policy_loss", "LOSSES"]
 
 
@@ -118,8 +120,8 @@ def grpo_loss(logp, old_logp, adv, mask, *, epsilon=0.2, epsilon_high=None, beta
     return _seq_mean(_finish(per_token, logp, old_logp, keep, beta, ref_logp, use_bias_correction_kl), mask)
 
 
-def dapo_loss(logp, old_logp, adv, mask, *, epsilon=0.2, epsilon_high=0.28, beta=0.0, ref_logp=None,
-              entropy=None, top_entropy_quantile=1.0, delta=None, num_items_in_batch=None,
+def dapo_loss(logp, old_logp, adv, mask, *, epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"], beta=0.0,
+              ref_logp=None, entropy=None, top_entropy_quantile=1.0, delta=None, num_items_in_batch=None,
               use_bias_correction_kl=True):
     """DAPO (TRL `loss_type="dapo"`): asymmetric clip ("clip-higher"), token-level averaging.
 
@@ -138,8 +140,8 @@ def dapo_loss(logp, old_logp, adv, mask, *, epsilon=0.2, epsilon_high=0.28, beta
     return _token_mean(per_token, mask, num_items_in_batch)
 
 
-def cispo_loss(logp, old_logp, adv, mask, *, epsilon_high=0.2, beta=0.0, ref_logp=None, entropy=None,
-               top_entropy_quantile=1.0, num_items_in_batch=None, use_bias_correction_kl=True):
+def cispo_loss(logp, old_logp, adv, mask, *, epsilon_high=EPSILON_HIGH["cispo"], beta=0.0, ref_logp=None,
+               entropy=None, top_entropy_quantile=1.0, num_items_in_batch=None, use_bias_correction_kl=True):
     """CISPO (MiniMax-M1): cap the importance weight, keep every token in the gradient; token averaging.
 
         w_it = stopgrad(min(r_it, 1 + epsilon_high))

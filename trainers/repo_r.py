@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trainers.config import EPSILON_HIGH
+
 __all__ = ["shape_advantages", "EntropyThermostat", "AdapoController"]
 
 
@@ -115,7 +117,7 @@ class AdapoController(_Resumable):
     cap, not a clip band. `update(H)` returns the epsilon_high to use for this update's loss.
     """
 
-    epsilon_high: float = 0.28
+    epsilon_high: float = EPSILON_HIGH["dapo"]
     epsilon_high_min: float = 0.2
     epsilon_high_max: float = 0.4
     step_size: float = 0.01

@@ -91,7 +91,6 @@ Other TRL 1.16 behaviours worth knowing (read from grpo_trainer.py):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Callable
 
 import torch

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from alpha_gym.book.metrics import TRADING_DAYS
+
 BPS = 1e-4
-TRADING_DAYS = 252
 
 
 @dataclass(frozen=True)

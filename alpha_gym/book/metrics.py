@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from alpha_gym.book.blocks import row_blocks
+
 TRADING_DAYS = 252
 
 
@@ -74,7 +76,6 @@ def information_coefficient(weights: np.ndarray, returns: np.ndarray) -> float:
 
     Reference: Grinold & Kahn (2000), Active Portfolio Management, ch. 6.
     """
-    from alpha_gym.book.book import row_blocks
     w = np.asarray(weights, dtype=np.float64)
     r = np.asarray(returns, dtype=np.float64)
     daily = np.empty(w.shape[0])

@@ -1,4 +1,8 @@
-"""Evaluation after training: holdout scoring, checkpoint and book selection, HTML reports."""
+"""Evaluation: holdout scoring, checkpoint and book selection, HTML reports, and the R3 scenarios' validation.
+
+Exports the holdout evaluator and the selection rules; `report` (HTML) and `stress_validation`
+(scenario AUCs) are imported where used.
+"""
 
 from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutConfig, HoldoutError, HoldoutEvaluator,
                                          HoldoutOverlapError, HoldoutReport, evaluate_holdout, holdout_score,

@@ -43,7 +43,6 @@ on the same days.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -51,9 +50,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from alpha_gym.book import metrics
-from alpha_gym.book.book import daily_turnover, open_to_open_returns, weights_from_signal
+from alpha_gym.book.book import daily_turnover, gross_pnl, open_to_open_returns, weights_from_signal
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import finite_or_none
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
@@ -148,13 +148,6 @@ def liquidity_inputs(panel: Panel, window: int) -> tuple[np.ndarray, np.ndarray]
 
 
 # ----------------------------------------------------------------------------------- results
-def _f(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 @dataclass(frozen=True, eq=False)
 class FormulaHoldout:
     """One formula on the holdout. Arrays (`net`, `weights`) stay in memory; `to_dict` drops them."""
@@ -180,12 +173,14 @@ class FormulaHoldout:
     weights: np.ndarray | None = field(default=None, repr=False)  # on the context + holdout days
 
     def to_dict(self) -> dict[str, Any]:
-        return {"formula": self.formula, "valid": self.valid, "reason": self.reason, "score": _f(self.score),
-                "cpcv": _f(self.cpcv), "slice_sharpes": [_f(s) for s in self.slice_sharpes],
-                "sharpe": _f(self.sharpe), "total_return": _f(self.total_return), "turnover": _f(self.turnover),
-                "mean_cost": _f(self.mean_cost), "max_drawdown": _f(self.max_drawdown), "beta": _f(self.beta),
-                "market_correlation": _f(self.market_correlation), "form": self.form, "n_days": self.n_days,
-                "train_cpcv": _f(self.train_cpcv), "train_turnover": _f(self.train_turnover)}
+        numbers = ("score", "cpcv", "sharpe", "total_return", "turnover", "mean_cost", "max_drawdown", "beta",
+                   "market_correlation")
+        return {"formula": self.formula, "valid": self.valid, "reason": self.reason,
+                **{k: finite_or_none(getattr(self, k)) for k in numbers[:2]},
+                "slice_sharpes": [finite_or_none(s) for s in self.slice_sharpes],
+                **{k: finite_or_none(getattr(self, k)) for k in numbers[2:]},
+                "form": self.form, "n_days": self.n_days,
+                "train_cpcv": finite_or_none(self.train_cpcv), "train_turnover": finite_or_none(self.train_turnover)}
 
 
 @dataclass(frozen=True)
@@ -206,7 +201,7 @@ class BookStats:
     market_total_return: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        return {k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 # ----------------------------------------------------------------------------------- evaluator
@@ -261,8 +256,7 @@ class HoldoutEvaluator:
         """(net, turnover, cost) on the kept holdout days for weights over all context + holdout days."""
         cost = realistic_cost(weights_all, self._dv, self._sigma, self.costs)[self.rows]
         turnover = daily_turnover(weights_all)[self.rows]
-        w = weights_all[self.rows]
-        gross = np.where(np.isnan(self.returns), 0.0, w * np.nan_to_num(self.returns)).sum(axis=1)
+        gross = gross_pnl(weights_all[self.rows], self.returns)
         return gross - cost, turnover, cost
 
     def score(self, formula: str | None, cache=None) -> FormulaHoldout:
@@ -393,8 +387,8 @@ class HoldoutReport:
             "summary": self.summary(),
             "book": self.book.to_dict(),
             "series": {"dates": [str(d) for d in self.dates],
-                       "book": [_f(x) for x in self.book_returns],
-                       "market": [_f(x) for x in self.market_returns]},
+                       "book": [finite_or_none(x) for x in self.book_returns],
+                       "market": [finite_or_none(x) for x in self.market_returns]},
             "answers": [a.to_dict() for a in self.answers],
         }
 

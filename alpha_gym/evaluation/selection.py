@@ -34,16 +34,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from alpha_gym.book import metrics
+from alpha_gym.jsonable import finite_or_none
 
 CHECKPOINTS_FORMAT = "alpha-gym/checkpoints/v1"
 BOOKS_FORMAT = "alpha-gym/books/v1"
-
-
-def _f(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -72,8 +66,8 @@ class CheckpointChoice:
     means: dict[int, float | None]   # every checkpoint's mean train CPCV
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "mean_train_cpcv": _f(self.mean_train_cpcv),
-                "means": {str(k): _f(v) for k, v in self.means.items()}}
+        return {"step": self.step, "mean_train_cpcv": finite_or_none(self.mean_train_cpcv),
+                "means": {str(k): finite_or_none(v) for k, v in self.means.items()}}
 
 
 def _train_records(records) -> list[TrainRecord]:
@@ -125,12 +119,12 @@ def checkpoint_table(records, holdout: Mapping[int, Any] | None = None) -> dict[
     choice = select_checkpoint(recs)
     rows = []
     for r in sorted(recs, key=lambda r: r.step):
-        row = {"step": r.step, "train_cpcv": _f(r.mean_train_cpcv), "n_valid_train": len(r.valid_values),
+        row = {"step": r.step, "train_cpcv": finite_or_none(r.mean_train_cpcv), "n_valid_train": len(r.valid_values),
                "n_probe": len(r.probe_train_cpcv), "selected": r.step == choice.step}
         h = (holdout or {}).get(r.step)
         if h is not None:
             flat = holdout_fields(h) if (hasattr(h, "to_dict") or "summary" in h) else dict(h)
-            row.update({k: (_f(v) if isinstance(v, float) else v) for k, v in flat.items()})
+            row.update({k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in flat.items()})
         rows.append(row)
     return {"format": CHECKPOINTS_FORMAT, "selected_step": choice.step,
             "rule": "highest mean train-window CPCV over valid probe answers; ties -> earliest step; "
@@ -203,9 +197,9 @@ class BookSelection:
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "n": self.n, "members": list(self.members),
-                "effective_bets": _f(self.effective_bets), "median_cpcv": _f(self.median_cpcv),
-                "sharpe": _f(self.sharpe), "max_drawdown": _f(self.max_drawdown),
-                "total_return": _f(self.total_return), "mean_abs_corr": _f(self.mean_abs_corr),
+                "effective_bets": finite_or_none(self.effective_bets), "median_cpcv": finite_or_none(self.median_cpcv),
+                "sharpe": finite_or_none(self.sharpe), "max_drawdown": finite_or_none(self.max_drawdown),
+                "total_return": finite_or_none(self.total_return), "mean_abs_corr": finite_or_none(self.mean_abs_corr),
                 "skipped": dict(self.skipped)}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterator, Union
 
 
@@ -49,6 +50,7 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(children(n)))
 
 
+@lru_cache(maxsize=65536)  # the parser asks for every node bottom-up: each subtree is measured once
 def depth(node: Node) -> int:
     """Levels in the tree; a lone field or constant has depth 1."""
     kids = children(node)

@@ -20,7 +20,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from alpha_gym.language.cost import cost
 from alpha_gym.language.errors import (FormulaArgumentError, FormulaError, FormulaLimitError,
                                        FormulaSyntaxError, UnknownNameError)
-from alpha_gym.language.nodes import Field, Node, Num, Op
+from alpha_gym.language.nodes import Field, Node, Num, Op, depth
 from alpha_gym.language.operators import (COMPARE_OPS, FIELDS, INDCLASS_LEVELS, OPERATORS, OPTIONAL_FIELDS,
                                           OpSpec, resolve)
 
@@ -79,13 +79,6 @@ def lookback(node: Node) -> int:
     return own + max((lookback(a) for a in node.args), default=0)
 
 
-@lru_cache(maxsize=65536)
-def tree_depth(node: Node) -> int:
-    if isinstance(node, Op) and node.args:
-        return 1 + max(tree_depth(a) for a in node.args)
-    return 1
-
-
 class _ToNodes(Transformer):
     """Maps each grammar rule to a node, validating as it goes (bottom-up)."""
 
@@ -103,8 +96,8 @@ class _ToNodes(Transformer):
                 if _is_indclass(a):
                     raise FormulaArgumentError(f"{a.name} can only be the second argument of IndNeutralize",
                                                column)
-        if tree_depth(node) > self.limits.max_depth:
-            raise FormulaLimitError(f"formula is nested {tree_depth(node)} levels deep; the limit is "
+        if depth(node) > self.limits.max_depth:
+            raise FormulaLimitError(f"formula is nested {depth(node)} levels deep; the limit is "
                                     f"{self.limits.max_depth}", column)
         if lookback(node) > self.limits.max_lookback:
             raise FormulaLimitError(f"nested lookback of {lookback(node)} sessions exceeds "

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from alpha_gym.language.nodes import Field, Node, Num, Op
+from alpha_gym.language.nodes import Field, Node, Num, Op, depth as tree_depth  # random_node has a depth argument
 from alpha_gym.language.operators import FIELDS, OPERATORS
-from alpha_gym.language.parser import DEFAULT_LIMITS, Limits, lookback, tree_depth
+from alpha_gym.language.parser import DEFAULT_LIMITS, Limits, lookback
 from alpha_gym.language.printer import to_text
 
 _WINDOWS = (1, 2, 3, 5, 8, 10, 14, 20, 21, 30, 40, 63, 100, 126)

@@ -67,6 +67,7 @@ import warnings
 
 import numpy as np
 
+from alpha_gym.book.metrics import TRADING_DAYS
 from alpha_gym.market.panel import Panel
 
 __all__ = ["SyntheticDataNotice", "synthetic_panel", "SECTOR_NAMES",
@@ -171,7 +172,7 @@ def synthetic_panel(n_stocks: int = 46, n_days: int = 3304, seed: int = 0, start
     sector = rng.permutation(np.arange(n) % n_sec)
     beta = rng.uniform(0.7, 1.3, n)
     gamma = rng.uniform(0.7, 1.2, n)
-    total_vol = rng.uniform(0.20, 0.40, n) / np.sqrt(252.0)
+    total_vol = rng.uniform(0.20, 0.40, n) / np.sqrt(TRADING_DAYS)
     drift = rng.normal(0.0, 0.0001, n)
     sq = rng.uniform(np.sqrt(20.0), np.sqrt(500.0), n)
     first_close = sq * sq

@@ -219,29 +219,3 @@ def complexity_channel(n_nodes: int, free_nodes: int = _D.complexity_free_nodes,
 def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = _D.format_bonus) -> float:
     """R12 (priority 1.0): +0.05 for a non-empty <think>...</think> block before the answer (switchable)."""
     return bonus if (enabled and has_reasoning) else 0.0
-
-
-def channel_minima(config) -> dict[str, float]:
-    """The lowest value each channel can take for a VALID answer under `config` (a VerifierConfig).
-
-    Used to bound a valid answer's reward from below (`VerifierConfig.valid_reward_bound`). R10 is -1 here:
-    when the guard fires with a lower value, the whole reward is min(rest - priority, 0), never below
-    the bound. Turnover is at most 2 a day (a gross-1 book that flips every position).
-    """
-    clip = config.cpcv_clip
-    return {
-        "cpcv": -clip if clip is not None else -np.inf,
-        "pbo": min(0.0, config.pbo_floor),
-        "jepa_stress": -1.0,
-        "factor_neutrality": factor_neutrality_channel(np.inf, 0.0, config.neutrality_weight,
-                                                       config.neutrality_max_gap),
-        "turnover": turnover_channel(2.0, config.turnover_cap, config.turnover_penalty),
-        "min_turnover": -1.0,
-        "ic": min(0.0, -config.ic_weight),
-        "novelty_pnl": min(0.0, config.duplicate_pnl_penalty),  # unseen books earn >= 0 (weight x (1 - corr))
-        "novelty_syntax": min(0.0, config.syntax_duplicate_penalty * config.syntax_duplicates_counted),
-        "motif_guard": -1.0,
-        "complexity": min(0.0, complexity_channel(config.limits.max_tokens, config.complexity_free_nodes,
-                                                  config.complexity_per_node)),
-        "format": min(0.0, config.format_bonus if config.format_enabled else 0.0),
-    }

@@ -153,10 +153,31 @@ class VerifierConfig:
         """The reference system's exact invalid-answer values: R1 = -1.0 / -0.8 / -0.6, R1 unclipped."""
         return cls(invalid_rewards="reference", cpcv_clip=None, **changes)
 
+    def channel_minima(self) -> dict[str, float]:
+        """The lowest value each channel can take for a VALID answer (each channel's docstring in channels.py).
+
+        R10 is -1 here: when the guard fires with a lower value, the whole reward is min(rest - priority, 0),
+        never below the bound. Turnover is at most 2 a day (a gross-1 book that flips every position).
+        Unseen books and forms earn >= 0 in R8/R9; their minima are the duplicate penalties.
+        """
+        return {
+            "cpcv": -self.cpcv_clip if self.cpcv_clip is not None else -float("inf"),
+            "pbo": min(0.0, self.pbo_floor),
+            "jepa_stress": -1.0,
+            "factor_neutrality": -self.neutrality_weight * self.neutrality_max_gap,
+            "turnover": -self.turnover_penalty * max(0.0, 2.0 - self.turnover_cap),
+            "min_turnover": -1.0,
+            "ic": -self.ic_weight,
+            "novelty_pnl": min(0.0, self.duplicate_pnl_penalty),
+            "novelty_syntax": self.syntax_duplicate_penalty * self.syntax_duplicates_counted,
+            "motif_guard": -1.0,
+            "complexity": self.complexity_per_node * max(0, self.limits.max_tokens - self.complexity_free_nodes),
+            "format": 0.0,
+        }
+
     def valid_reward_bound(self) -> float:
         """The lowest scalar reward a valid answer can get: sum of priority x each channel's minimum."""
-        from alpha_gym.scoring.channels import channel_minima  # channels.py knows each channel's range
-        lows = channel_minima(self)
+        lows = self.channel_minima()
         return float(sum(self.priorities[c] * lows[c] for c in CHANNELS))
 
     def invalid_reward(self, kind: str) -> float:

@@ -19,7 +19,7 @@ from itertools import combinations
 
 import numpy as np
 
-from alpha_gym.book.metrics import TRADING_DAYS
+from alpha_gym.book.metrics import sharpe
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,8 @@ def splits(n_days: int, config: CPCVConfig = CPCVConfig()) -> tuple[Split, ...]:
 
 
 def _sharpes(pnl: np.ndarray, index_sets) -> np.ndarray:
-    out = np.empty(len(index_sets))
-    for k, idx in enumerate(index_sets):
-        x = pnl[idx]
-        sd = x.std(ddof=1) if x.size > 1 else 0.0
-        out[k] = x.mean() / sd * np.sqrt(TRADING_DAYS) if sd > 1e-12 else 0.0
-    return out
+    """The annualised Sharpe (`metrics.sharpe`) of the P&L on each set of days."""
+    return np.array([sharpe(pnl[idx]) for idx in index_sets], dtype=np.float64)
 
 
 def slice_sharpes(pnl: np.ndarray, config: CPCVConfig = CPCVConfig()) -> tuple[np.ndarray, np.ndarray]:

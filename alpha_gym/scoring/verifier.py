@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from alpha_gym.book import metrics
 from alpha_gym.book.book import Book, build_book, open_to_open_returns
 from alpha_gym.book.costs import training_cost
+from alpha_gym.jsonable import jsonable
 from alpha_gym.language import (AnswerError, FormulaError, Node, Op, canonical, extract, lookback, parse, size,
                                 to_text)
 from alpha_gym.language.evaluate import evaluate
@@ -56,21 +56,7 @@ class Score:
 
     def to_dict(self) -> dict[str, Any]:
         return {"valid": self.valid, "reason": self.reason, "reward": self.reward, "channels": dict(self.channels),
-                "diagnostics": _jsonable(self.diagnostics), "formula": self.formula}
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
+                "diagnostics": jsonable(self.diagnostics), "formula": self.formula}
 
 
 @dataclass(frozen=True, eq=False)

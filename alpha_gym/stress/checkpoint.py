@@ -109,8 +109,8 @@ def versions() -> dict[str, str]:
 
     import numpy as np
 
-    import alpha_gym
-    out = {"alpha_gym": alpha_gym.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    from alpha_gym._version import __version__
+    out = {"alpha_gym": __version__, "numpy": np.__version__, "python": platform.python_version()}
     for name in ("torch", "safetensors"):
         try:
             mod = __import__(name)

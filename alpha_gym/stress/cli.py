@@ -120,7 +120,7 @@ def cmd_check(args) -> int:
 
 def cmd_validate(args) -> int:
     from alpha_gym.stress import checkpoint as ck
-    from alpha_gym.stress.validate import apply, validate
+    from alpha_gym.evaluation.stress_validation import apply, validate
     manifest = ck.read_manifest(args.dir)
     load = manifest["data"].get("load")
     if args.data is not None:

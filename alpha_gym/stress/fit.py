@@ -53,23 +53,8 @@ from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS, StressConfig, StressError
 from alpha_gym.stress.data import data_info, feature_stats, raw_features, scaled_features
 from alpha_gym.stress.geometry import TARGET_NAMES, stylised_facts, window_targets
-from alpha_gym.stress.model import WorldModel, factor_nll, factor_scores, normalised
+from alpha_gym.stress.model import WorldModel, deterministic_torch, factor_nll, factor_scores, normalised
 from alpha_gym.stress import scenarios as sc
-
-
-def deterministic_torch(threads: int | None = None) -> None:
-    """Deterministic algorithms (without NaN-filling fresh memory, which costs time and changes no result)."""
-    if threads is not None:
-        torch.set_num_threads(max(1, int(threads)))
-    torch.use_deterministic_algorithms(True)
-    try:
-        import torch.utils.deterministic as det
-        det.fill_uninitialized_memory = False
-    except (ImportError, AttributeError):  # pragma: no cover
-        pass
-
-
-_setup = deterministic_torch
 
 
 @dataclass
@@ -202,7 +187,9 @@ def _save_partial(directory: Path, model, opt, step: int, cfg: StressConfig, fin
                                                "best": {k: v for k, v in (best or {}).items() if k != "state"}})
 
 
-def _load_partial(directory: Path, model, opt, cfg: StressConfig, fingerprint: str) -> tuple[int, list]:
+def _load_partial(directory: Path, model, opt, cfg: StressConfig, fingerprint: str
+                  ) -> tuple[int, list, float, dict]:
+    """(step, log, seconds so far, best state) of a partial fit."""
     from safetensors.torch import load_file
     meta = json.loads((directory / ck.PARTIAL_JSON).read_text(encoding="utf-8"))
     if meta["config_digest"] != cfg.digest() or meta["fingerprint"] != fingerprint:
@@ -324,19 +311,6 @@ def _state_tensors(model: WorldModel) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
 
 
-def load_model(directory, manifest: dict | None = None) -> WorldModel:
-    """The frozen world model of a checkpoint (weights checked against the manifest's hash)."""
-    from safetensors.torch import load_file
-    manifest = manifest or ck.read_manifest(directory)
-    ck.check_weights(manifest, directory)
-    cfg = StressConfig.from_dict(manifest["config"])
-    torch.manual_seed(0)
-    model = WorldModel(cfg, int(manifest["data"]["n_stocks"]))
-    model.load_state_dict(load_file(str(Path(directory) / ck.MODEL_FILE)))
-    model.eval()
-    return model
-
-
 def save_checkpoint(directory, model: WorldModel, manifest: dict) -> dict:
     """Write weights and manifest (with the weights' sha256) atomically; returns the manifest."""
     from safetensors.torch import save_file
@@ -405,7 +379,7 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
     if restart:
         for name in (ck.PARTIAL_FILE, ck.PARTIAL_JSON, ck.MANIFEST_FILE, ck.MODEL_FILE):
             (d / name).unlink(missing_ok=True)
-    _setup(cfg.threads)
+    deterministic_torch(cfg.threads)
     t_start = time.perf_counter()
     prep = prepare(panel, cfg)
     torch.manual_seed(cfg.seed)
@@ -480,37 +454,9 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
 
 def random_model_checkpoint(directory, panel: Panel, cfg: StressConfig, seed: int = 12345) -> dict:
     """A deliberately broken model: random weights, no training, gated honestly like a fitted one."""
-    _setup(cfg.threads)
+    deterministic_torch(cfg.threads)
     prep = prepare(panel, cfg)
     torch.manual_seed(seed)
     model = WorldModel(cfg, panel.n_stocks)
     model.head.set_standardisation(prep.g_mean, prep.g_std)
     return finalise(directory, model, panel, cfg, prep, {}, {"steps": 0, "note": "random weights (broken on purpose)"})
-
-
-def rebuild_scenarios(directory, panel: Panel, scenarios: dict | None = None) -> dict:
-    """Change a checkpoint's scenario settings (severity, mode) without refitting: rebuild, recheck, save.
-
-    `scenarios` holds `ScenarioConfig` fields to change. The weights, gates and
-    data check are untouched. New worlds void an earlier validation: its
-    record and the scenarios it switched off are cleared (validate again).
-    """
-    from dataclasses import replace
-    d = Path(directory)
-    manifest = ck.read_manifest(d)
-    ck.check_data(manifest, panel, d)
-    cfg = StressConfig.from_dict(manifest["config"])
-    cfg = cfg.with_(scenarios=replace(cfg.scenarios, **(scenarios or {})))
-    manifest["config"] = cfg.to_dict()
-    with blas_threads(1):
-        _panels, meta = sc.load_or_build(d, panel, manifest)
-    if meta["key"] != manifest["scenarios"].get("cache_key"):
-        manifest.pop("validation", None)
-        manifest["scenarios"]["switched_off"] = {}
-    switched = manifest["scenarios"].get("switched_off", {})
-    manifest["scenarios"]["checks"] = meta["checks"]
-    manifest["scenarios"]["cache_key"] = meta["key"]
-    manifest["scenarios"]["enabled"] = {s: bool(meta["checks"][s]["moved"]) and s not in switched
-                                        for s in SCENARIOS}
-    ck.write_json(d / ck.MANIFEST_FILE, manifest)
-    return manifest

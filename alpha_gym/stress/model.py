@@ -34,12 +34,14 @@ Shapes: B windows, N stocks, W sessions, F features, d latent size.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import StressConfig
 from alpha_gym.stress.data import N_FEATURES
 from alpha_gym.stress.geometry import N_TARGETS
@@ -298,3 +300,28 @@ class WorldModel(nn.Module):
 def normalised(z: torch.Tensor) -> torch.Tensor:
     """The JEPA target space: each latent layer-normalised (no learned scale)."""
     return F.layer_norm(z, z.shape[-1:])
+
+
+def deterministic_torch(threads: int | None = None) -> None:
+    """Deterministic algorithms (without NaN-filling fresh memory, which costs time and changes no result)."""
+    if threads is not None:
+        torch.set_num_threads(max(1, int(threads)))
+    torch.use_deterministic_algorithms(True)
+    try:
+        import torch.utils.deterministic as det
+        det.fill_uninitialized_memory = False
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+
+
+def load_model(directory, manifest: dict | None = None) -> WorldModel:
+    """The frozen world model of a checkpoint (weights checked against the manifest's hash)."""
+    from safetensors.torch import load_file
+    manifest = manifest or ck.read_manifest(directory)
+    ck.check_weights(manifest, directory)
+    cfg = StressConfig.from_dict(manifest["config"])
+    torch.manual_seed(0)
+    model = WorldModel(cfg, int(manifest["data"]["n_stocks"]))
+    model.load_state_dict(load_file(str(Path(directory) / ck.MODEL_FILE)))
+    model.eval()
+    return model

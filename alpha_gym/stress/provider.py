@@ -75,9 +75,9 @@ class StressProvider:
             return cls.off(f"every scenario of the world model at {d} is switched off", manifest, d)
         from alpha_gym.stress.scenarios import load_or_build
         panels, _meta = load_or_build(d, verifier.panel, manifest)
-        from alpha_gym.scoring.verifier import Verifier
         config = verifier.config.with_(archive_seed=False, stress_checkpoint=None)
-        worlds = {name: Verifier(panels[name], config) for name in enabled}
+        # the worlds are verifiers of the caller's own class: the stress package never imports the scoring one
+        worlds = {name: type(verifier)(panels[name], config) for name in enabled}
         return cls(worlds, "on", manifest, str(d))
 
     # ------------------------------------------------------------ the channel

@@ -109,7 +109,7 @@ def scenario_statistics(real: Panel, world: Panel, window: int) -> dict[str, flo
 # --------------------------------------------------------------------------- torch parts
 def _torch_single_thread():
     import torch
-    from alpha_gym.stress.fit import deterministic_torch
+    from alpha_gym.stress.model import deterministic_torch
     prev = torch.get_num_threads()
     deterministic_torch(1)
     return prev
@@ -372,7 +372,7 @@ def load_or_build(directory, panel: Panel, manifest: dict, model=None) -> tuple[
                       for name in meta["scenarios"]}
         return panels, meta
     if model is None:
-        from alpha_gym.stress.fit import load_model
+        from alpha_gym.stress.model import load_model
         model = load_model(directory, manifest)
     worlds, info = build_worlds(model, panel, manifest, cfg)
     panels = {name: to_panel(panel, arrays, name) for name, arrays in worlds.items()}

@@ -21,13 +21,10 @@ changes later.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from alpha_gym.language.nodes import Field, Node, Num, Op, size, walk
 from alpha_gym.language.operators import OPERATORS
-
-if TYPE_CHECKING:  # pragma: no cover
-    from alpha_gym.tasks.briefs import Brief
 
 #: Every time-series operator (rolling window `d`).
 TS_OPS: tuple[str, ...] = tuple(sorted(n for n, s in OPERATORS.items() if s.kind == "ts"))
@@ -295,8 +292,8 @@ def check_constraints(constraints: Iterable[Constraint], node_or_formula) -> dic
     return out
 
 
-def check_compliance(brief: "Brief", node_or_formula) -> dict[str, bool]:
-    """Each of the brief's machine-checkable constraints -> met or not, for a parsed formula (or its text).
+def check_compliance(brief, node_or_formula) -> dict[str, bool]:
+    """`brief`: anything with `.constraints` (a `Brief`). Each of the brief's machine-checkable constraints -> met or not, for a parsed formula (or its text).
 
     Raises FormulaError when given text that does not parse.
     """
@@ -308,7 +305,7 @@ def compliance_share(checks: Mapping[str, bool]) -> float:
     return float(sum(bool(v) for v in checks.values()) / len(checks)) if checks else 1.0
 
 
-def brief_compliance(brief: "Brief", node_or_formula) -> dict[str, Any]:
+def brief_compliance(brief, node_or_formula) -> dict[str, Any]:
     """The verifier's `brief_compliance` diagnostic: {"checks": {name: bool}, "share": float, "n": int}."""
     checks = check_compliance(brief, node_or_formula)
     return {"checks": checks, "share": compliance_share(checks), "n": len(checks)}

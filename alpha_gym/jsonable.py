@@ -1,0 +1,33 @@
+"""JSON-safe values: what every file and report this package writes passes through.
+
+JSON has no NaN or infinity and no numpy types; a non-finite number is written as null.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def finite_or_none(x) -> float | None:
+    """A number as a float, or None when it is missing, NaN or infinite."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def jsonable(x):
+    """`x` with numpy scalars and arrays turned into Python ones, tuples into lists and NaN/inf into None."""
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (np.floating, float)):
+        return finite_or_none(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

@@ -1,0 +1,127 @@
+"""The layout a reader relies on: no import cycles, each package's `__init__` states its idea.
+
+Imports are read from the source (every `import`, also inside functions: a lazy import is still a
+dependency a reader has to follow). Command-line modules (`cli.py`, `cli_args.py`) sit above every
+package: they wire packages together, so they may import any of them and none imports them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("alpha_gym", "trainers")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _is_cli(module: str) -> bool:
+    last = module.rsplit(".", 1)[-1]
+    return last in ("cli", "cli_args")
+
+
+def _imports(path: Path) -> set[str]:
+    deps = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        deps.update(r for r in map(_resolve, names) if r)
+    return deps
+
+
+def _graph() -> dict[str, set[str]]:
+    """Library modules -> the library modules they import (the package roots, which only re-export, left out)."""
+    roots = set(PACKAGES)
+    g = {}
+    for m, path in MODULES.items():
+        if _is_cli(m) or m in roots:
+            continue
+        g[m] = {d for d in _imports(path) if d != m and not _is_cli(d) and d not in roots}
+    return g
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _package(module: str) -> str:
+    """alpha_gym.scoring.verifier -> alpha_gym.scoring; a top-level module (alpha_gym.env) is its own unit."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "alpha_gym" else parts[0]
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycles(_graph()) == []
+
+
+def test_no_import_cycle_between_packages():
+    packages: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        packages.setdefault(_package(m), set()).update(_package(d) for d in deps if _package(d) != _package(m))
+    assert _cycles(packages) == []
+
+
+def test_the_environment_does_not_import_the_trainers():
+    offenders = {m: sorted(d for d in deps if d.startswith("trainers"))
+                 for m, deps in _graph().items() if m.startswith("alpha_gym")}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+@pytest.mark.parametrize("package", sorted(p for p in MODULES if MODULES[p].name == "__init__.py"))
+def test_each_package_states_its_idea(package):
+    doc = ast.get_docstring(ast.parse(MODULES[package].read_text()))
+    assert doc and len(doc.split()) >= 5, f"{package}/__init__.py needs a docstring saying what the folder is for"
+
+
+def test_the_checker_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
