@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator, Union
 
 
 @dataclass(frozen=True, slots=True)
 class Num:
-    """A numeric constant."""
+    """A numeric constant. `integer`: written as an integer literal (the grammar's INT), which the paper's
+    `min(x, 5)` reads as a window; it takes no part in equality, hashing or printing."""
 
     value: float
+    integer: bool = field(default=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,9 +85,6 @@ class _ToNodes(Transformer):
     def __init__(self, limits: Limits):
         super().__init__()
         self.limits = limits
-        # constants written as integer literals (digits only), by node identity: the paper's
-        # `min(x, 5)` means ts_min(x, 5), while `min(x, 5.0)` stays element-wise
-        self._int_literals: dict[int, Num] = {}
 
     # ----------------------------------------------------------- helpers
     def _checked(self, node: Node, column: int | None) -> Node:
@@ -120,15 +117,17 @@ class _ToNodes(Transformer):
 
     # ------------------------------------------------------------- atoms
     @v_args(meta=True)
-    def number(self, meta, children):
+    def number(self, meta, children, integer: bool = False):
         token = children[0]
         value = float(token)
         if not math.isfinite(value):
             raise FormulaArgumentError(f"constant {str(token)[:20]} is too large", _column(token))
-        node = Num(value)
-        if str(token).isdigit():
-            self._int_literals[id(node)] = node  # keeps the node alive, so its id is not reused
-        return node
+        return Num(value, integer=integer)
+
+    @v_args(meta=True)
+    def integer(self, meta, children):
+        """An INT literal (digits only): the paper's `min(x, 5)` reads it as a window."""
+        return self.number(meta, children, integer=True)
 
     @v_args(meta=True)
     def name(self, meta, children):
@@ -158,7 +157,7 @@ class _ToNodes(Transformer):
             if len(args) != 1:
                 raise FormulaArgumentError("adv takes one window: adv(d) or adv{d}", column)
             return self._checked(Op("adv", (), window=self._window(args[0], name, column)), column)
-        if (name in _PAPER_TS_MINMAX and len(args) == 2 and id(args[1]) in self._int_literals
+        if (name in _PAPER_TS_MINMAX and len(args) == 2 and isinstance(args[1], Num) and args[1].integer
                 and not isinstance(args[0], Num) and args[1].value >= 1):
             # The paper: "min(x, d) = ts_min(x, d)". An integer literal d >= 1 after an
             # expression is a window; write min(d, x) or min(x, d.0) for the element-wise minimum.
