@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import string
 from functools import lru_cache
 from typing import Any, Sequence
@@ -98,7 +99,7 @@ class AlphaFormulaEnv(gym.Env):
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
     `train_start`/`train_end` (dates; nothing after `train_end` is reachable),
-    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`), `briefs` ("train" (default):
+    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`, or a settings TOML file: its `[verifier]`), `briefs` ("train" (default):
     the training split of the 500 seeded briefs; "probe": the 50 held-out probe briefs; "fixed";
     or a sequence of `Brief`), `archive` ("grow" (default) or "frozen").
     """
@@ -108,7 +109,7 @@ class AlphaFormulaEnv(gym.Env):
 
     def __init__(self, panel: Panel | None = None, data: str | None = None, universe=None,
                  train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
-                 config: VerifierConfig | None = None, briefs: str | Sequence[Brief] = "train",
+                 config: VerifierConfig | str | None = None, briefs: str | Sequence[Brief] = "train",
                  verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow"):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
@@ -116,6 +117,9 @@ class AlphaFormulaEnv(gym.Env):
             raise ValueError(f"archive must be 'grow' or 'frozen', got {archive!r}")
         self.render_mode = render_mode
         self.grow_archive = archive == "grow"
+        if isinstance(config, (str, os.PathLike)):  # a settings file: its [verifier] table
+            from alpha_gym.settings import load
+            config = load(config).verifier
         if verifier is None:
             config = config or VerifierConfig()
             if cost_model is not None:

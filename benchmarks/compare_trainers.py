@@ -21,11 +21,14 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from alpha_gym.cli_args import add_settings_args, settings_from_args  # noqa: E402
+import trainers.config  # noqa: E402,F401  (registers the [train] table)
 
 LADDER = (
     # (rung, recipe, prompts)
@@ -39,30 +42,36 @@ LADDER = (
 
 @dataclass(frozen=True)
 class Scale:
+    """The comparison's own sizes; `train` holds the TrainConfig fields every rung's recipe gets changed."""
+
     steps: int
     eval_every: int
-    prompts_per_step: int
-    num_generations: int
-    max_completion_length: int
     probe: int                 # probe briefs answered at each checkpoint
     train_briefs: int          # 0 = all training briefs
     filter_briefs: int         # briefs the difficulty filter looks at
     filter_tries: int
-    learning_rate: float
     pseudo_holdout: int        # sessions at the end of the train window held out of training
-    temperature: float = 1.0   # sampling temperature of training and of the difficulty filter
+    train: dict = field(default_factory=dict)  # TrainConfig fields (sampling settings also used by the filter)
+
+    def train_config(self, recipe: str, **more):
+        """The recipe with this scale's training fields (and `more`) changed."""
+        from trainers.config import RECIPES
+        return RECIPES[recipe].with_(**{**self.train, **more})
 
 
 SCALES = {
-    "smoke": Scale(steps=2, eval_every=1, prompts_per_step=1, num_generations=2, max_completion_length=16, probe=2,
-                   train_briefs=8, filter_briefs=4, filter_tries=2, learning_rate=1e-5, pseudo_holdout=120),
+    "smoke": Scale(steps=2, eval_every=1, probe=2, train_briefs=8, filter_briefs=4, filter_tries=2,
+                   pseudo_holdout=120,
+                   train=dict(prompts_per_step=1, num_generations=2, max_completion_length=16, learning_rate=1e-5)),
     # sized so the five rungs, the filter and 16 probe evaluations fit in one sitting (81 min on 2 cores)
-    "cpu": Scale(steps=30, eval_every=10, prompts_per_step=2, num_generations=8, max_completion_length=64, probe=50,
-                 train_briefs=0, filter_briefs=48, filter_tries=4, learning_rate=5e-5, pseudo_holdout=252,
+    "cpu": Scale(steps=30, eval_every=10, probe=50, train_briefs=0, filter_briefs=48, filter_tries=4,
+                 pseudo_holdout=252,
                  # the warm-started 135M model writes valid answers at T=1.0 only 3% of the time (0.7: 36%, 0.5: 58%)
-                 temperature=0.5),
-    "gpu": Scale(steps=600, eval_every=100, prompts_per_step=4, num_generations=12, max_completion_length=128,
-                 probe=50, train_briefs=0, filter_briefs=500, filter_tries=8, learning_rate=1e-5, pseudo_holdout=252),
+                 train=dict(prompts_per_step=2, num_generations=8, max_completion_length=64, learning_rate=5e-5,
+                            temperature=0.5)),
+    "gpu": Scale(steps=600, eval_every=100, probe=50, train_briefs=0, filter_briefs=500, filter_tries=8,
+                 pseudo_holdout=252,
+                 train=dict(prompts_per_step=4, num_generations=12, max_completion_length=128, learning_rate=1e-5)),
 }
 
 
@@ -93,7 +102,7 @@ def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, ru
     from trainers.answers import generate_answers, load_for_inference
     model, tokenizer = load_for_inference(model_path)
     answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
-                                              max_new_tokens=scale.max_completion_length)]
+                                              max_new_tokens=scale.train_config("dapo").max_completion_length)]
     del model
     formulas = [formula_or_none(a) for a in answers]
     train_cpcv = []
@@ -113,12 +122,8 @@ def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, ru
 def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, holdout, briefs, filtered, probe,
              out: Path) -> dict:
     from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
-    from trainers.config import RECIPES
     from trainers.loop import latest_checkpoint, read_log, train as train_policy
-    config = replace(RECIPES[recipe], prompts_per_step=scale.prompts_per_step,
-                     num_generations=scale.num_generations, max_completion_length=scale.max_completion_length,
-                     save_steps=scale.eval_every, learning_rate=scale.learning_rate, temperature=scale.temperature,
-                     seed=args.seed)
+    config = scale.train_config(recipe, save_steps=scale.eval_every, seed=args.seed)
     run_dir = out / name
     run_dir.mkdir(parents=True, exist_ok=True)
     rung_briefs = filtered if prompts == "filtered" else briefs
@@ -216,14 +221,14 @@ def write_plots(results, out: Path) -> None:
     plt.close(fig)
 
 
-def _claim_out_dir(out: Path, args, scale: Scale) -> None:
+def _claim_out_dir(out: Path, args, scale: Scale, verifier_settings: dict) -> None:
     """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
 
     A rerun reuses checkpoints, probe records and filter rates from `out`, so mixing settings there
     would silently blend two experiments. `--rungs` may differ between runs: each rung has its own folder.
     """
-    settings = {"scale": args.scale, "scale_settings": scale.__dict__, "model": args.model, "data": args.data,
-                "universe": args.universe, "seed": args.seed}
+    settings = {"scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
+                "universe": args.universe, "seed": args.seed, "verifier": verifier_settings}
     stamp = out / "settings.json"
     if stamp.exists():
         before = json.loads(stamp.read_text())
@@ -246,16 +251,27 @@ def main(argv=None) -> int:
     ap.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(r[0] for r in LADDER))
     ap.add_argument("--steps", type=int, help="override the scale's steps per rung")
     ap.add_argument("--seed", type=int, default=42)
+    add_settings_args(ap)
     args = ap.parse_args(argv)
 
     from alpha_gym.env import brief_set
+    from alpha_gym.scoring.config import ConfigError
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.settings import to_dict
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as err:
+        raise SystemExit(f"compare_trainers: {err}") from None
+    given_train = dict(settings.given.get("train", {}))
+    if "recipe" in given_train:
+        raise SystemExit("compare_trainers: each rung has its own recipe; give [train] keys without train.recipe")
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
+    scale = replace(scale, train={**scale.train, **given_train})  # --config/--set [train] keys change every rung
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _claim_out_dir(out, args, scale)
+    _claim_out_dir(out, args, scale, to_dict(settings.verifier))
     train, holdout = _panels(args, scale)
-    verifier = Verifier(train)
+    verifier = Verifier(train, settings.verifier)
     briefs = list(brief_set("train"))
     if scale.train_briefs:
         briefs = briefs[: scale.train_briefs]
@@ -272,9 +288,10 @@ def main(argv=None) -> int:
                      for r in json.loads(cached.read_text())["rates"]]
         else:
             from trainers.answers import load_for_inference
+            sampling = scale.train_config("dapo")  # every rung samples with the scale's settings
             model, tokenizer = load_for_inference(args.model)
             rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
-                               max_new_tokens=scale.max_completion_length, temperature=scale.temperature,
+                               max_new_tokens=sampling.max_completion_length, temperature=sampling.temperature,
                                seed=args.seed)
             del model
         filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
@@ -287,7 +304,7 @@ def main(argv=None) -> int:
         print(f"=== rung {name} ({recipe}, {prompts} prompts)", flush=True)
         results.append(run_rung(name, recipe, prompts, scale, args, args.model, verifier, train, holdout, briefs,
                                 filtered, probe, out))
-        (out / "comparison.json").write_text(json.dumps({"scale": args.scale, "scale_settings": scale.__dict__,
+        (out / "comparison.json").write_text(json.dumps({"scale": args.scale, "scale_settings": asdict(scale),
                                                          "model": args.model, "seed": args.seed,
                                                          "train_end": str(train.dates[-1]),
                                                          "pseudo_holdout": [str(holdout.dates[0]),

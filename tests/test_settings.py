@@ -173,6 +173,21 @@ def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_
         train(RECIPES["cispo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
 
 
+def test_gym_make_reads_a_settings_file(tmp_path):
+    import gymnasium as gym
+    import alpha_gym  # noqa: F401
+    path = tmp_path / "env.toml"
+    path.write_text("[verifier]\nturnover_cap = 0.3\n[verifier.priorities]\ncpcv = 2.0\n")
+    env = gym.make("AlphaFormula-v0", config=str(path))
+    config = env.unwrapped.verifier.config
+    assert config.turnover_cap == 0.3 and config.priorities["cpcv"] == 2.0
+    env.close()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[verifier]\nturnover_capp = 1\n")
+    with pytest.raises(ConfigError, match="did you mean verifier.turnover_cap"):
+        gym.make("AlphaFormula-v0", config=str(bad))
+
+
 def test_cli_config_show_and_score_with_settings(tmp_path, capsys):
     assert main(["config", "show"]) == 0
     shown = capsys.readouterr().out

@@ -426,7 +426,7 @@ def test_cli_parses_and_applies_overrides():
 @pytest.mark.slow
 def test_cli_train_end_to_end(tmp_path, capsys):
     """`train` through the CLI on the embedded synthetic market: the default model, real briefs, one step."""
-    from trainers.cli import main
+    from alpha_gym.cli import main
     code = main(["train", "--recipe", "grpo", "--steps", "1", "--out", str(tmp_path), "--prompts-per-step", "1",
                  "--num-generations", "2", "--max-completion-length", "4", "--no-progress", "--threads", "1"])
     assert code == 0

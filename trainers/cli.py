@@ -123,15 +123,3 @@ def cmd_train(args) -> int:
     summary.pop("policy", None)
     print(json.dumps(summary, indent=2))
     return 0
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry: python -m trainers.cli train --recipe ..."""
-    parser = argparse.ArgumentParser(prog="alpha-gym")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

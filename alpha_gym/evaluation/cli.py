@@ -13,7 +13,6 @@ Each sub-command sets `func(args) -> int` (exit status), like the main CLI's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -248,15 +247,3 @@ def register(subparsers) -> None:
     r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")
     r.add_argument("run_dir")
     r.set_defaults(func=cmd_report)
-
-
-def main(argv=None) -> int:
-    """Run these sub-commands on their own (the project CLI wires `register` into `alpha-gym`)."""
-    parser = argparse.ArgumentParser(prog="alpha-gym-eval")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,8 +24,6 @@ import collections
 import json
 import sys
 import threading
-import urllib.error
-import urllib.request
 import uuid
 from typing import Any
 
@@ -144,15 +142,8 @@ class AlphaEnvClient:
         self.session_id: str | None = None
 
     def _call(self, method: str, path: str, payload=None) -> dict:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as err:
-            from alpha_gym.service.client import ServiceError
-            raise ServiceError(err.code, err.read().decode(errors="replace")) from None
+        from alpha_gym.service.client import request_json  # the scoring service's client, same errors
+        return request_json(method, self.base_url + path, payload, self.timeout)
 
     def _result(self, payload: dict):
         from openenv.core.client_types import StepResult

@@ -8,6 +8,25 @@ import urllib.error
 import urllib.request
 
 
+def request_json(method: str, url: str, payload=None, timeout: float = 120.0):
+    """One JSON request with the standard library; an error status raises ServiceError with the server's message."""
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        body = err.read().decode(errors="replace")
+        try:
+            payload = json.loads(body)
+            message = payload.get("error", body)
+            if "status" in payload:  # /health: say the state, then why
+                message = f"verifier {payload['status']}" + (f": {payload['error']}" if "error" in payload else "")
+        except (json.JSONDecodeError, AttributeError):
+            message = body
+        raise ServiceError(err.code, message) from None
+
+
 class ServiceError(RuntimeError):
     """The service answered with an error status."""
 
@@ -24,22 +43,7 @@ class ScoringClient:
         self.timeout = timeout
 
     def _call(self, method: str, path: str, payload=None):
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as err:
-            body = err.read().decode(errors="replace")
-            try:
-                payload = json.loads(body)
-                message = payload.get("error", body)
-                if "status" in payload:  # /health: say the state, then why
-                    message = f"verifier {payload['status']}" + (f": {payload['error']}" if "error" in payload else "")
-            except (json.JSONDecodeError, AttributeError):
-                message = body
-            raise ServiceError(err.code, message) from None
+        return request_json(method, self.url + path, payload, self.timeout)
 
     def health(self) -> dict:
         """The /health object (raises ServiceError 503 while the verifier is starting)."""

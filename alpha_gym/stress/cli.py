@@ -184,20 +184,3 @@ def register(subparsers) -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_validate)
     return p
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry (`python -m alpha_gym.stress.cli ...`), until the main CLI wires `register`."""
-    parser = argparse.ArgumentParser(prog="alpha-gym")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    from alpha_gym.errors import InputError
-    try:
-        return args.func(args)
-    except (InputError, FileNotFoundError) as err:
-        print(f"alpha-gym: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
