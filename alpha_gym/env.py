@@ -99,9 +99,10 @@ class AlphaFormulaEnv(gym.Env):
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
     `train_start`/`train_end` (dates; nothing after `train_end` is reachable),
-    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`, or a settings TOML file: its `[verifier]`), `briefs` ("train" (default):
-    the training split of the 500 seeded briefs; "probe": the 50 held-out probe briefs; "fixed";
-    or a sequence of `Brief`), `archive` ("grow" (default) or "frozen").
+    `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`, or a settings TOML file: its
+    `[verifier]`), `briefs` ("train" (default): the training split of the 500 seeded briefs; "probe":
+    the 50 held-out probe briefs; "fixed"; or a sequence of `Brief`), `archive` ("grow" (default) or
+    "frozen").
     """
 
     # render_fps: the text render has no frame rate, but Gymnasium's checker asks for one

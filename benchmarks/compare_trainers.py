@@ -1,8 +1,14 @@
-"""Trainer comparison: the reference's ladder with one seed, one probe and one selection rule.
+"""Trainer comparison: the reference's ladder over several seeds, one probe and one selection rule.
 
     python benchmarks/compare_trainers.py --scale smoke --out runs/compare-smoke     # minutes, CI-sized
-    python benchmarks/compare_trainers.py --scale cpu --model runs/sft/model          # ~80 min on 2 cores
+    python benchmarks/compare_trainers.py --scale cpu --model runs/sft/model \
+        --results benchmarks/results/compare-cpu                                    # ~80 min a seed on 2 cores
+    python benchmarks/compare_trainers.py --scale cpu --report-only --results benchmarks/results/compare-cpu
     python benchmarks/compare_trainers.py --scale gpu --model Qwen/Qwen2.5-32B-Instruct  # reference settings
+
+Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/seed-S/RUNG; a stopped
+run resumes from its checkpoints, and seeds run in different sessions add up: the table is built from
+the answers kept under --results, whichever session wrote them.
 
 Rungs: DAPO; CISPO; CISPO + REPO-R; the same on the filtered prompts; DoRA instead of LoRA.
 For each rung: train, checkpoint every `eval_every` steps; at step 0 and every checkpoint answer
@@ -12,7 +18,12 @@ sessions of the train window, cut off before training: the sealed real holdout i
 
 Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
 checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, and one run
-folder per rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for `alpha-gym report`.
+folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for
+`alpha-gym report`. Into --results (small text files meant to be committed): `step-0.jsonl` and
+`seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
+raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `settings.json`;
+`comparison.md`. Re-score any of them on another window with
+`alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # comparison_stats, also when this file is loaded by path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args  # noqa: E402
 import trainers.config  # noqa: E402,F401  (registers the [train] table)
@@ -52,6 +64,7 @@ class Scale:
     filter_tries: int
     pseudo_holdout: int        # sessions at the end of the train window held out of training
     train: dict = field(default_factory=dict)  # TrainConfig fields (sampling settings also used by the filter)
+    seeds: tuple = (42,)       # training seeds per rung (the probe answers are greedy: step 0 needs one)
 
     def train_config(self, recipe: str, **more):
         """The recipe with this scale's training fields (and `more`) changed."""
@@ -65,7 +78,7 @@ SCALES = {
                    train=dict(prompts_per_step=1, num_generations=2, max_completion_length=16, learning_rate=1e-5)),
     # sized so the five rungs, the filter and 16 probe evaluations fit in one sitting (81 min on 2 cores)
     "cpu": Scale(steps=30, eval_every=10, probe=50, train_briefs=0, filter_briefs=48, filter_tries=4,
-                 pseudo_holdout=252,
+                 pseudo_holdout=252, seeds=(42, 43, 44),
                  # the warm-started 135M model writes valid answers at T=1.0 only 3% of the time (0.7: 36%, 0.5: 58%)
                  train=dict(prompts_per_step=2, num_generations=8, max_completion_length=64, learning_rate=5e-5,
                             temperature=0.5)),
@@ -119,16 +132,18 @@ def _probe_records(model_path, verifier, train, holdout, briefs, scale, step, ru
     return train_cpcv, summary
 
 
-def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, holdout, briefs, filtered, probe,
-             out: Path) -> dict:
+def run_rung(name, recipe, prompts, scale, args, seed, start_model, verifier, train, holdout, briefs, filtered,
+             probe, out: Path) -> dict:
+    """Train one rung with one seed in out/seed-{seed}/{name}; answer the probe at every checkpoint."""
     from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
     from trainers.loop import latest_checkpoint, read_log, train as train_policy
-    config = scale.train_config(recipe, save_steps=scale.eval_every, seed=args.seed)
-    run_dir = out / name
+    config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
+    run_dir = out / f"seed-{seed}" / name
     run_dir.mkdir(parents=True, exist_ok=True)
     rung_briefs = filtered if prompts == "filtered" else briefs
     t0 = time.perf_counter()
-    # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists
+    # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists (a
+    # run stopped before its first checkpoint starts again: its log lines are dropped, not resumed)
     train_policy(config, verifier.fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
                  resume=latest_checkpoint(run_dir) is not None, progress=True)
     train_s = time.perf_counter() - t0
@@ -136,13 +151,14 @@ def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, h
     for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
         checkpoints[step] = str(run_dir / f"checkpoint-{step}")
     checkpoints[scale.steps] = str(run_dir / f"checkpoint-{scale.steps}")
-    records, reports = [], {}
+    records, reports, answers = [], {}, {}
     for step, path in sorted(checkpoints.items()):
-        # step 0 is the same start model for every rung: answer the probe once, in a shared folder
+        # step 0 is the same start model for every rung and seed (greedy): answer the probe once
         where = out / "step-0" if step == 0 else run_dir
         cpcvs, summary = _probe_records(path, verifier, train, holdout, probe, scale, step, where)
         records.append(TrainRecord(step, tuple(cpcvs)))
         reports[step] = summary
+        answers[step] = where / f"probe-step-{step}.json"
     choice = select_checkpoint(records)  # train CPCV only; the holdout below is reported, never consulted
 
     def row(step):
@@ -150,39 +166,151 @@ def run_rung(name, recipe, prompts, scale, args, start_model, verifier, train, h
         return {"step": step, "train_cpcv": rec.mean_train_cpcv, "train_valid": len(rec.valid_values),
                 "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
                 "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"]}
-    return {"rung": name, "recipe": recipe, "prompts": prompts, "n_prompts": len(rung_briefs),
+    log = read_log(run_dir)
+    return {"rung": name, "recipe": recipe, "prompts": prompts, "seed": seed, "n_prompts": len(rung_briefs),
             "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
-            "checkpoints": [row(s) for s in sorted(reports)], "log": read_log(run_dir)}
+            "checkpoints": [row(s) for s in sorted(reports)], "log": log, "probe_files": {
+                k: str(v) for k, v in answers.items()}}
+
+
+# ------------------------------------------------------------------------------ answers kept
+def answer_rows(probe_file: Path, probe_briefs, step: int) -> list[dict]:
+    """The probe answers of one checkpoint as JSONL rows: brief id, raw answer, formula, train-window score."""
+    d = json.loads(Path(probe_file).read_text())
+    return [{"brief_id": b.id, "step": step, "answer": a, "formula": f, "train_cpcv": c, "train_valid": c is not None}
+            for b, a, f, c in zip(probe_briefs, d["answers"], d["formulas"], d["train_cpcv"])]
+
+
+def _write_jsonl(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def keep_answers(results: Path, result: dict, probe_briefs) -> None:
+    """results/seed-S/RUNG.jsonl (the shipped checkpoint's probe answers) and RUNG.json (its numbers)."""
+    seed, name, step = result["seed"], result["rung"], result["selected_step"]
+    _write_jsonl(results / f"seed-{seed}" / f"{name}.jsonl",
+                 answer_rows(Path(result["probe_files"][step]), probe_briefs, step))
+    log = result["log"]
+
+    def mean(key):
+        vals = [x[key] for x in log if x.get(key) is not None]
+        return round(float(sum(vals) / len(vals)), 6) if vals else None
+    summary = {k: result[k] for k in ("rung", "recipe", "prompts", "seed", "n_prompts", "train_seconds",
+                                      "selected_step", "checkpoints")}
+    summary.update(config=result["config"], clipped_share=mean("clipped_share"), ratio_mean=mean("ratio_mean"),
+                   valid_share=mean("valid_share"), nonzero_adv_share=mean("nonzero_adv_share"),
+                   kl_last=log[-1].get("kl") if log else None, steps=len(log))
+    (results / f"seed-{seed}" / f"{name}.json").write_text(json.dumps(summary, indent=1))
+
+
+# ------------------------------------------------------------------------------ the report
+def _rescore(rows, train, holdout):
+    """Per-brief pseudo-holdout scores (NaN: invalid), the valid answers' daily net P&L, and the book."""
+    import numpy as np
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    report = evaluate_holdout([r["formula"] for r in rows], train, holdout)
+    scores = np.array([a.score if a.valid and a.score is not None else np.nan for a in report.answers])
+    nets = [a.net for a in report.answers if a.valid and a.net is not None]
+    families = len({a.form for a in report.answers if a.valid})
+    return scores, nets, families, report.book
+
+
+def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> dict:
+    """Every rung over every seed found under `results` (seeds may come from several sessions)."""
+    import numpy as np
+    from comparison_stats import bootstrap_interval, mean_pairwise_corr, paired_difference, valid_mean
+    from alpha_gym.evaluation.selection import effective_bets
+
+    def read(path):
+        return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+    step0 = read(results / "step-0.jsonl")
+    briefs = [r["brief_id"] for r in step0]
+    seeds = sorted(int(p.name.split("-")[1]) for p in results.glob("seed-*") if p.is_dir())
+    rows = {}
+
+    def summarise(label, per_seed):
+        """per_seed: {seed: answer rows in brief order}."""
+        tables, valid, families, corrs, bets, books, extra = [], [], [], [], [], [], {}
+        for seed, rs in per_seed.items():
+            if [r["brief_id"] for r in rs] != briefs:
+                raise SystemExit(f"{label} seed {seed}: the answers are not for the same probe briefs as step 0")
+            scores, nets, fams, book = _rescore(rs, train, holdout)
+            tables.append(scores)
+            valid.append(sum(bool(r["train_valid"]) for r in rs))
+            families.append(fams)
+            if len(nets) >= 2:
+                corrs.append(mean_pairwise_corr(np.array(nets)))
+            bets.append(effective_bets(np.array(nets)) if nets else 0.0)
+            books.append(book)
+        table = np.array(tables)
+        lo, hi = bootstrap_interval(table, n_boot)
+
+        def avg(xs):
+            xs = [x for x in xs if x is not None and np.isfinite(x)]
+            return float(np.mean(xs)) if xs else None
+        return {"label": label, "seeds": list(per_seed), "table": table, "score": valid_mean(table), "lo": lo,
+                "hi": hi, "valid": avg(valid), "families": avg(families), "mean_abs_corr": avg(corrs),
+                "effective_bets": avg(bets), "book_beta": avg([b.beta for b in books]),
+                "book_market_corr": avg([b.market_correlation for b in books]),
+                "book_max_drawdown": avg([b.max_drawdown for b in books]),
+                "book_down_day": avg([b.down_day_return for b in books]),
+                "book_sharpe": avg([b.sharpe for b in books]), **extra}
+
+    rows["step-0"] = summarise("step 0", {s: step0 for s in (seeds or [0])})
+    previous = "step-0"
+    for name, _recipe, _prompts in ladder:
+        have = [s for s in seeds if (results / f"seed-{s}" / f"{name}.jsonl").exists()]
+        if not have:
+            continue
+        r = summarise(name, {s: read(results / f"seed-{s}" / f"{name}.jsonl") for s in have})
+        sums = [json.loads((results / f"seed-{s}" / f"{name}.json").read_text()) for s in have]
+        r["clipped_share"] = float(np.mean([x["clipped_share"] for x in sums if x["clipped_share"] is not None]
+                                           or [np.nan]))
+        r["selected_steps"] = [x["selected_step"] for x in sums]
+        prev = rows[previous]
+        common = [i for i, s in enumerate(have) if s in prev["seeds"]]
+        prev_idx = [prev["seeds"].index(have[i]) for i in common]
+        if common:
+            r["vs_previous"] = {"rung": previous, **paired_difference(r["table"][common], prev["table"][prev_idx],
+                                                                      n_boot)}
+        rows[name] = r
+        previous = name
+    return {"seeds": seeds, "briefs": len(briefs), "rows": rows}
 
 
 def _fmt(x, spec):
-    return "n/a" if x is None else format(x, spec)
+    return "n/a" if x is None or x != x else format(x, spec)
 
 
-def write_table(results, scale_name, out: Path) -> str:
-    """comparison.md: each rung at step 0 and at its shipped step.
+def write_table(report, scale_name, out: Path) -> str:
+    """comparison.md: each rung's shipped answers over all seeds, against step 0 and the rung before.
 
-    valid = answers the train verifier accepts (parse, evaluate, turnover >= 2%), the gym's own rule;
-    holdout = mean pseudo-holdout score over the answers the holdout evaluator scores (no turnover
-    floor there, as in the reference probe), with that count in brackets.
+    valid = answers the train verifier accepts (parse, evaluate, turnover >= 2%), mean over seeds;
+    pseudo-holdout = mean score of the valid answers on the held-out last year of the train window,
+    with a 95% bootstrap interval resampling briefs and seeds; vs previous = the paired difference.
     """
-    lines = [f"Trainer comparison, scale `{scale_name}` (pseudo-holdout: the last sessions of the train window).",
-             "", "| rung | prompts | step-0 valid | step-0 train CPCV | step-0 holdout (scored) | shipped step "
-             "| valid | train CPCV | holdout (scored) | families | book return | book Sharpe |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        first = r["checkpoints"][0]
-        ship = next(c for c in r["checkpoints"] if c["step"] == r["selected_step"])
-
-        def valid(c):
-            return f"{c.get('train_valid', 'n/a')}/{c['n']}"
-
-        def holdout(c):
-            return f"{_fmt(c['holdout_score'], '+.2f')} ({c['valid']})"
-        lines.append(f"| {r['rung']} | {r['n_prompts']} | {valid(first)} | {_fmt(first['train_cpcv'], '+.2f')} | "
-                     f"{holdout(first)} | {ship['step']} | {valid(ship)} | {_fmt(ship['train_cpcv'], '+.2f')} | "
-                     f"{holdout(ship)} | {ship['families']} | {_fmt(ship['book_return'], '+.1%')} | "
-                     f"{_fmt(ship['book_sharpe'], '+.2f')} |")
+    seeds = report["seeds"]
+    lines = [f"Trainer comparison, scale `{scale_name}`, seeds {', '.join(map(str, seeds)) or 'none'}, "
+             f"{report['briefs']} probe briefs (pseudo-holdout: the last year of the train window).", "",
+             "| rung | seeds | valid | pseudo-holdout [95% CI] | vs previous rung [95% CI] | families | "
+             "eff. bets | mean abs corr | clipped/capped | book Sharpe | beta | mkt corr | max DD | down days |",
+             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in report["rows"].items():
+        vs = r.get("vs_previous")
+        vs_text = "" if not vs else (f"{vs['diff']:+.2f} [{vs['lo']:+.2f}, {vs['hi']:+.2f}]"
+                                     + (" *" if vs["outside_noise"] else ""))
+        lines.append(f"| {r['label']} | {len(r['seeds']) if name != 'step-0' else '-'} | {_fmt(r['valid'], '.1f')} | "
+                     f"{_fmt(r['score'], '+.2f')} [{_fmt(r['lo'], '+.2f')}, {_fmt(r['hi'], '+.2f')}] | {vs_text} | "
+                     f"{_fmt(r['families'], '.1f')} | {_fmt(r['effective_bets'], '.1f')} | "
+                     f"{_fmt(r['mean_abs_corr'], '.2f')} | {_fmt(r.get('clipped_share'), '.3f')} | "
+                     f"{_fmt(r['book_sharpe'], '+.2f')} | {_fmt(r['book_beta'], '+.2f')} | "
+                     f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
+                     f"{_fmt(r['book_down_day'], '+.2%')} |")
+    lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
     text = "\n".join(lines) + "\n"
     (out / "comparison.md").write_text(text)
     return text
@@ -192,15 +320,16 @@ def write_plots(results, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    styles = ["-", "--", ":", "-.", (0, (5, 1))]  # rungs that coincide (DAPO and CISPO on-policy) stay visible
+    styles = ["-", "--", ":", "-.", (0, (5, 1))]  # rungs that coincide stay visible
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for i, r in enumerate(results):
         steps = [x["step"] for x in r["log"]]
         for ax, key in zip(axes, ("reward", "core", "valid_share")):
-            ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", ls=styles[i % len(styles)], label=r["rung"])
+            ax.plot(steps, [x.get(key) for x in r["log"]], marker=".", ls=styles[i % len(styles)],
+                    label=f"{r['rung']} s{r['seed']}")
             ax.set_title(key.replace("_", " "))
             ax.set_xlabel("step")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)
     plt.close(fig)
@@ -208,14 +337,15 @@ def write_plots(results, out: Path) -> None:
     for i, r in enumerate(results):
         steps = [c["step"] for c in r["checkpoints"]]
         ls = styles[i % len(styles)]
-        axes[0].plot(steps, [c["train_cpcv"] for c in r["checkpoints"]], marker="o", ls=ls, label=r["rung"])
-        axes[1].plot(steps, [c["holdout_score"] for c in r["checkpoints"]], marker="o", ls=ls, label=r["rung"])
+        label = f"{r['rung']} s{r['seed']}"
+        axes[0].plot(steps, [c["train_cpcv"] for c in r["checkpoints"]], marker="o", ls=ls, label=label)
+        axes[1].plot(steps, [c["holdout_score"] for c in r["checkpoints"]], marker="o", ls=ls, label=label)
     axes[0].set_title("probe answers: train-window CPCV (selects the checkpoint)")
     axes[1].set_title("probe answers: pseudo-holdout score (reported only)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.axhline(0, color="grey", lw=0.5)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "holdout_per_checkpoint.png", dpi=110)
     plt.close(fig)
@@ -225,10 +355,11 @@ def _claim_out_dir(out: Path, args, scale: Scale, verifier_settings: dict) -> No
     """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
 
     A rerun reuses checkpoints, probe records and filter rates from `out`, so mixing settings there
-    would silently blend two experiments. `--rungs` may differ between runs: each rung has its own folder.
+    would silently blend two experiments. `--rungs` and `--seeds` may differ between runs: each rung
+    and seed has its own folder.
     """
-    settings = {"scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
-                "universe": args.universe, "seed": args.seed, "verifier": verifier_settings}
+    settings = {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
+                "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
     stamp = out / "settings.json"
     if stamp.exists():
         before = json.loads(stamp.read_text())
@@ -247,10 +378,14 @@ def main(argv=None) -> int:
                                     "default: SmolLM2-135M-Instruct")
     ap.add_argument("--data", help="market data (default: the synthetic market)")
     ap.add_argument("--universe", help="a ticker file, or tickers separated by commas")
-    ap.add_argument("--out", default="runs/compare", help="output folder")
+    ap.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")
+    ap.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
+                                      "default: OUT/results")
     ap.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(r[0] for r in LADDER))
+    ap.add_argument("--seeds", help="comma-separated training seeds (default: the scale's, cpu: 42,43,44)")
     ap.add_argument("--steps", type=int, help="override the scale's steps per rung")
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--report-only", action="store_true",
+                    help="no training: the table from the answers already under --results (any seeds, any session)")
     add_settings_args(ap)
     args = ap.parse_args(argv)
 
@@ -267,52 +402,76 @@ def main(argv=None) -> int:
         raise SystemExit("compare_trainers: each rung has its own recipe; give [train] keys without train.recipe")
     scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
     scale = replace(scale, train={**scale.train, **given_train})  # --config/--set [train] keys change every rung
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
     out = Path(args.out)
+    results = Path(args.results) if args.results else out / "results"
     out.mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
     _claim_out_dir(out, args, scale, to_dict(settings.verifier))
     train, holdout = _panels(args, scale)
-    verifier = Verifier(train, settings.verifier)
-    briefs = list(brief_set("train"))
-    if scale.train_briefs:
-        briefs = briefs[: scale.train_briefs]
-    probe = list(brief_set("probe"))[: scale.probe]
     wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
     ladder = [r for r in LADDER if r[0] in wanted]
-    filtered = briefs
-    if any(p == "filtered" for _, _, p in ladder):
-        from trainers.difficulty import BriefPassRate, filter_briefs, pass_rates
-        pool = briefs[: scale.filter_briefs]
-        cached = out / "filter.json"
-        if cached.exists():  # a rerun reuses the pass rates rather than sampling the pool again
-            rates = [BriefPassRate(**{k: v for k, v in r.items() if k != "pass_rate"})
-                     for r in json.loads(cached.read_text())["rates"]]
-        else:
-            from trainers.answers import load_for_inference
-            sampling = scale.train_config("dapo")  # every rung samples with the scale's settings
-            model, tokenizer = load_for_inference(args.model)
-            rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
-                               max_new_tokens=sampling.max_completion_length, temperature=sampling.temperature,
-                               seed=args.seed)
-            del model
-        filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
-        cached.write_text(json.dumps({"pool": len(pool), "kept": len(filtered),
-                                      "fell_back_to_pool": not filter_briefs(pool, rates),
-                                      "rates": [r.to_dict() for r in rates]}, indent=2))
-        print(f"difficulty filter: kept {len(filtered)} of {len(pool)} briefs", flush=True)
-    results = []
-    for name, recipe, prompts in ladder:
-        print(f"=== rung {name} ({recipe}, {prompts} prompts)", flush=True)
-        results.append(run_rung(name, recipe, prompts, scale, args, args.model, verifier, train, holdout, briefs,
-                                filtered, probe, out))
-        (out / "comparison.json").write_text(json.dumps({"scale": args.scale, "scale_settings": asdict(scale),
-                                                         "model": args.model, "seed": args.seed,
-                                                         "train_end": str(train.dates[-1]),
-                                                         "pseudo_holdout": [str(holdout.dates[0]),
-                                                                            str(holdout.dates[-1])],
-                                                         "rungs": results}, indent=2, default=str))
-    print(write_table(results, args.scale, out))
-    write_plots(results, out)
+    probe = list(brief_set("probe"))[: scale.probe]
+    runs = []
+    if not args.report_only:
+        verifier = Verifier(train, settings.verifier)
+        briefs = list(brief_set("train"))
+        if scale.train_briefs:
+            briefs = briefs[: scale.train_briefs]
+        filtered = briefs
+        if any(p == "filtered" for _, _, p in ladder):
+            filtered = _filtered_briefs(args, scale, verifier, briefs, out)
+        for seed in seeds:
+            for name, recipe, prompts in ladder:
+                print(f"=== seed {seed}, rung {name} ({recipe}, {prompts} prompts)", flush=True)
+                r = run_rung(name, recipe, prompts, scale, args, seed, args.model, verifier, train, holdout, briefs,
+                             filtered, probe, out)
+                runs.append(r)
+                keep_answers(results, r, probe)
+                (out / "comparison.json").write_text(json.dumps({
+                    "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "seeds": seeds,
+                    "train_end": str(train.dates[-1]),
+                    "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
+                    "runs": [{k: v for k, v in x.items() if k != "probe_files"} for x in runs]},
+                    indent=2, default=str))
+        _write_jsonl(results / "step-0.jsonl", answer_rows(out / "step-0" / "probe-step-0.json", probe, 0))
+        (results / "settings.json").write_text(json.dumps({
+            "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
+            "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
+            "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
+            "probe_briefs": [b.id for b in probe], "verifier": to_dict(settings.verifier)}, indent=1))
+        write_plots(runs, out)
+    if not (results / "step-0.jsonl").exists():
+        raise SystemExit(f"{results} holds no step-0.jsonl: nothing to report")
+    report = build_report(results, ladder, train, holdout)
+    text = write_table(report, args.scale, out)
+    (results / "comparison.md").write_text(text)
+    print(text)
     return 0
+
+
+def _filtered_briefs(args, scale, verifier, briefs, out: Path):
+    """The difficulty filter's briefs (pass rates cached in out/filter.json, reused on a rerun)."""
+    from trainers.difficulty import BriefPassRate, filter_briefs, pass_rates
+    pool = briefs[: scale.filter_briefs]
+    cached = out / "filter.json"
+    if cached.exists():  # a rerun reuses the pass rates rather than sampling the pool again
+        rates = [BriefPassRate(**{k: v for k, v in r.items() if k != "pass_rate"})
+                 for r in json.loads(cached.read_text())["rates"]]
+    else:
+        from trainers.answers import load_for_inference
+        sampling = scale.train_config("dapo")  # every rung samples with the scale's settings
+        model, tokenizer = load_for_inference(args.model)
+        rates = pass_rates(model, tokenizer, verifier, pool, tries=scale.filter_tries,
+                           max_new_tokens=sampling.max_completion_length, temperature=sampling.temperature,
+                           seed=scale.seeds[0])
+        del model
+    filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
+    cached.write_text(json.dumps({"pool": len(pool), "kept": len(filtered),
+                                  "fell_back_to_pool": not filter_briefs(pool, rates),
+                                  "rates": [r.to_dict() for r in rates]}, indent=2))
+    print(f"difficulty filter: kept {len(filtered)} of {len(pool)} briefs", flush=True)
+    return filtered
 
 
 if __name__ == "__main__":

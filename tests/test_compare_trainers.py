@@ -23,33 +23,87 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     assert module.main(["--scale", "smoke", "--out", str(out)]) == 0
     table = (out / "comparison.md").read_text()
     rungs = [name for name, _, _ in module.LADDER]
-    for name in rungs:
+    for name in ["step 0", *rungs]:
         assert f"| {name} |" in table
     data = json.loads((out / "comparison.json").read_text())
-    assert [r["rung"] for r in data["rungs"]] == rungs
-    for r in data["rungs"]:
+    assert [r["rung"] for r in data["runs"]] == rungs and {r["seed"] for r in data["runs"]} == {42}
+    for r in data["runs"]:
         assert [c["step"] for c in r["checkpoints"]] == [0, 1, 2]
         assert r["selected_step"] in (0, 1, 2)
         assert len(r["log"]) == 2 and all("reward" in x and "core" in x for x in r["log"])
-        assert (out / r["rung"] / "holdout-step-2.json").exists()
+        assert (out / "seed-42" / r["rung"] / "holdout-step-2.json").exists()
     assert data["pseudo_holdout"][0] > data["train_end"]
     for png in ("curves.png", "holdout_per_checkpoint.png"):
         assert (out / png).stat().st_size > 10_000
     # the start model answers the probe once, for every rung
     assert (out / "step-0" / "probe-step-0.json").exists()
-    assert not any((out / name / "probe-step-0.json").exists() for name in rungs)
-    assert len({json.dumps(r["checkpoints"][0], sort_keys=True) for r in data["rungs"]}) == 1
-    for r in data["rungs"]:
+    assert not any((out / "seed-42" / name / "probe-step-0.json").exists() for name in rungs)
+    assert len({json.dumps(r["checkpoints"][0], sort_keys=True) for r in data["runs"]}) == 1
+    for r in data["runs"]:
         assert all(0 <= c["train_valid"] <= c["n"] for c in r["checkpoints"])
 
+    # the answers behind the table are kept as small text files, readable by holdout-formulas
+    results = out / "results"
+    step0 = [json.loads(x) for x in (results / "step-0.jsonl").read_text().splitlines()]
+    assert len(step0) == 2 and {"brief_id", "answer", "formula", "train_cpcv", "train_valid"} <= set(step0[0])
+    for name in rungs:
+        rows = [json.loads(x) for x in (results / "seed-42" / f"{name}.jsonl").read_text().splitlines()]
+        assert [r["brief_id"] for r in rows] == [r["brief_id"] for r in step0]
+        numbers = json.loads((results / "seed-42" / f"{name}.json").read_text())
+        assert numbers["selected_step"] == rows[0]["step"] and 0 <= numbers["clipped_share"] <= 1
+    from alpha_gym.evaluation.cli import read_formulas
+    assert read_formulas(results / "seed-42" / "dapo.jsonl") == [
+        json.loads(x)["formula"] for x in (results / "seed-42" / "dapo.jsonl").read_text().splitlines()]
+    assert (results / "comparison.md").read_text() == table
+
     # a rerun resumes from what is on disk: no retraining, no new probe answers, the same rows
-    probe_file = out / rungs[0] / "probe-step-2.json"
+    probe_file = out / "seed-42" / rungs[0] / "probe-step-2.json"
     before = probe_file.stat().st_mtime_ns
     assert module.main(["--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
     assert probe_file.stat().st_mtime_ns == before
-    again = json.loads((out / "comparison.json").read_text())["rungs"][0]
-    assert again["checkpoints"] == data["rungs"][0]["checkpoints"]
+    again = json.loads((out / "comparison.json").read_text())["runs"][0]
+    assert again["checkpoints"] == data["runs"][0]["checkpoints"]
     assert len(again["log"]) == 2
+    # the report alone, from the kept answers
+    assert module.main(["--scale", "smoke", "--out", str(out), "--report-only"]) == 0
+    assert (out / "comparison.md").read_text() == table
     # ... but not into a folder made with other settings
     with pytest.raises(SystemExit, match="scale_settings"):
         module.main(["--scale", "smoke", "--out", str(out), "--steps", "3"])
+
+
+def _stats():
+    spec = importlib.util.spec_from_file_location("comparison_stats", ROOT / "benchmarks" / "comparison_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bootstrap_interval_and_paired_difference():
+    import numpy as np
+    st = _stats()
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.5, 1.0, (3, 50))
+    b = a - 0.4 + rng.normal(0, 0.05, (3, 50))     # the same briefs, 0.4 lower: a clear paired difference
+    noise = a + rng.normal(0, 0.05, (3, 50))      # the same up to noise
+    lo, hi = st.bootstrap_interval(a, n_boot=500)
+    assert lo < st.valid_mean(a) < hi and hi - lo < 1.0
+    d = st.paired_difference(a, b, n_boot=500)
+    assert d["outside_noise"] and d["lo"] > 0.3 and abs(d["diff"] - 0.4) < 0.05
+    assert not st.paired_difference(a, noise, n_boot=500)["outside_noise"]
+    a_nan = a.copy()
+    a_nan[:, :10] = np.nan                          # invalid answers are left out, not scored 0
+    assert st.valid_mean(a_nan) == np.nanmean(a_nan)
+    assert np.isnan(st.valid_mean(np.full((2, 3), np.nan)))
+    assert st.paired_difference(a, b, n_boot=200, seed=1) == st.paired_difference(a, b, n_boot=200, seed=1)
+
+
+def test_mean_pairwise_corr():
+    import numpy as np
+    st = _stats()
+    x = np.random.default_rng(1).normal(size=(1, 300))
+    assert st.mean_pairwise_corr(np.vstack([x, 2 * x, -x])) > 0.999
+    independent = np.random.default_rng(2).normal(size=(4, 5000))
+    assert st.mean_pairwise_corr(independent) < 0.05
+    assert st.mean_pairwise_corr(np.vstack([x, np.zeros((1, 300))])) == 0.0
+    assert np.isnan(st.mean_pairwise_corr(x))

@@ -220,15 +220,16 @@ class Verifier:
         return Score(valid=False, reason=reason, reward=weighted_sum(channels, self.config.priorities),
                      channels=channels, diagnostics=diagnostics, formula=formula)
 
-    def _prepare(self, answer: str | None, formula: str | None, cache) -> Score | Evaluated:
-        """Extract, parse and trade one answer; an invalid Score for anything that fails."""
-        has_reasoning = False
-        if formula is None:
-            try:
-                parsed = extract(answer)
-            except AnswerError as err:
-                return self._invalid(str(err), "missing_tag", error="answer")
-            formula, has_reasoning = parsed.formula, parsed.has_reasoning
+    def _prepare_answer(self, answer: str, cache=None) -> Score | Evaluated:
+        """Extract the formula of a raw answer, then `_prepare`; an invalid Score without an `<alpha>` block."""
+        try:
+            parsed = extract(answer)
+        except AnswerError as err:
+            return self._invalid(str(err), "missing_tag", error="answer")
+        return self._prepare(parsed.formula, cache, parsed.has_reasoning)
+
+    def _prepare(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
+        """Parse and trade one formula; an invalid Score for anything that fails."""
         try:
             ev = self.evaluate(formula, cache, has_reasoning)
         except FormulaError as err:
@@ -254,7 +255,7 @@ class Verifier:
 
     def score_formula(self, formula: str, brief=None) -> Score:
         """Score a bare formula (no `<alpha>` block needed): a group of one."""
-        return self._score_items([self._prepare(None, formula, None)], brief).scores[0]
+        return self._score_items([self._prepare(formula)], brief).scores[0]
 
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
@@ -266,7 +267,7 @@ class Verifier:
             raise TypeError("score_group takes a list of answers, not one string: use score(answer) or "
                             "score_group([answer])")
         cache = None  # no cache shared across answers: one answer's arrays are freed before the next
-        return self._score_items([self._prepare(a, None, cache) for a in answers], brief)
+        return self._score_items([self._prepare_answer(a, cache) for a in answers], brief)
 
     def _score_items(self, items: list, brief=None) -> GroupScore:
         """Channel scores for the prepared items (an Evaluated or an invalid Score each), as one group."""
