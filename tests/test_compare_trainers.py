@@ -107,3 +107,23 @@ def test_mean_pairwise_corr():
     assert st.mean_pairwise_corr(independent) < 0.05
     assert st.mean_pairwise_corr(np.vstack([x, np.zeros((1, 300))])) == 0.0
     assert np.isnan(st.mean_pairwise_corr(x))
+
+
+@pytest.mark.slow
+def test_floor_trap_benchmark_smoke(tmp_path):
+    """Environment B with and without the advantage floor: one tiny step each, the table and plot written."""
+    pytest.importorskip("trl")
+    spec = importlib.util.spec_from_file_location("floor_trap", ROOT / "benchmarks" / "floor_trap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "trap"
+    assert module.main(["--out", str(out), "--steps", "1", "--prompts", "1", "--generations", "2",
+                        "--tokens", "8"]) == 0
+    result = json.loads((out / "floor_trap.json").read_text())
+    assert result["costs_bps"] == pytest.approx(4.0 * 19)
+    floor, free = (result["arms"][name] for name, _ in module.ARMS)
+    assert len(floor) == len(free) == 1
+    # the floor only ever removes positive advantages: never more answers with a signal than without it
+    assert floor[0]["nonzero_adv_share"] <= free[0]["nonzero_adv_share"]
+    assert "| mean |" in (out / "floor_trap.md").read_text()
+    assert (out / "floor_trap.png").stat().st_size > 10_000
