@@ -282,6 +282,14 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> d
     return {"seeds": seeds, "briefs": len(briefs), "rows": rows}
 
 
+def report_json(report) -> dict:
+    """The report without its score tables, JSON-safe (NaN as null)."""
+    from alpha_gym.jsonable import jsonable
+    return jsonable({"seeds": report["seeds"], "briefs": report["briefs"],
+                     "rows": {k: {kk: vv for kk, vv in v.items() if kk != "table"}
+                              for k, v in report["rows"].items()}})
+
+
 def _fmt(x, spec):
     return "n/a" if x is None or x != x else format(x, spec)
 
@@ -446,6 +454,7 @@ def main(argv=None) -> int:
     report = build_report(results, ladder, train, holdout)
     text = write_table(report, args.scale, out)
     (results / "comparison.md").write_text(text)
+    (results / "report.json").write_text(json.dumps(report_json(report), indent=1))
     print(text)
     return 0
 
