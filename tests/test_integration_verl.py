@@ -53,8 +53,10 @@ def test_compute_score_through_verls_loader_equals_the_verifier(market):
     for answer in ANSWERS:
         got = fn(data_source="alpha_gym", solution_str=answer, ground_truth="", extra_info={"index": 0})
         want = direct.score(answer)
-        assert got == {"score": want.reward, "valid": want.valid, **want.channels}
-        assert list(got)[2:] == av.GDPO_KEYS == list(CHANNELS)
+        guarded = want.valid and want.channels["motif_guard"] < 0
+        assert got == {"score": want.reward, "valid": want.valid, **want.channels,
+                       "may_win": want.valid and not guarded}
+        assert list(got)[2:14] == av.GDPO_KEYS == list(CHANNELS)
     assert av.gdpo_weights()[0] == 3.0 and len(av.gdpo_weights()) == 12
 
 
@@ -93,10 +95,20 @@ def test_guard_keeps_invalid_answers_from_positive_advantage(market):
     guarded, _ = core_algos.get_adv_estimator_fn("gdpo")(config=config, **_gdpo_batch(scores, 5))
     assert (guarded[~valid] <= 0).all()
     assert torch.equal(guarded[valid], unguarded[valid])
-    # without compute_score's "valid" key the guard refuses rather than trains on invalid answers
+    # an R10-guarded answer (valid, may not win) is held at <= 0 too: mark the best valid answer guarded
     batch = _gdpo_batch(scores, 5)
+    best = int(np.argmax(np.where(valid, unguarded[:, -1].numpy(), -np.inf)))
+    assert unguarded[best, -1] > 0
+    batch["non_tensor_batch"]["may_win"] = batch["non_tensor_batch"]["may_win"].copy()
+    batch["non_tensor_batch"]["may_win"][best] = False
+    held, _ = core_algos.get_adv_estimator_fn("gdpo")(config=config, **batch)
+    assert (held[best] <= 0).all()
+    # batches from before the may_win key fall back to "valid"; without both the guard refuses
+    batch = _gdpo_batch(scores, 5)
+    del batch["non_tensor_batch"]["may_win"]
+    assert torch.equal(core_algos.get_adv_estimator_fn("gdpo")(config=config, **batch)[0], guarded)
     del batch["non_tensor_batch"]["valid"]
-    with pytest.raises(KeyError, match="valid"):
+    with pytest.raises(KeyError, match="may_win"):
         core_algos.get_adv_estimator_fn("gdpo")(config=config, **batch)
 
 
@@ -110,6 +122,6 @@ def test_verls_external_module_hook_installs_the_guard():
     env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="alpha_gym.integrations.verl_guard", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", "import verl\nfrom verl.trainer.ppo import core_algos\n"
                           "print(getattr(core_algos.get_adv_estimator_fn('gdpo'), 'alpha_gym_guard', False))"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # importing verl is slow on a busy machine
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("True")

@@ -56,7 +56,9 @@ def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground
     from alpha_gym.integrations.cache import shared_verifier
     verifier = shared_verifier(data=data, universe=universe, start=start, end=end)
     score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
-    return {"score": float(score.reward), "valid": bool(score.valid), **{k: float(v) for k, v in score.channels.items()}}
+    guarded = score.valid and score.channels["motif_guard"] < 0  # R10 fired (GroupScore.guarded)
+    return {"score": float(score.reward), "valid": bool(score.valid),
+            **{k: float(v) for k, v in score.channels.items()}, "may_win": bool(score.valid and not guarded)}
 
 
 def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
@@ -71,9 +73,12 @@ def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
              "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, b in enumerate(items)]
 
 
-def guard_advantages(advantages, valid):
-    """Advantages with every invalid answer's row capped at 0 (a torch tensor or numpy array, rows = answers)."""
-    invalid = ~np.asarray(valid, dtype=bool).reshape(-1)
+def guard_advantages(advantages, may_win):
+    """Advantages with the row of every answer that may not win (invalid, or R10-guarded) capped at 0.
+
+    A torch tensor or numpy array, rows = answers; `may_win` is compute_score's key of that name.
+    """
+    invalid = ~np.asarray(may_win, dtype=bool).reshape(-1)
     if type(advantages).__module__.startswith("torch"):
         import torch
         mask = torch.as_tensor(invalid, device=advantages.device).reshape(-1, *([1] * (advantages.dim() - 1)))
@@ -86,8 +91,9 @@ def guard_advantages(advantages, valid):
 def install_guard() -> bool:
     """Wrap verl's registered "gdpo" estimator with `guard_advantages`; True if it was installed now.
 
-    The wrapped estimator reads `non_tensor_batch["valid"]` (from `compute_score`); without it,
-    it raises instead of silently training on invalid answers. Idempotent.
+    The wrapped estimator reads `non_tensor_batch["may_win"]` (from `compute_score`: valid and not
+    R10-guarded), or `"valid"` from batches scored before that key existed; without either it raises
+    instead of silently training on invalid answers. Idempotent.
     """
     from verl.trainer.ppo import core_algos
     original = core_algos.ADV_ESTIMATOR_REGISTRY["gdpo"]
@@ -96,10 +102,11 @@ def install_guard() -> bool:
 
     def guarded_gdpo(*args, non_tensor_batch=None, **kwargs):
         advantages, _ = original(*args, non_tensor_batch=non_tensor_batch, **kwargs)
-        if non_tensor_batch is None or "valid" not in non_tensor_batch:
-            raise KeyError("alpha-gym's GDPO guard needs the 'valid' key of compute_score in the batch "
-                           "(use alpha_gym.integrations.verl.compute_score as the reward function)")
-        advantages = guard_advantages(advantages, non_tensor_batch["valid"])
+        key = next((k for k in ("may_win", "valid") if non_tensor_batch is not None and k in non_tensor_batch), None)
+        if key is None:
+            raise KeyError("alpha-gym's GDPO guard needs the 'may_win' (or 'valid') key of compute_score in the "
+                           "batch (use alpha_gym.integrations.verl.compute_score as the reward function)")
+        advantages = guard_advantages(advantages, non_tensor_batch[key])
         return advantages, advantages
 
     guarded_gdpo.alpha_gym_guard = True
