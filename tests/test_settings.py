@@ -219,3 +219,23 @@ def test_cli_bug_shows_a_traceback_user_error_one_line(capsys, monkeypatch):
     assert err.count("\n") == 1 and "SECTION.KEY=VALUE" in err
     assert cli.main(["--debug", "config", "show", "--set", "x"]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_every_command_that_scores_or_trains_takes_the_settings():
+    """--config and --set on each command whose results a setting can change."""
+    import argparse
+    from alpha_gym.cli import build_parser
+
+    def leaves(parser, path=()):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield " ".join(path), parser
+            return
+        for name, child in subs[0].choices.items():
+            yield from leaves(child, (*path, name))
+    without = {"briefs generate", "briefs split", "report", "stress check"}  # read or write no score
+    for name, parser in leaves(build_parser()):
+        flags = {s for a in parser._actions for s in a.option_strings}
+        if name in without:
+            continue
+        assert {"--config", "--set"} <= flags, f"alpha-gym {name} does not take --config/--set"

@@ -130,7 +130,7 @@ def cmd_validate(args) -> int:
               file=sys.stderr)
         return 2
     panel = _load(load["data"], load["universe"], load["start"], load["end"])
-    result = validate(args.dir, panel, split=args.split)
+    result = validate(args.dir, panel, split=args.split, config=settings_from_args(args).verifier)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
     else:
@@ -177,6 +177,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                                         "train window")
     v.add_argument("dir")
     add_data_args(v)
+    add_settings_args(v)
     v.add_argument("--split", type=float, default=2.0 / 3.0, help="share of the train window in the earlier part")
     v.add_argument("--apply", action="store_true", help="record the result and switch off scenarios below "
                                                         "--threshold")
