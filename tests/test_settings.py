@@ -20,7 +20,7 @@ CHANNEL_CONSTANTS = {
     "ic_cap_when_unprofitable": 0.0, "novelty_pnl_weight": 2.0, "duplicate_corr": 0.2,
     "duplicate_pnl_penalty": -3.0, "novelty_syntax_weight": 2.0, "syntax_duplicate_penalty": -2.0,
     "syntax_duplicates_counted": 1, "motif_min_ic": 0.5, "complexity_free_nodes": 2, "complexity_per_node": -0.5,
-    "format_bonus": 0.7, "min_turnover_invalid": 0.2, "reward_missing_tag": -5.0, "reward_unparseable": -0.9,
+    "format_bonus": 0.7, "min_turnover_invalid": 0.2, "syntax_window_buckets": [5, 6, 252], "reward_missing_tag": -5.0, "reward_unparseable": -0.9,
     "reward_invalid_book": -0.7,
 }
 #: Settings a constant needs to act at all (R12 is off by default).
@@ -76,7 +76,7 @@ def test_every_channel_constant_is_read_from_the_file(tmp_path, base):
         path = tmp_path / f"{name}.toml"
         path.write_text(S.dumps({"verifier": {**context, name: value}}))
         config = S.load(path).verifier
-        assert getattr(config, name) == value
+        assert getattr(config, name) == (tuple(value) if isinstance(value, list) else value)
         after = _rewards(Verifier(base.panel, config, archive=base.archive.copy()))
         assert not np.array_equal(before, after), f"verifier.{name} = {value} left every reward unchanged"
 
@@ -111,6 +111,8 @@ def test_holdout_rules_follow_the_verifier():
     (["train.recipe=ppo"], "unknown recipe"),
     (["stress.window=13"], "multiple of"),
     (["verifier.limits.max_tokens=nan"], "expected an integer"),
+    (["verifier.syntax_window_buckets=[21, 5]"], "increasing positive integers"),
+    (["verifier.stress_weight=-1"], "finite and >= 0"),
 ])
 def test_bad_settings_name_the_key(sets, match):
     with pytest.raises(ConfigError, match=match):
@@ -239,3 +241,11 @@ def test_every_command_that_scores_or_trains_takes_the_settings():
         if name in without:
             continue
         assert {"--config", "--set"} <= flags, f"alpha-gym {name} does not take --config/--set"
+
+
+def test_r3_weight_is_a_setting():
+    import math
+    from alpha_gym.stress.geometry import r3_value
+    config = S.load(None, ["verifier.stress_weight=0.8"]).verifier
+    assert r3_value(1.0, [0.0])[0] == -0.4 * math.log(2.0)
+    assert r3_value(1.0, [0.0], config.stress_weight)[0] == -0.8 * math.log(2.0)

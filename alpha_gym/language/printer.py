@@ -20,9 +20,9 @@ _PREC_NEG = 6
 _PREC_ATOM = 7
 
 
-def bucket_window(d: int) -> int:
+def bucket_window(d: int, buckets: tuple[int, ...] = WINDOW_BUCKETS) -> int:
     """The nearest bucket in log distance (boundaries at the buckets' geometric means)."""
-    return min(WINDOW_BUCKETS, key=lambda b: (abs(math.log(d / b)), b))
+    return min(buckets, key=lambda b: (abs(math.log(d / b)), b))
 
 
 def _number(v: float) -> str:
@@ -98,12 +98,15 @@ def _flatten(node: Node, name: str) -> list[Node]:
 
 
 @lru_cache(maxsize=65536)
-def normalize(node: Node, bucket: bool = False) -> Node:
-    """The canonical tree: commutative arguments sorted, +/* chains flattened, windows optionally bucketed."""
+def normalize(node: Node, bucket: bool | tuple[int, ...] = False) -> Node:
+    """The canonical tree: commutative arguments sorted, +/* chains flattened, windows optionally bucketed
+    (`bucket`: True for WINDOW_BUCKETS, or the buckets themselves)."""
     if not isinstance(node, Op):
         return node
+    if bucket is True:
+        bucket = WINDOW_BUCKETS
     args = tuple(normalize(a, bucket) for a in node.args)
-    window = bucket_window(node.window) if (bucket and node.window is not None) else node.window
+    window = bucket_window(node.window, bucket) if (bucket and node.window is not None) else node.window
     spec = OPERATORS[node.name]
     if node.name in ("add", "mul"):
         terms = sorted((t for a in args for t in _flatten(a, node.name)), key=to_text)
@@ -116,6 +119,6 @@ def normalize(node: Node, bucket: bool = False) -> Node:
     return Op(node.name, args, window, node.const)
 
 
-def canonical(node: Node, bucket: bool = False) -> str:
+def canonical(node: Node, bucket: bool | tuple[int, ...] = False) -> str:
     """Canonical text of a formula: equal for formulas that differ only in spacing or commutative order."""
     return to_text(normalize(node, bucket))

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from alpha_gym.book.costs import TrainingCosts
 from alpha_gym.errors import InputError
 from alpha_gym.language.parser import Limits
+from alpha_gym.language.printer import WINDOW_BUCKETS
 from alpha_gym.scoring.cpcv import CPCVConfig
 
 #: GDPO priorities of the reference's best run, in channel order R1..R12.
@@ -82,6 +83,9 @@ class VerifierConfig:
     novelty_syntax_weight: float = 0.2   # R9: weight x (1 - max |P&L corr|) for an unseen form
     syntax_duplicate_penalty: float = -0.3  # R9: per duplicate of the bucketed canonical form
     syntax_duplicates_counted: int = 4   # R9: duplicates counted at most
+    # R9: windows snap to the nearest of these (log distance) before forms are compared: ts_mean(close, 20)
+    # and ts_mean(close, 21) are one idea
+    syntax_window_buckets: tuple[int, ...] = WINDOW_BUCKETS
     motif_min_ic: float = 0.005          # R10: a bare motif or price-only formula needs this IC
     complexity_free_nodes: int = 24      # R11: nodes beyond this cost complexity_per_node each
     complexity_per_node: float = -0.02   # R11
@@ -96,6 +100,7 @@ class VerifierConfig:
     archive_seed: bool = True            # seed with Alpha101-style formulas on first use
     # R3: a directory holding a fitted world model; None -> the channel is off (0, reported).
     stress_checkpoint: str | None = None
+    stress_weight: float = 0.4           # R3 = -min(1, stress_weight x log(1 + mean scenario CPCV drop))
 
     def __post_init__(self):
         unknown = set(self.priorities) - set(CHANNELS)
@@ -130,7 +135,8 @@ class VerifierConfig:
                 raise ConfigError("invalid_rewards='below_valid' puts the penalty in R1: priorities['cpcv'] must be > 0")
         weights = {k: getattr(self, k) for k in ("neutrality_weight", "neutrality_max_gap", "turnover_penalty",
                                                  "ic_weight", "ic_scale", "ic_cap_when_unprofitable",
-                                                 "novelty_pnl_weight", "novelty_syntax_weight", "format_bonus")}
+                                                 "novelty_pnl_weight", "novelty_syntax_weight", "format_bonus",
+                                                 "stress_weight")}
         bad = {k: v for k, v in weights.items() if not (v >= 0 and v < float("inf"))}
         if bad:
             raise ConfigError(f"channel weights and scales must be finite and >= 0, got {bad}")
@@ -141,6 +147,10 @@ class VerifierConfig:
             raise ConfigError(f"channel penalties must be finite and <= 0, got {bad}")
         if self.syntax_duplicates_counted < 1 or self.complexity_free_nodes < 0:
             raise ConfigError("syntax_duplicates_counted must be >= 1 and complexity_free_nodes >= 0")
+        b = self.syntax_window_buckets
+        increasing = isinstance(b, tuple) and b and list(b) == sorted(set(b))
+        if not (increasing and all(isinstance(x, int) and x >= 1 for x in b)):
+            raise ConfigError(f"syntax_window_buckets must be increasing positive integers, got {b!r}")
         if not 0 < self.duplicate_corr <= 1:
             raise ConfigError(f"duplicate_corr must be in (0, 1], got {self.duplicate_corr}")
         if self.archive_capacity < 1:

@@ -204,7 +204,7 @@ class Verifier:
         book = self.book(node, cache)
         net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
-        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=True),
+        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=self.config.syntax_window_buckets),
                          book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
                          test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),

@@ -146,8 +146,10 @@ def window_targets(returns: np.ndarray, starts: Sequence[int], window: int) -> n
 
 
 # --------------------------------------------------------------------------- R3
-def r3_value(base_score: float, scenario_scores: Sequence[float]) -> tuple[float, float, np.ndarray]:
-    """R3 = -min(1, 0.4 * log(1 + mean drop)); drop = max(0, base - scenario) per world.
+def r3_value(base_score: float, scenario_scores: Sequence[float], weight: float = 0.4
+             ) -> tuple[float, float, np.ndarray]:
+    """R3 = -min(1, weight * log(1 + mean drop)); drop = max(0, base - scenario) per world (weight: 0.4,
+    `VerifierConfig.stress_weight`).
 
     Returns (value, mean drop, drops). The value lies in [-1, 0]: 0 when no
     world lowers the score, -1 once the mean drop reaches e^2.5 - 1 ~ 11.2.
@@ -158,7 +160,7 @@ def r3_value(base_score: float, scenario_scores: Sequence[float]) -> tuple[float
     drops = np.maximum(0.0, float(base_score) - scores)
     drops = np.where(np.isfinite(drops), drops, 0.0)
     mean_drop = float(drops.mean())
-    value = -min(1.0, 0.4 * math.log1p(mean_drop))
+    value = -min(1.0, weight * math.log1p(mean_drop))
     return float(value) + 0.0, mean_drop, drops
 
 

@@ -97,7 +97,8 @@ class StressProvider:
         if not self.on:
             return 0.0, f"off: {self.reason} (contributes 0)"
         scores = self.scenario_scores(formula_text)
-        value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()))
+        weight = next(iter(self.worlds.values())).config.stress_weight
+        value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()), weight)
         detail = ", ".join(f"{n} {s:+.3f}" for n, s in scores.items())
         return value, f"on: mean drop {mean_drop:.3f} over {len(scores)} worlds (CPCV {detail})"
 
