@@ -26,7 +26,7 @@ import math
 import tomllib
 import types
 import typing
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -73,10 +73,7 @@ def from_dict(cls: type, data: Mapping[str, Any], base: Any = None, where: str =
         current = getattr(base, key) if base is not None else _default(known[key])
         values[key] = _coerce(hints[key], value, path, current)
     try:
-        if base is not None:
-            from dataclasses import replace
-            return replace(base, **values)
-        return cls(**values)
+        return replace(base, **values) if base is not None else cls(**values)
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:  # the dataclass's own validation (StressError, TrainConfig's ValueError)
@@ -104,7 +101,7 @@ def _coerce(tp, value, path: str, current):
         raise ConfigError(f"{path}: unsupported type {tp}")
     if is_dataclass(tp):
         return from_dict(tp, value, base=current, where=path)
-    if origin in (Mapping, dict) or tp in (dict, Mapping) or origin is typing.Mapping:
+    if origin in (Mapping, dict) or tp in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a table, got {value!r}")
         merged = dict(current or {})
