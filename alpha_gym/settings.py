@@ -28,7 +28,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from alpha_gym.scoring.config import ConfigError
 
@@ -372,16 +372,18 @@ def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 SETTINGS_FILE = "settings.toml"
 
 
-def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: bool) -> None:
+def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: bool,
+                  ignore: Collection[str] = ()) -> None:
     """Write the effective settings into a run folder; on a resume, refuse settings that differ.
 
     A run resumed with other settings would blend two experiments in one log and one checkpoint.
+    `ignore`: dotted keys that change only what is written, never what is learned (e.g. how often to log).
     """
     path = Path(out) / SETTINGS_FILE
     if resume and path.is_file():
         before = tomllib.loads(path.read_text(encoding="utf-8"))
         now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
-        diff = differing_keys(before, now)
+        diff = [k for k in differing_keys(before, now) if k not in ignore]
         if diff:
             shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
                               for k in diff[:8])

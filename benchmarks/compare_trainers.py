@@ -222,6 +222,8 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> d
     """Every rung over every seed found under `results` (seeds may come from several sessions)."""
     import numpy as np
     from comparison_stats import bootstrap_interval, mean_pairwise_corr, paired_difference, valid_mean
+    from alpha_gym.evaluation.baselines import beats, score_baselines
+    from alpha_gym.evaluation.holdout import HoldoutEvaluator
     from alpha_gym.evaluation.selection import effective_bets
 
     def read(path):
@@ -279,7 +281,13 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> d
                                                                       n_boot)}
         rows[name] = r
         previous = name
-    return {"seeds": seeds, "briefs": len(briefs), "rows": rows}
+    # a rung counts as learning only where its interval lies above every model-free baseline
+    baselines = score_baselines(HoldoutEvaluator(train, holdout), n_boot=n_boot)
+    motifs = [b for b in baselines if b["kind"] == "motif"]
+    for r in rows.values():
+        r["above_baselines"] = beats(r["lo"], baselines)
+        r["above_motifs"] = beats(r["lo"], motifs)
+    return {"seeds": seeds, "briefs": len(briefs), "rows": rows, "baselines": baselines}
 
 
 def report_json(report) -> dict:
@@ -287,7 +295,8 @@ def report_json(report) -> dict:
     from alpha_gym.jsonable import jsonable
     return jsonable({"seeds": report["seeds"], "briefs": report["briefs"],
                      "rows": {k: {kk: vv for kk, vv in v.items() if kk != "table"}
-                              for k, v in report["rows"].items()}})
+                              for k, v in report["rows"].items()},
+                     "baselines": report.get("baselines", [])})
 
 
 def _fmt(x, spec):
@@ -299,26 +308,48 @@ def write_table(report, scale_name, out: Path) -> str:
 
     valid = answers the train verifier accepts (parse, evaluate, turnover >= 2%), mean over seeds;
     pseudo-holdout = mean score of the valid answers on the held-out last year of the train window,
-    with a 95% bootstrap interval resampling briefs and seeds; vs previous = the paired difference.
+    with a 95% bootstrap interval resampling briefs and seeds; vs previous = the paired difference;
+    above all baselines / motifs = the interval's lower end lies above the best model-free baseline's
+    score (all of `alpha_gym.evaluation.baselines`, or its one-motif formulas only).
     """
+    from alpha_gym.evaluation.baselines import best_baseline
     seeds = report["seeds"]
+    baselines = report.get("baselines", [])
+    best = best_baseline(baselines)
     lines = [f"Trainer comparison, scale `{scale_name}`, seeds {', '.join(map(str, seeds)) or 'none'}, "
              f"{report['briefs']} probe briefs (pseudo-holdout: the last year of the train window).", "",
-             "| rung | seeds | valid | pseudo-holdout [95% CI] | vs previous rung [95% CI] | families | "
-             "eff. bets | mean abs corr | clipped/capped | book Sharpe | beta | mkt corr | max DD | down days |",
-             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| rung | seeds | valid | pseudo-holdout [95% CI] | vs previous rung [95% CI] | above all baselines | "
+             "above motifs | "
+             "families | eff. bets | mean abs corr | clipped/capped | book Sharpe | beta | mkt corr | max DD | "
+             "down days |",
+             "|---|---:|---:|---|---|:-:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    verdict = {True: "yes", False: "no", None: "n/a"}
     for name, r in report["rows"].items():
         vs = r.get("vs_previous")
         vs_text = "" if not vs else (f"{vs['diff']:+.2f} [{vs['lo']:+.2f}, {vs['hi']:+.2f}]"
                                      + (" *" if vs["outside_noise"] else ""))
         lines.append(f"| {r['label']} | {len(r['seeds']) if name != 'step-0' else '-'} | {_fmt(r['valid'], '.1f')} | "
                      f"{_fmt(r['score'], '+.2f')} [{_fmt(r['lo'], '+.2f')}, {_fmt(r['hi'], '+.2f')}] | {vs_text} | "
+                     f"{verdict[r.get('above_baselines')]} | {verdict[r.get('above_motifs')]} | "
                      f"{_fmt(r['families'], '.1f')} | {_fmt(r['effective_bets'], '.1f')} | "
                      f"{_fmt(r['mean_abs_corr'], '.2f')} | {_fmt(r.get('clipped_share'), '.3f')} | "
                      f"{_fmt(r['book_sharpe'], '+.2f')} | {_fmt(r['book_beta'], '+.2f')} | "
                      f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
                      f"{_fmt(r['book_down_day'], '+.2%')} |")
     lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
+    if best is not None:
+        lines += ["", f"Baselines on the same pseudo-holdout and costs (no model). Best: {best['name']} "
+                      f"({best['score']:+.2f}); a rung is above them when its interval's lower end is higher. The reference's "
+                      "formulas were chosen on data through 2025-08, which may include this window: a high bar, "
+                      "not an ex-ante one; the motifs are ex-ante.",
+                  "", "| baseline | formulas (valid) | score [95% CI] | families | book Sharpe | beta | max DD |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for b in baselines:
+            what = f"`{b['formulas'][0]}`" if b["n"] == 1 else f"{b['n_valid']} of {b['n']}"
+            ci = f" [{_fmt(b['lo'], '+.2f')}, {_fmt(b['hi'], '+.2f')}]" if b["lo"] is not None else ""
+            bk = b["book"]
+            lines.append(f"| {b['name']} | {what} | {_fmt(b['score'], '+.2f')}{ci} | {b['n_families']} | "
+                         f"{_fmt(bk['sharpe'], '+.2f')} | {_fmt(bk['beta'], '+.2f')} | {_fmt(bk['max_drawdown'], '.1%')} |")
     text = "\n".join(lines) + "\n"
     (out / "comparison.md").write_text(text)
     return text
@@ -454,8 +485,11 @@ def main(argv=None) -> int:
     report = build_report(results, ladder, train, holdout)
     text = write_table(report, args.scale, out)
     (results / "comparison.md").write_text(text)
-    (results / "report.json").write_text(json.dumps(report_json(report), indent=1))
+    for folder in {results, out}:
+        (folder / "report.json").write_text(json.dumps(report_json(report), indent=1))
+    from alpha_gym.evaluation.report import write_report
     print(text)
+    print(f"report page: {write_report(out)}")
     return 0
 
 

@@ -67,6 +67,28 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     # the report alone, from the kept answers
     assert module.main(["--scale", "smoke", "--out", str(out), "--report-only"]) == 0
     assert (out / "comparison.md").read_text() == table
+    # a model-free baseline table, and the verdict per rung
+    assert "| volume level | `rank(volume)` |" in table and "| Alpha101 equal-weight book (82) |" in table
+    report = json.loads((results / "report.json").read_text())
+    assert len(report["baselines"]) == 10 and all(r["above_baselines"] in (True, False, None)
+                                                   for r in report["rows"].values())
+    # the comparison's page links every run's page; those show the answers with their channels
+    page = (out / "report.html").read_text()
+    assert "above all baselines" in page and page.count("data:image/png") >= 2 and "src=\"http" not in page
+    for name in rungs:
+        assert f'href="seed-42/{name}/report.html"' in page
+        run_page = (out / "seed-42" / name / "report.html").read_text()
+        assert "Best and worst answers" in run_page and "Reward channels" in run_page
+
+    # a rung stopped before its first checkpoint (log lines on disk, no checkpoint) trains again from step 0
+    import shutil
+    stopped = out / "seed-42" / rungs[0]
+    for p in [*stopped.glob("checkpoint-*"), *stopped.glob("probe-step-*.json")]:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    assert module.main(["--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
+    again = json.loads((out / "comparison.json").read_text())["runs"][0]
+    assert [x["step"] for x in again["log"]] == [1, 2]
+    assert again["checkpoints"] == data["runs"][0]["checkpoints"]   # seeded per step: the same run again
     # ... but not into a folder made with other settings
     with pytest.raises(SystemExit, match="scale_settings"):
         module.main(["--scale", "smoke", "--out", str(out), "--steps", "3"])

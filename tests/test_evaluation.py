@@ -343,6 +343,52 @@ def test_report_with_only_a_training_log_and_with_nothing(tmp_path):
         write_report(tmp_path / "b")
 
 
+# ----------------------------------------------------------------------------- baselines
+def test_baselines_are_scored_as_answers_are(small_synthetic):
+    """Each baseline's score is the holdout score of its formula(s); the Alpha101 row is the 82-formula book."""
+    from alpha_gym.alpha101 import formulas as alpha101
+    from alpha_gym.evaluation.baselines import all_baselines, beats, best_baseline, score_baselines
+    train, hold = small_synthetic.head(300), small_synthetic.window(start=small_synthetic.dates[300])
+    ev = HoldoutEvaluator(train, hold)
+    rows = score_baselines(ev)
+    assert [r["name"] for r in rows] == [b.name for b in all_baselines()]
+    assert {r["kind"] for r in rows} == {"motif", "reference", "alpha101"}
+    for r in rows:
+        if r["n"] == 1:
+            one = ev.score(r["formulas"][0])
+            assert one.valid and r["n_valid"] == 1, (r["name"], one.reason)   # every single baseline is computable
+            assert r["score"] == one.score and r["lo"] is None
+        assert r["book"]["n_members"] == r["n_valid"]
+    book = rows[-1]
+    assert book["kind"] == "alpha101" and book["n"] == len(alpha101()) == 82
+    members = [ev.score(f) for f in alpha101().values()]
+    scores = [m.score for m in members if m.valid]
+    assert book["n_valid"] == len(scores) >= 70
+    assert book["score"] == pytest.approx(np.mean(scores), abs=1e-12)
+    assert book["lo"] < book["score"] < book["hi"]
+    best = best_baseline(rows)
+    assert best["score"] == max(r["score"] for r in rows if r["score"] is not None)
+    assert beats(best["score"] + 0.01, rows) is True and beats(best["score"] - 0.01, rows) is False
+    assert beats(None, rows) is None and best_baseline([]) is None
+    # deterministic: the same window gives the same rows
+    assert json.dumps(score_baselines(HoldoutEvaluator(train, hold))) == json.dumps(rows)
+
+
+def test_holdout_report_carries_baselines_and_an_interval(small_synthetic, tmp_path):
+    train, hold = small_synthetic.head(300), small_synthetic.window(start=small_synthetic.dates[300])
+    plain = evaluate_holdout(FORMULAS, train, hold)
+    rep = evaluate_holdout(FORMULAS, train, hold, baselines=True)
+    assert plain.baselines == () and len(rep.baselines) == 10
+    assert [a.score for a in rep.answers] == [a.score for a in plain.answers]   # baselines change no answer
+    s = rep.summary()
+    assert s["mean_score_lo"] <= s["mean_score"] <= s["mean_score_hi"]
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["baselines"][0]["formulas"] == ["rank(volume)"]
+    rep.save(tmp_path / "run")
+    html = write_report(tmp_path / "run").read_text()
+    assert "Baselines (no model" in html and "rank(volume)" in html and "best baseline" in html
+
+
 # ----------------------------------------------------------------------------- CLI
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="test")
@@ -375,10 +421,14 @@ def test_cli_briefs_holdout_and_report(tmp_path, small_synthetic, capsys):
                  "--formulas", str(formulas), "--out", str(run)]) == 0
     text = capsys.readouterr().out
     assert "valid 2/3" in text and "equal-weight book" in text
+    assert "baselines (no model" in text and "rank(volume)" in text and "the best baseline" in text
     d = load_holdout(run)
     assert d["train_end"] == str(p.dates[299]) and d["holdout_start"] == str(p.dates[300])
     assert d["answers"][0]["train_cpcv"] is not None
     assert _cli(["report", str(run)]) == 0 and (run / "report.html").exists()
+    assert _cli(["holdout-formulas", "--data", str(data), "--holdout-start", str(p.dates[300]),
+                 "--formulas", str(formulas), "--no-baselines", "--no-train"]) == 0
+    assert "baselines" not in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- real data

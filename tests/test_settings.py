@@ -175,6 +175,23 @@ def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_
         train(RECIPES["cispo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
 
 
+def test_a_resume_may_change_what_is_written_but_not_what_is_learned(tmp_path, small_synthetic):
+    """log_completions and logging_steps change only the files a run writes: a resume may change them
+    (a run started before completions were logged by default goes on); any other key is still refused."""
+    from trainers.config import OUTPUT_ONLY, RECIPES
+    from trainers.loop import train
+    verifier = Verifier(small_synthetic)
+    old = RECIPES["dapo"].with_(log_completions=False, logging_steps=5)
+    S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": S.to_dict(old)}, resume=False)
+    assert set(OUTPUT_ONLY) == {"log_completions", "logging_steps"}
+    with pytest.raises(Exception) as info:   # got past the settings check, to the model
+        train(RECIPES["dapo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
+    assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+    with pytest.raises(ConfigError, match="train.learning_rate"):
+        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
+              resume=True)
+
+
 def test_gym_make_reads_a_settings_file(tmp_path):
     import gymnasium as gym
     import alpha_gym  # noqa: F401

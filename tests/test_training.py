@@ -178,6 +178,27 @@ def test_two_steps_of_each_recipe(runs, name):
 
 @pytest.mark.slow
 @pytest.mark.real_data
+def test_run_report_shows_diagnostics_channels_and_answers(runs):
+    """`alpha-gym report` on a real run: the diagnostics grid, every channel's curve, and per checkpoint the
+    best and worst answers with their 12 channels, as read from completions.jsonl."""
+    from alpha_gym.evaluation.report import write_report
+    from alpha_gym.scoring.config import CHANNELS
+    out, _, _ = runs("cispo_repo_r")
+    html = write_report(out).read_text()
+    assert html.count("data:image/png") == 2                       # diagnostics grid, channel curves
+    assert "Checkpoint 1: steps 1..1" in html and "Checkpoint 2: steps 2..2" in html
+    assert "cispo, gdpo, REPO-R" in html                           # the recipe, read from settings.toml
+    rows = [json.loads(ln) for ln in (out / "completions.jsonl").read_text().splitlines()]
+    best = max((r for r in rows if r["step"] == 1), key=lambda r: r["reward"])
+    assert f"{best['reward']:+.2f}" in html and f"{best['channels'][CHANNELS[0]]:+.2f}" in html
+    assert all(f"<th class=\"\">R{k}</th>" in html for k in range(1, 13))
+    log = [json.loads(ln) for ln in (out / "log.jsonl").read_text().splitlines()]
+    valid_forms = {r["answer"] for r in rows if r["step"] == 1 and r["valid"]}
+    assert 1 <= log[0]["families"] <= len(valid_forms)
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
 def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     """Restart from checkpoint-1 of the REPO-R + two-pass recipe: step 2 repeats exactly (log and weights)."""
     from safetensors.torch import load_file

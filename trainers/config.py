@@ -22,6 +22,10 @@ LOSS_TYPES = ("grpo", "dapo", "cispo")
 #: epsilon_high when a config leaves it None: DAPO's clip-higher band 1.28 and CISPO's weight cap 1.2 (both
 #: as margins above 1; grpo uses epsilon, a symmetric band). The losses and ADAPO take their defaults here.
 EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
+
+#: Fields that change only what a run writes, never what it learns: a resume may change them.
+OUTPUT_ONLY = ("log_completions", "logging_steps")
+
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
 
@@ -77,7 +81,7 @@ class TrainConfig:
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
     logging_steps: int = 1              # JSONL line every N steps (and at the last step)
-    log_completions: bool = False       # also write every answer and its score to completions.jsonl
+    log_completions: bool = True        # also write every answer and its score to completions.jsonl
 
     def __post_init__(self):
         problems = _problems(self)

@@ -42,7 +42,7 @@ from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.jsonable import jsonable
 from alpha_gym.settings import claim_run_dir, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
-from trainers.config import TrainConfig
+from trainers.config import OUTPUT_ONLY, TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 
@@ -50,7 +50,7 @@ from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 #: "clipped_share": share of answer tokens where the trust region acted: clipped (grpo/dapo: the ratio left
 #: the band in the direction of its advantage) or capped (cispo: ratio above the cap, either sign).
 LOG_FIELDS = ("step", "reward", "reward_std", *(f"rewards/{c}" for c in CHANNELS), "core", "valid_share",
-              "guarded_share", "archive_size", "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high",
+              "guarded_share", "families", "archive_size", "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high",
               "refills", "loss", "clip_ratio", "clipped_share", "ratio_mean",
               "learning_rate", "completion_length", "seconds/generation", "seconds/scoring", "seconds/update",
               "seconds/total")
@@ -93,7 +93,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # the exact settings of the run, beside its log; a resume with other settings is refused, naming them
-    claim_run_dir(out, {"verifier": to_dict(verifier.config), "train": to_dict(config)}, resume=resume)
+    claim_run_dir(out, {"verifier": to_dict(verifier.config), "train": to_dict(config)}, resume=resume,
+                  ignore=tuple(f"train.{k}" for k in OUTPUT_ONLY))
 
     policy, tokenizer = _policy(model, config)
     policy.eval()  # no dropout anywhere: sampling, old and new log-probs come from one deterministic function
@@ -224,6 +225,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             "core": float(np.concatenate([s.core for s in scores]).mean()),
             "valid_share": float(np.concatenate([s.valid for s in scores]).mean()),
             "guarded_share": float(np.concatenate([s.guarded for s in scores]).mean()),
+            # distinct formula families (canonical form, windows bucketed) among the step's valid answers
+            "families": len({ev.form for s in scores for ev, ok in zip(s.evaluated, s.valid) if ok and ev}),
             "archive_size": len(verifier.archive),
             "nonzero_adv_share": nonzero_share(adv),
             "kl": stats["kl"],

@@ -75,7 +75,8 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
                                                                    frac_reward_zero_std
     save_steps               save_steps                            same
     logging_steps            logging_steps                         TRL default 10
-    log_completions          log_completions                       same
+    log_completions          log_completions                       ours on by default (completions.jsonl);
+                                                                   TRL's off (parquet + console table)
     (CPU fp32)               bf16=False                            TRL sets bf16=True when fp16 is unset
     (fp32 master adapters)   -                                     TRL casts adapters to bf16 when the base
                                                                    model is quantized (not the DoRA magnitude)

@@ -1,7 +1,9 @@
-"""Evaluation: holdout scoring, checkpoint and book selection, HTML reports, and the R3 scenarios' validation.
+"""Evaluation: holdout scoring, model-free baselines, checkpoint and book selection, HTML reports, and the
+R3 scenarios' validation.
 
-Exports the holdout evaluator and the selection rules; `report` (HTML) and `stress_validation`
-(scenario AUCs) are imported where used.
+Exports the holdout evaluator and the selection rules; `baselines`, `report` (the page; its parts in
+`report_html`, `report_training`, `report_comparison`) and `stress_validation` (scenario AUCs) are
+imported where used.
 """
 
 from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutConfig, HoldoutError, HoldoutEvaluator,

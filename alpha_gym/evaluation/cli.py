@@ -116,7 +116,8 @@ def cmd_holdout_formulas(args) -> int:
         from alpha_gym.scoring.verifier import Verifier
         verifier = Verifier(train, settings.verifier)
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
-                              train_verifier=verifier, label=args.label or Path(args.formulas).stem)
+                              train_verifier=verifier, label=args.label or Path(args.formulas).stem,
+                              baselines=not args.no_baselines)
     if args.out:
         path = report.save(args.out)
         print(f"wrote {path}", file=sys.stderr)
@@ -137,12 +138,24 @@ def _print_report(report) -> None:
         extra = f"turnover {a.turnover:6.1%}  Sharpe {a.sharpe:+.2f}" if a.valid else a.reason
         print(f"  {score:>8}  train {train}  {extra}  {a.formula}")
     mean = f"{s['mean_score']:+.3f}" if s["mean_score"] is not None else "n/a"
-    print(f"mean score {mean}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
+    interval = f" [{s['mean_score_lo']:+.3f}, {s['mean_score_hi']:+.3f}]" if s["mean_score_lo"] is not None else ""
+    print(f"mean score {mean}{interval}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
           f"families {s['n_families']}")
     down = f"{b.down_day_return:+.2%}" if b.down_day_return is not None else "n/a"
     print(f"equal-weight book: return {b.total_return:+.1%}  Sharpe {b.sharpe:+.2f}  beta {b.beta:+.2f}  "
           f"corr {b.market_correlation:+.2f}  max DD {b.max_drawdown:.1%}  "
           f"mean on market drops > 1.5% ({b.n_down_days} days) {down}")
+    if report.baselines:
+        from alpha_gym.evaluation.baselines import beats, best_baseline
+        print("baselines (no model; same window and costs):")
+        for r in report.baselines:
+            score = f"{r['score']:+.3f}" if r["score"] is not None else "invalid"
+            print(f"  {score:>8}  book Sharpe {r['book']['sharpe'] or 0:+.2f}  {r['name']}"
+                  + (f" ({r['n_valid']}/{r['n']} valid)" if r["n"] > 1 else f": {r['formulas'][0]}"))
+        best, verdict = best_baseline(report.baselines), beats(s["mean_score_lo"], report.baselines)
+        if best is not None and verdict is not None:
+            print(f"the answers' interval lies {'above' if verdict else 'NOT above'} the best baseline "
+                  f"({best['name']}, {best['score']:+.3f})")
 
 
 def cmd_holdout(args) -> int:
@@ -166,7 +179,8 @@ def cmd_holdout(args) -> int:
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
-                              train_verifier=Verifier(train, settings.verifier), label=label)
+                              train_verifier=Verifier(train, settings.verifier), label=label,
+                              baselines=not args.no_baselines)
     if args.out:
         print(f"wrote {report.save(args.out, name=f'holdout-{label}.json' if args.name_by_label else 'holdout.json')}",
               file=sys.stderr)
@@ -221,6 +235,8 @@ def register(subparsers) -> None:
     h.add_argument("--context", type=int, help="training sessions used as lookback history (default: holdout.context, "
                                              "252)")
     h.add_argument("--no-train", action="store_true", help="skip the train-window CPCV of each formula")
+    h.add_argument("--no-baselines", action="store_true", help="skip the model-free baselines (rank(volume), "
+                   "momentum, the reference's answers, the Alpha101 book) scored beside the answers")
     h.add_argument("--label", help="a label stored in holdout.json")
     h.add_argument("--out", help="run directory to write holdout.json into")
     h.add_argument("--json", action="store_true", help="print the holdout.json object")
@@ -241,6 +257,8 @@ def register(subparsers) -> None:
     c.add_argument("--label", help="a label stored in the JSON (default: the checkpoint folder's name)")
     c.add_argument("--out", help="run directory to write holdout.json into")
     c.add_argument("--name-by-label", action="store_true", help="write holdout-LABEL.json instead of holdout.json")
+    c.add_argument("--no-baselines", action="store_true", help="skip the model-free baselines (rank(volume), "
+                   "momentum, the reference's answers, the Alpha101 book) scored beside the answers")
     add_settings_args(c)
     c.set_defaults(func=cmd_holdout)
 

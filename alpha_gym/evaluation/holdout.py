@@ -355,17 +355,22 @@ class HoldoutReport:
     config: HoldoutConfig
     label: str = ""
     step: int | None = None
+    baselines: tuple[dict, ...] = ()   # `baselines.score_baselines` rows on the same window and costs
 
     @property
     def valid(self) -> list[FormulaHoldout]:
         return [a for a in self.answers if a.valid]
 
     def summary(self) -> dict[str, Any]:
-        """mean holdout score (over valid answers), counts, and distinct formula families."""
+        """mean holdout score (over valid answers) with its bootstrap interval, counts, distinct formula families."""
+        from alpha_gym.evaluation.baselines import mean_interval
         valid = self.valid
         scores = [a.score for a in valid]
+        interval = mean_interval(scores)
         return {"n_answers": len(self.answers), "n_valid": len(valid),
                 "mean_score": float(np.mean(scores)) if scores else None,
+                "mean_score_lo": interval[0] if interval else None,
+                "mean_score_hi": interval[1] if interval else None,
                 "n_positive": int(sum(s > 0 for s in scores)),
                 "n_families": len({a.form for a in valid}),
                 "mean_train_cpcv": (float(np.mean([a.train_cpcv for a in valid if a.train_cpcv is not None]))
@@ -390,6 +395,7 @@ class HoldoutReport:
                        "book": [finite_or_none(x) for x in self.book_returns],
                        "market": [finite_or_none(x) for x in self.market_returns]},
             "answers": [a.to_dict() for a in self.answers],
+            "baselines": list(self.baselines),
         }
 
     def save(self, run_dir, name: str = "holdout.json") -> Path:
@@ -416,7 +422,8 @@ def load_holdout(path) -> dict[str, Any]:
 
 def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout_panel: Panel,
                      costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig | None = None,
-                     train_verifier=None, label: str = "", step: int | None = None) -> HoldoutReport:
+                     train_verifier=None, label: str = "", step: int | None = None,
+                     baselines: bool = False) -> HoldoutReport:
     """Score every formula on the holdout and build the equal-weight book of the valid ones.
 
     `formulas`: formula texts or raw answers (None for a missing answer: invalid).
@@ -424,7 +431,8 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     each formula's train-window CPCV and turnover are recorded beside its
     holdout numbers. It must end before the holdout (HoldoutOverlapError);
     it only ever evaluates on its own panel. `config` None: the training verifier's rules
-    (`HoldoutConfig.from_verifier`), or the defaults without one.
+    (`HoldoutConfig.from_verifier`), or the defaults without one. `baselines`: also score the
+    model-free baselines of `alpha_gym.evaluation.baselines` on the same window and costs.
     """
     if config is None:
         config = HoldoutConfig.from_verifier(train_verifier.config) if train_verifier is not None else HoldoutConfig()
@@ -448,7 +456,11 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
             n_members += 1
         results.append(replace(r, weights=None))   # keep memory flat: only the running sum of weights
     stats, book_net = ev.book_from_weights(total / max(1, n_members), n_members)
+    rows = ()
+    if baselines:
+        from alpha_gym.evaluation.baselines import score_baselines
+        rows = tuple(score_baselines(ev))
     return HoldoutReport(answers=tuple(results), book=stats, dates=ev.dates, book_returns=book_net,
                          market_returns=ev.market, train_end=str(ev.train_end),
                          holdout_start=str(ev.holdout_dates[0]), holdout_end=str(ev.holdout_dates[-1]),
-                         costs=costs, config=config, label=label, step=step)
+                         costs=costs, config=config, label=label, step=step, baselines=rows)

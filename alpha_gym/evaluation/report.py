@@ -16,57 +16,36 @@ holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(..
     -> growth of $1 (book vs market), book vs market daily returns with the beta line,
        the 15 CPCV slice Sharpes of every valid answer, and the answers table.
 holdout-*.json   the same format, e.g. one per checkpoint: their books are added to the growth plot.
-log.jsonl        one JSON object per training step (trainers/loop.py): {"step": int, "reward": float,
-                 "core": float, "valid_share": float, ...}; missing keys are skipped
-    -> training curves.
+log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training section of
+                 `report_training`: diagnostics per step (reward, valid share, families, non-zero
+                 advantages, KL, entropy, zeta, clip/cap share), every channel's mean per step, and the
+                 best and worst answers of each checkpoint with their 12 channels.
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
 
-Numbers in JSON may be null (not finite / not available); the report prints "n/a".
+A comparison folder (`benchmarks/compare_trainers.py --out OUT`: report.json and/or seed-S/RUNG runs)
+gets the page of `report_comparison` instead (rung table with intervals, baselines, per-checkpoint
+plots, every run overlaid), and each run under it gets its own page, linked from it.
+
+Numbers in JSON may be null (not finite / not available); the report prints "n/a". Pages are
+self-contained (embedded PNGs, no script, nothing fetched).
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 
 from alpha_gym.errors import InputError
+from alpha_gym.evaluation.report_html import arr as _arr, fmt as _fmt, img as _img, kv_table as _kv_table
+from alpha_gym.evaluation.report_html import mpl as _mpl, page, png as _png, table as _table, write_page
+from alpha_gym.evaluation.report_training import read_jsonl, training_section
 
 REPORT_NAME = "report.html"
-LOG_KEYS = (("reward", "reward mean"), ("core", "core score (CPCV) mean"), ("valid_share", "valid share"))
-
-
-def _mpl():
-    import matplotlib
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    _mpl().close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _arr(xs) -> np.ndarray:
-    return np.array([np.nan if x is None else float(x) for x in xs], dtype=np.float64)
-
-
-def _fmt(x, spec="+.3f") -> str:
-    if x is None:
-        return "n/a"
-    try:
-        return format(x, spec)
-    except (TypeError, ValueError):
-        return html.escape(str(x))
 
 
 # ----------------------------------------------------------------------------- plots
@@ -79,7 +58,8 @@ def plot_growth(holdout: dict, others: list[dict] = ()) -> str:
     for o in others:
         so = o["series"]
         ax.plot(np.array(so["dates"], dtype="datetime64[D]"), np.cumprod(1 + np.nan_to_num(_arr(so["book"]))),
-                lw=0.8, alpha=0.6, label=f"book {o.get('label') or o.get('step') or ''}".strip())
+                lw=0.8, alpha=0.6, label=" ".join(["book", str(o.get("label") or ""),
+                                                   f"step {o['step']}" if o.get("step") is not None else ""]))
     ax.plot(dates, np.cumprod(1 + np.nan_to_num(_arr(s["book"]))), lw=2.0, color="tab:orange",
             label=f"equal-weight book ({holdout['book']['n_members']} formulas)")
     ax.plot(dates, np.cumprod(1 + np.nan_to_num(_arr(s["market"]))), lw=1.5, color="0.4",
@@ -149,29 +129,6 @@ def plot_slices(holdout: dict, max_answers: int = 60) -> str | None:
     return _png(fig)
 
 
-def plot_training(log: list[dict]) -> str | None:
-    """Reward mean, core score mean and valid share per step, from log.jsonl."""
-    keys = [(k, label) for k, label in LOG_KEYS if any(r.get(k) is not None for r in log)]
-    if not keys:
-        return None
-    plt = _mpl()
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
-    for ax, (k, label) in zip(axes[0], keys):
-        pts = [(r["step"], r[k]) for r in log if r.get(k) is not None and r.get("step") is not None]
-        xs, ys = np.array([p[0] for p in pts], dtype=float), _arr([p[1] for p in pts])
-        ax.plot(xs, ys, lw=0.8, alpha=0.5, color="tab:blue")
-        if len(ys) >= 10:
-            w = max(2, len(ys) // 20)
-            smooth = np.convolve(np.nan_to_num(ys), np.ones(w) / w, mode="valid")
-            ax.plot(xs[w - 1:], smooth, lw=2, color="tab:blue", label=f"{w}-step mean")
-            ax.legend(fontsize=7)
-        ax.set_title(label)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return _png(fig)
-
-
 # ----------------------------------------------------------------------------- reading
 def _load_json(path: Path, fmt: str | None = None) -> dict | None:
     if not path.is_file():
@@ -182,60 +139,17 @@ def _load_json(path: Path, fmt: str | None = None) -> dict | None:
     return d
 
 
-def read_log(path: Path) -> list[dict]:
-    """The rows of a log.jsonl file (blank and unparseable lines are skipped)."""
-    out = []
-    if not path.is_file():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            out.append(row)
-    return out
-
-
-# ----------------------------------------------------------------------------- html
-_CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
-color:#222;padding:0 1em}table{border-collapse:collapse;margin:1em 0;font-size:13px}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}
-td.l,th.l{text-align:left}code{font-size:12px}img{max-width:100%;display:block;margin:1em 0}
-.note{color:#666;font-size:13px}tr.sel{background:#fff4d6}"""
-
-
-def _img(b64: str | None, alt: str) -> str:
-    return "" if b64 is None else f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}"/>'
-
-
-def _kv_table(rows: list[tuple[str, str]]) -> str:
-    body = "".join(f'<tr><th class="l">{html.escape(k)}</th><td>{v}</td></tr>' for k, v in rows)
-    return f"<table>{body}</table>"
-
-
-def _table(headers: list[str], rows: list[list[str]], left: set[int] = frozenset(), classes=None) -> str:
-    head = "".join(f'<th class="{"l" if i in left else ""}">{html.escape(h)}</th>' for i, h in enumerate(headers))
-    body = []
-    for r, row in enumerate(rows):
-        cls = f' class="{classes[r]}"' if classes and classes[r] else ""
-        cells = "".join(f'<td class="{"l" if i in left else ""}">{c}</td>' for i, c in enumerate(row))
-        body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
-
-
 def _holdout_section(h: dict, others: list[dict]) -> list[str]:
     s, b = h["summary"], h["book"]
-    out = [f"<h2>Holdout {html.escape(h['holdout_start'])} .. {html.escape(h['holdout_end'])}"
+    out = [f"<h2 id=\"holdout\">Holdout {html.escape(h['holdout_start'])} .. {html.escape(h['holdout_end'])}"
            f"{' - ' + html.escape(str(h['label'])) if h.get('label') else ''}</h2>",
            f'<p class="note">Training window ends {html.escape(h["train_end"])}; {h["n_days"]} holdout decision '
            f"days. Score: {html.escape(h['definition'])}</p>",
            _kv_table([
                ("answers (valid / all)", f"{s['n_valid']} / {s['n_answers']}"),
-               ("mean holdout score (valid answers)", _fmt(s.get("mean_score"))),
+               ("mean holdout score (valid answers) [95% CI]", _fmt(s.get("mean_score"))
+                + (f" [{_fmt(s.get('mean_score_lo'))}, {_fmt(s.get('mean_score_hi'))}]"
+                   if s.get("mean_score_lo") is not None else "")),
                ("answers scoring above 0", str(s.get("n_positive"))),
                ("distinct formula families", str(s.get("n_families"))),
                ("mean train CPCV (valid answers)", _fmt(s.get("mean_train_cpcv"))),
@@ -260,61 +174,105 @@ def _holdout_section(h: dict, others: list[dict]) -> list[str]:
                      _fmt(a.get("sharpe"), "+.2f"), _fmt(a.get("total_return"), "+.1%"),
                      html.escape(a["reason"]) if not a["valid"] else ""])
         classes.append("")
+    out += _baselines_part(h)
     out.append("<h3>Answers</h3>")
     out.append(_table(["formula", "valid", "holdout score", "train CPCV", "turnover/day", "holdout Sharpe",
                        "holdout return", "reason"], rows, left={0, 7}))
     return out
 
 
+def _baselines_part(h: dict) -> list[str]:
+    """The model-free baselines scored on the same window, and whether the answers' interval clears them."""
+    from alpha_gym.evaluation.baselines import beats, best_baseline
+    from alpha_gym.evaluation.report_comparison import baseline_table
+    rows = h.get("baselines") or []
+    if not rows:
+        return []
+    s, best = h["summary"], best_baseline(rows)
+    verdict = beats(s.get("mean_score_lo"), rows)
+    text = ("no interval to compare (fewer than 2 valid answers)" if verdict is None else
+            f"the answers' interval lies {'above' if verdict else '<b>not</b> above'} the best baseline, "
+            f"{html.escape(best['name'])} ({best['score']:+.2f})")
+    return ["<h3>Baselines (no model; same window and costs)</h3>", f'<p class="note">{text}.</p>',
+            baseline_table({"baselines": rows})]
+
+
+def _checkpoints_part(checkpoints: dict) -> list[str]:
+    rows = checkpoints.get("rows", [])
+    cols = ["step", "train_cpcv", "holdout_score", "n_valid", "n_families", "book_return", "book_sharpe"]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    fmts = {"train_cpcv": "+.2f", "holdout_score": "+.2f", "book_return": "+.1%", "book_sharpe": "+.2f"}
+    return ['<h2 id="checkpoints">Checkpoints</h2>',
+            f'<p class="note">Selection rule: {html.escape(checkpoints.get("rule", ""))}. '
+            f"Selected step: {checkpoints.get('selected_step')}.</p>",
+            _table(cols, [[_fmt(r.get(c), fmts.get(c, "")) for c in cols] for r in rows],
+                   classes=["sel" if r.get("selected") else "" for r in rows])]
+
+
+def _books_part(books: dict) -> list[str]:
+    rows = [[html.escape(s["method"]), str(s["n"]), _fmt(s.get("effective_bets"), ".1f"),
+             _fmt(s.get("median_cpcv"), "+.2f"), _fmt(s.get("mean_abs_corr"), ".2f"),
+             _fmt(s.get("sharpe"), "+.2f"), _fmt(s.get("max_drawdown"), ".1%")]
+            for s in books.get("selections", [])]
+    return ['<h2 id="books">Book selectors (training window)</h2>',
+            '<p class="note">Effective bets = 1 / sum of squared eigenvalue shares of the members\' '
+            "P&amp;L correlation matrix; book = equal-weight average of members' daily net P&amp;L.</p>",
+            _table(["selector", "members", "effective bets", "median CPCV", "mean |corr|", "Sharpe",
+                    "max drawdown"], rows, left={0})]
+
+
 def write_report(run_dir, out_name: str = REPORT_NAME) -> Path:
-    """Write `run_dir/report.html` from the files described in this module's docstring. Returns its path."""
-    from alpha_gym.evaluation.holdout import HOLDOUT_FORMAT
-    from alpha_gym.evaluation.selection import BOOKS_FORMAT, CHECKPOINTS_FORMAT
+    """Write `run_dir/report.html` from the files described in this module's docstring. Returns its path.
+
+    A comparison folder gets the comparison page, and each of its runs a page of its own.
+    """
+    from alpha_gym.evaluation.report_comparison import comparison_section, is_comparison, run_folders
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
+    if is_comparison(run_dir):
+        links = {}
+        for _, _, path in run_folders(run_dir):
+            try:
+                links[path] = write_report(path, out_name)
+            except FileNotFoundError:   # a run stopped before it wrote anything a page can show
+                pass
+        parts = comparison_section(run_dir, links)
+        return write_page(run_dir / out_name, page(f"alpha-gym comparison: {run_dir.name}", parts))
+    return write_page(run_dir / out_name, page(f"alpha-gym report: {run_dir.name}", _run_parts(run_dir)))
+
+
+def _run_parts(run_dir: Path) -> list[str]:
+    from alpha_gym.evaluation.holdout import HOLDOUT_FORMAT
+    from alpha_gym.evaluation.selection import BOOKS_FORMAT, CHECKPOINTS_FORMAT
     holdout = _load_json(run_dir / "holdout.json", HOLDOUT_FORMAT)
-    others = [d for p in sorted(run_dir.glob("holdout-*.json"))
+    others = [d for p in sorted(run_dir.glob("holdout-*.json"), key=_step_order)
               if (d := _load_json(p)) is not None and d.get("format") == HOLDOUT_FORMAT]
-    log = read_log(run_dir / "log.jsonl")
+    log = read_jsonl(run_dir / "log.jsonl")
     checkpoints = _load_json(run_dir / "checkpoints.json", CHECKPOINTS_FORMAT)
     books = _load_json(run_dir / "books.json", BOOKS_FORMAT)
     if holdout is None and not others and not log and checkpoints is None and books is None:
         raise FileNotFoundError(f"{run_dir} holds none of holdout.json, holdout-*.json, log.jsonl, "
                                 "checkpoints.json, books.json")
-    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>alpha-gym report: "
-             f"{html.escape(run_dir.name)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>"]
     if holdout is None and others:
         holdout, others = others[-1], others[:-1]
+    sections = [("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
+                ("training", "Training", bool(log)),
+                ("answers", "Answers", (run_dir / "completions.jsonl").is_file() and bool(log)),
+                ("books", "Book selectors", books is not None)]
+    nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t, present in sections if present)
+    parts = [f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>", f"<nav>{nav}</nav>"]
     if holdout is not None:
         parts += _holdout_section(holdout, others)
     if checkpoints is not None:
-        parts.append("<h2>Checkpoints</h2>")
-        parts.append(f'<p class="note">Selection rule: {html.escape(checkpoints.get("rule", ""))}. '
-                     f"Selected step: {checkpoints.get('selected_step')}.</p>")
-        rows = checkpoints.get("rows", [])
-        cols = ["step", "train_cpcv", "holdout_score", "n_valid", "n_families", "book_return", "book_sharpe"]
-        cols = [c for c in cols if any(c in r for r in rows)]
-        fmts = {"train_cpcv": "+.2f", "holdout_score": "+.2f", "book_return": "+.1%", "book_sharpe": "+.2f"}
-        parts.append(_table(cols, [[_fmt(r.get(c), fmts.get(c, "")) for c in cols] for r in rows],
-                            classes=["sel" if r.get("selected") else "" for r in rows]))
+        parts += _checkpoints_part(checkpoints)
+    parts += training_section(run_dir, log)
     if books is not None:
-        parts.append("<h2>Book selectors (training window)</h2>")
-        parts.append('<p class="note">Effective bets = 1 / sum of squared eigenvalue shares of the members\' '
-                     "P&amp;L correlation matrix; book = equal-weight average of members' daily net P&amp;L.</p>")
-        rows = [[html.escape(s["method"]), str(s["n"]), _fmt(s.get("effective_bets"), ".1f"),
-                 _fmt(s.get("median_cpcv"), "+.2f"), _fmt(s.get("mean_abs_corr"), ".2f"),
-                 _fmt(s.get("sharpe"), "+.2f"), _fmt(s.get("max_drawdown"), ".1%")]
-                for s in books.get("selections", [])]
-        parts.append(_table(["selector", "members", "effective bets", "median CPCV", "mean |corr|", "Sharpe",
-                             "max drawdown"], rows, left={0}))
-    if log:
-        parts.append("<h2>Training</h2>")
-        parts.append(_img(plot_training(log), "training curves"))
-    parts.append("</body></html>")
-    path = run_dir / out_name
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(p for p in parts if p), encoding="utf-8")
-    tmp.replace(path)
-    return path
+        parts += _books_part(books)
+    return parts
+
+
+def _step_order(path: Path):
+    """holdout-step-10.json after holdout-step-9.json (numbers in a name compared as numbers)."""
+    tail = path.stem.rsplit("-", 1)[-1]
+    return (0, int(tail), "") if tail.isdigit() else (1, 0, path.name)
