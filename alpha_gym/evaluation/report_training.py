@@ -139,7 +139,7 @@ def _formula(answer: str) -> str:
     return f if f is not None else (answer or "")
 
 
-def answers_table(rows: list[dict], priorities: dict) -> str:
+def answers_table(rows: list[dict]) -> str:
     """Answers with reward, advantage and the 12 channels (R1..R12); invalid rows greyed with their reason."""
     headers = ["step", "answer (formula)", "reward", "adv.", *[f"R{k}" for k in range(1, len(CHANNELS) + 1)]]
     body, classes = [], []
@@ -154,7 +154,7 @@ def answers_table(rows: list[dict], priorities: dict) -> str:
     return table(headers, body, left={1}, classes=classes)
 
 
-def checkpoint_answers(completions: list[dict], steps: list[int], priorities: dict, k: int = 3) -> list[str]:
+def checkpoint_answers(completions: list[dict], steps: list[int], k: int = 3) -> list[str]:
     """For each checkpoint: the k best and k worst answers (by reward) of the steps since the previous one."""
     out = []
     previous = 0
@@ -166,7 +166,7 @@ def checkpoint_answers(completions: list[dict], steps: list[int], priorities: di
         ranked = sorted(window, key=lambda r: -r["reward"])
         valid = sum(bool(r.get("valid")) for r in window)
         out.append(f"<h3>Checkpoint {c}: steps {window[0]['step']}..{c}, {len(window)} answers, {valid} valid</h3>")
-        out.append(answers_table(ranked[:k] + ranked[-k:] if len(ranked) > 2 * k else ranked, priorities))
+        out.append(answers_table(ranked[:k] + ranked[-k:] if len(ranked) > 2 * k else ranked))
     return out
 
 
@@ -199,5 +199,5 @@ def training_section(run_dir: Path, log: list[dict]) -> list[str]:
         parts.append("<h2 id=\"answers\">Best and worst answers at each checkpoint</h2>")
         parts.append(f'<p class="note">From completions.jsonl: the three highest and three lowest rewards of the '
                      f"steps since the previous checkpoint. Channels: {esc(legend)}.</p>")
-        parts += checkpoint_answers(completions, checkpoint_steps(run_dir, last.get("step")), priorities)
+        parts += checkpoint_answers(completions, checkpoint_steps(run_dir, last.get("step")))
     return parts
