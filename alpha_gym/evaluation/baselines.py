@@ -76,17 +76,22 @@ def mean_interval(values: Sequence[float], n_boot: int = 2000, seed: int = 0) ->
 def score_baselines(evaluator, baselines: Sequence[Baseline] | None = None, n_boot: int = 2000) -> list[dict[str, Any]]:
     """Score every baseline with a `HoldoutEvaluator`; one JSON-safe row each, in the given order."""
     rows = []
-    cache: dict = {}
     for b in all_baselines() if baselines is None else baselines:
-        results = [evaluator.score(f, cache) for f in b.formulas]
-        valid = [r for r in results if r.valid]
-        scores = [r.score for r in valid]
-        book, _ = evaluator.book(valid)
+        # no shared cache and only a running sum of weights: memory stays flat on 496 stocks, 82 formulas
+        total = np.zeros((evaluator.panel.n_days, evaluator.panel.n_stocks))
+        scores, forms = [], set()
+        for f in b.formulas:
+            r = evaluator.score(f)
+            if r.valid:
+                total += r.weights
+                scores.append(r.score)
+                forms.add(r.form)
+        book, _ = evaluator.book_from_weights(total / max(1, len(scores)), len(scores))
         interval = mean_interval(scores, n_boot)
         rows.append({"name": b.name, "kind": b.kind, "formulas": list(b.formulas), "n": len(b.formulas),
-                     "n_valid": len(valid), "score": finite_or_none(float(np.mean(scores))) if scores else None,
+                     "n_valid": len(scores), "score": finite_or_none(float(np.mean(scores))) if scores else None,
                      "lo": interval[0] if interval else None, "hi": interval[1] if interval else None,
-                     "n_families": len({r.form for r in valid}), "book": book.to_dict()})
+                     "n_families": len(forms), "book": book.to_dict()})
     return rows
 
 
