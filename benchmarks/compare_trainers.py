@@ -342,13 +342,14 @@ def write_table(report, scale_name, out: Path) -> str:
                       f"({best['score']:+.2f}); a rung is above them when its interval's lower end is higher. The reference's "
                       "formulas were chosen on data through 2025-08, which may include this window: a high bar, "
                       "not an ex-ante one; the motifs are ex-ante.",
-                  "", "| baseline | formulas (valid) | score [95% CI] | families | book Sharpe | beta | max DD |",
-                  "|---|---|---|---:|---:|---:|---:|"]
+                  "", "| baseline | formulas (valid) | score [95% CI] | families | turnover/day (median) | book Sharpe | beta | "
+                  "max DD |", "|---|---|---|---:|---:|---:|---:|---:|"]
         for b in baselines:
             what = f"`{b['formulas'][0]}`" if b["n"] == 1 else f"{b['n_valid']} of {b['n']}"
             ci = f" [{_fmt(b['lo'], '+.2f')}, {_fmt(b['hi'], '+.2f')}]" if b["lo"] is not None else ""
             bk = b["book"]
             lines.append(f"| {b['name']} | {what} | {_fmt(b['score'], '+.2f')}{ci} | {b['n_families']} | "
+                         f"{_fmt(b.get('median_turnover'), '.0%')} | "
                          f"{_fmt(bk['sharpe'], '+.2f')} | {_fmt(bk['beta'], '+.2f')} | {_fmt(bk['max_drawdown'], '.1%')} |")
     text = "\n".join(lines) + "\n"
     (out / "comparison.md").write_text(text)

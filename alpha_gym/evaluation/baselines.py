@@ -79,19 +79,21 @@ def score_baselines(evaluator, baselines: Sequence[Baseline] | None = None, n_bo
     for b in all_baselines() if baselines is None else baselines:
         # no shared cache and only a running sum of weights: memory stays flat on 496 stocks, 82 formulas
         total = np.zeros((evaluator.panel.n_days, evaluator.panel.n_stocks))
-        scores, forms = [], set()
+        scores, forms, turnovers = [], set(), []
         for f in b.formulas:
             r = evaluator.score(f)
             if r.valid:
                 total += r.weights
                 scores.append(r.score)
                 forms.add(r.form)
+                turnovers.append(r.turnover)
         book, _ = evaluator.book_from_weights(total / max(1, len(scores)), len(scores))
         interval = mean_interval(scores, n_boot)
         rows.append({"name": b.name, "kind": b.kind, "formulas": list(b.formulas), "n": len(b.formulas),
                      "n_valid": len(scores), "score": finite_or_none(float(np.mean(scores))) if scores else None,
                      "lo": interval[0] if interval else None, "hi": interval[1] if interval else None,
-                     "n_families": len(forms), "book": book.to_dict()})
+                     "n_families": len(forms), "median_turnover": float(np.median(turnovers)) if turnovers else None,
+                     "book": book.to_dict()})
     return rows
 
 
