@@ -805,6 +805,36 @@ def test_convention_rank_is_bit_identical_to_the_pandas_formula():
     assert np.array_equal(ops.rank(x), want, equal_nan=True)  # (r - 1) / (n - 1), a division
 
 
+@pytest.mark.parametrize("case", ["ulps", "ulps_everywhere", "zeros_and_signs", "ties_and_nan", "extremes"])
+def test_rank_packed_sort_is_exact_on_values_a_few_ulps_apart(case):
+    """`rank` sorts int64 keys whose low bits hold the column (see ops._sort_rows); values that differ
+    only in those bits, ties, -0.0/0.0, NaN and +-inf must still rank exactly as pandas does, in
+    blocks where such values are rare and where they are everywhere (the argsort fallback)."""
+    import pandas as pd
+    rng = np.random.default_rng(len(case))
+    T, N = 700, 496  # several row blocks of 496 stocks: 9 bits of column in every key
+    if case == "ulps":  # a few cells per row equal but for their last bits, among ordinary values
+        x = rng.standard_normal((T, N))
+        x[:, :8] = 0.1 + rng.integers(-40, 40, (T, 8)) * np.spacing(0.1)
+    elif case == "ulps_everywhere":  # as rank(a) - rank(b): most cells a few ulps from another
+        x = 1.0 + rng.integers(0, 1 << 11, (T, N)) * np.spacing(1.0)
+        x[rng.random((T, N)) < 0.5] *= -1.0
+    elif case == "zeros_and_signs":
+        x = rng.choice([0.0, -0.0, 1e-300, -1e-300, 5e-324, -5e-324, 2.0], (T, N))
+    elif case == "ties_and_nan":
+        x = np.round(rng.standard_normal((T, N)) * 3)
+        x[rng.random((T, N)) < 0.1] = np.nan
+        x[:50] = np.round(rng.standard_normal((50, N)), 12)  # untied rows next to tied ones
+    else:
+        x = rng.choice([np.inf, -np.inf, np.nan, 1e308, -1e308, 1.0, np.nextafter(1.0, 2.0)], (T, N))
+    clean = np.where(np.isinf(x), np.nan, x)  # kernels read +-inf as missing
+    df = pd.DataFrame(clean)
+    want = ((df.rank(axis=1) - 1.0).div(df.notna().sum(axis=1) - 1.0, axis=0)).to_numpy()
+    got = ops.rank(x)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got.view(np.int64)[~np.isnan(got)], want.view(np.int64)[~np.isnan(want)])
+
+
 def test_convention_ts_rank_window_includes_today():
     x = np.array([[10.0], [12.0], [11.0], [15.0], [13.0], [13.0]])
     out = ops.ts_rank(x, 5)[:, 0]

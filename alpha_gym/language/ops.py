@@ -31,7 +31,8 @@ Algorithms (pure numpy; no Python loop over rows or stocks):
 * Work is done on column chunks whose temporaries stay cache-sized.
 * ``ts_rank`` counts, for each of the ``d - 1`` lags, the cells below / not above
   today (uint8 counters over cache-sized row chunks): O(T*N*d) but branch-free.
-* ``rank`` is one ``argsort`` per row, vectorised tie groups and a flat scatter.
+* ``rank`` is one sort per row (packed int64 keys, see :func:`_sort_rows`),
+  vectorised tie groups and a flat scatter.
 """
 
 from __future__ import annotations
@@ -708,36 +709,110 @@ def ts_rank(x, d):
 _CS_CHUNK_CELLS = 1 << 16
 
 
-def _rank_rows(a: np.ndarray, out: np.ndarray) -> None:
-    """`rank` of a block of rows, written into ``out``."""
+#: xor mask that reverses the order of negative float64 bit patterns read as int64
+_NEGATIVE_FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _sort_rows(key: np.ndarray, packed: bool = True) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Per-row ascending order of a finite-or-+inf float64 block, as flat indices into the
+    block (the order inside ties is arbitrary), and the sorted values.
+
+    numpy sorts int64 with x86-simd-sort on AVX2 but argsorts float64 with a scalar loop
+    (3-4x slower), so each value becomes an int64 of the same order (its IEEE-754 bits,
+    negatives reversed), its lowest bits are replaced by its column, and those packed keys
+    are sorted.  Cells whose values differ only in the replaced bits (a few ulps apart, as
+    the same difference of two prices computed from other prices) then sit together in
+    column order; one more sort of just those cells on (group, low bits, place) puts them
+    in exact order (or, where such cells are most of the block, the rows out of order are
+    argsorted, and the third value, True, says the packed sort did not pay; ``packed=False``
+    argsorts from the start).  `rank` depends only on the sorted values and on which cells are equal,
+    so it is bit-identical to one computed with ``argsort``.
+    """
+    T, N = key.shape
+    rowoff = (np.arange(T, dtype=np.int64) * N)[:, None]
+    bits = max(1, int(N - 1).bit_length())
+    n_place = max(1, int(T * N - 1).bit_length())
+    if not packed or bits + 2 * n_place > 62:  # (too many cells for the packed keys below)
+        order = np.argsort(key, axis=1) + rowoff
+        return order, key.reshape(-1).take(order), False
+    full = (key + 0.0).view(np.int64)  # a copy; + 0.0 gives -0.0 and 0.0 one key
+    flip = full >> 63  # -1 on negative values (arithmetic shift), else 0
+    flip &= _NEGATIVE_FLIP
+    full ^= flip  # now full's int64 order is key's float order
+    low_mask = np.int64((1 << bits) - 1)
+    order = full & ~low_mask
+    order |= np.arange(N, dtype=np.int64)
+    order.sort(axis=1)
+    order &= low_mask  # the column of each sorted cell
+    order += rowoff
+    srt = key.reshape(-1).take(order)
+    if (srt[:, 1:] < srt[:, :-1]).any():  # some cells equal in their high bits are out of order
+        exact = full.reshape(-1).take(order)
+        high = exact >> bits
+        link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: cell j is in cell j-1's group
+        np.equal(high[:, 1:], high[:, :-1], out=link[:, 1:N])
+        member = link[:, :N] | link[:, 1:]  # the cells of groups of two or more (never across rows)
+        cells = np.flatnonzero(member)
+        if 4 * cells.size > T * N:  # most cells: argsort the rows that are out of order instead
+            rows = np.flatnonzero((srt[:, 1:] < srt[:, :-1]).any(axis=1))
+            order[rows] = np.argsort(key[rows], axis=1) + rowoff[rows]
+            srt[rows] = key.reshape(-1).take(order[rows])
+            return order, srt, True
+        group = np.cumsum(~link[:, :N].reshape(-1)[cells])  # 1-based group of each of those cells
+        place = max(1, int(cells.size - 1).bit_length())
+        group <<= bits + place
+        low = exact.reshape(-1)[cells] & low_mask
+        low <<= place
+        group |= low
+        group |= np.arange(cells.size, dtype=np.int64)
+        group.sort()
+        group &= np.int64((1 << place) - 1)  # each cell's place among `cells`, now in exact order
+        for sorted_ in (order.reshape(-1), srt.reshape(-1)):
+            sorted_[cells] = sorted_[cells[group]]
+    return order, srt, False
+
+
+def _rank_rows(a: np.ndarray, out: np.ndarray, packed: bool = True) -> bool:
+    """`rank` of a block of rows, written into ``out``; True where the packed sort did not pay
+    (see :func:`_sort_rows`)."""
     T, N = a.shape
     nan = np.isnan(a)
     has_nan = nan.any()
     den = np.full(T, N - 1.0)
     if has_nan:
-        den -= np.count_nonzero(nan, axis=1)  # n - 1: 0 for n = 1 -> 0 / 0 = NaN
+        n_nan = np.count_nonzero(nan, axis=1)
+        den -= n_nan  # n - 1: 0 for n = 1 -> 0 / 0 = NaN
     key = np.where(nan, np.inf, a) if has_nan else a  # NaN sorted last
-    order = np.argsort(key, axis=1)  # vectorised (x86-simd-sort) on AVX-512 builds
-    rowoff = (np.arange(T, dtype=order.dtype) * N)[:, None]
-    order += rowoff
-    flat = order.reshape(-1)
-    srt = key.reshape(-1).take(flat).reshape(T, N)
+    order, srt, unpaid = _sort_rows(key, packed)
     is_start = np.empty((T, N), dtype=bool)  # first cell of a run of equal sorted values
     is_start[:, 0] = True
     np.not_equal(srt[:, 1:], srt[:, :-1], out=is_start[:, 1:])
+    if has_nan:  # NaN cells (last, as +inf) are written NaN at the end: their runs do not matter
+        is_start |= np.arange(N) >= (N - n_nan)[:, None]
     pos = srt  # reuse: 0-based average position of every sorted cell
-    if not is_start[:, 1:].all():  # a tie (between valid cells, or NaN cells sorted last as +inf)
-        # runs never cross rows (every row starts one): each run's average position, repeated
+    alone = is_start.copy()  # a run of one cell: it keeps its place
+    alone[:, :-1] &= is_start[:, 1:]
+    n_tied = alone.size - np.count_nonzero(alone)
+    # runs never cross rows (every row starts one): each run's average position, repeated
+    if 4 * n_tied > alone.size:  # ties everywhere: every run of the block
         starts = np.flatnonzero(is_start.reshape(-1))
         lengths = np.diff(starts, append=T * N)
         avg = starts - (starts // N) * N + 0.5 * (lengths - 1)
         pos.reshape(-1)[...] = np.repeat(avg, lengths)
-    else:
+    else:  # only the runs of two or more cells
         pos[...] = np.arange(N, dtype=np.float64)
+        if n_tied:
+            tied = np.flatnonzero(~alone.reshape(-1))  # their cells, in sorted order
+            first = np.flatnonzero(is_start.reshape(-1)[tied])
+            starts = tied[first]
+            lengths = np.diff(first, append=tied.size)
+            avg = starts - (starts // N) * N + 0.5 * (lengths - 1)
+            pos.reshape(-1)[tied] = np.repeat(avg, lengths)
     pos /= den[:, None]  # a division (not * 1/(n-1)): bit-identical to pandas' (r - 1) / (n - 1)
-    out.reshape(-1)[flat] = pos.reshape(-1)
+    out.reshape(-1)[order.reshape(-1)] = pos.reshape(-1)
     if has_nan:
         np.copyto(out, np.nan, where=nan)
+    return unpaid
 
 
 @_kernel(sweep_inf=False)
@@ -745,9 +820,9 @@ def rank(x):
     """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
 
     NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
-    One ``argsort`` per row, tie runs get their average position (run starts and lengths,
-    one ``np.repeat``), and a flat scatter writes the ranks back; all of it on cache-sized
-    blocks of rows.
+    One sort per row (:func:`_sort_rows`), the runs of equal values in rows that have them
+    get their average position (run starts and lengths, one ``np.repeat``), and a flat
+    scatter writes the ranks back; all of it on cache-sized blocks of rows.
     """
     a = _panel(x)
     T, N = a.shape
@@ -755,8 +830,12 @@ def rank(x):
         return _nan_panel(a.shape)
     out = np.empty((T, N))
     rows = max(1, _CS_CHUNK_CELLS // N)
-    for r0 in range(0, T, rows):
-        _rank_rows(a[r0:r0 + rows], out[r0:r0 + rows])
+    skip = 0  # blocks left to argsort directly: neighbouring days are alike, so after a block
+    for r0 in range(0, T, rows):  # where the packed sort did not pay, the next few skip it
+        if _rank_rows(a[r0:r0 + rows], out[r0:r0 + rows], packed=skip == 0):
+            skip = 4
+        elif skip:
+            skip -= 1
     return out
 
 
