@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alpha_gym import Verifier, VerifierConfig
-from alpha_gym.stress.geometry import (TARGET_NAMES, auc, correlation_matrix, geometry_targets, projector_drift,
+from alpha_gym.stress.geometry import (TARGET_NAMES, auc, auc_interval, correlation_matrix, geometry_targets, projector_drift,
                                        r3_value, stylised_facts, window_targets)
 
 FORMULAS = ["rank(-ts_delta(close, 5))", "rank(volume / ts_mean(volume, 10))", "-ts_corr(close, volume, 10)",
@@ -134,6 +134,32 @@ def test_r3_value_formula_and_bounds():
     for base in (-2.0, 0.0, 3.0):
         for scores in ([-5, -1, 0, 2], [10, 10, 10, 10], [-30, 0, 0, 0]):
             assert -1.0 <= r3_value(base, scores)[0] <= 0.0
+
+
+def test_auc_interval_brackets_the_auc_and_narrows_with_more_formulas():
+    rng = np.random.default_rng(0)
+    assert auc_interval([3, 2, 1, 0], [True, True, False, False]) == (1.0, 1.0)
+    assert auc_interval([1.0] * 6, [True, False] * 3) == (0.5, 0.5)  # all tied: exactly chance
+    assert all(math.isnan(v) for v in auc_interval([1, 2, 3], [True, True, True]))
+    # a weak real signal: the interval holds the point AUC; on 40 formulas it straddles 0.5, on 800 it does not
+    widths = []
+    for n in (40, 800):
+        y = rng.random(n) < 0.6
+        score = rng.standard_normal(n) + 0.5 * y
+        lo, hi = auc_interval(score, y)
+        a = auc(score, y)
+        assert lo <= a <= hi
+        widths.append(hi - lo)
+        if n == 40:
+            assert lo < 0.5 < hi or hi - lo > 0.2
+        else:
+            assert 0.5 < lo and hi - lo < 0.1
+    assert widths[1] < widths[0] / 3
+    # ties count half, as in `auc`: a resample's rank-sum AUC agrees with the pairwise one
+    score = np.round(rng.standard_normal(300))
+    y = rng.random(300) < 0.5
+    lo, hi = auc_interval(score, y, n_boot=4000)
+    assert abs((lo + hi) / 2 - auc(score, y)) < 0.02
 
 
 def test_auc_and_stylised_facts():
@@ -357,6 +383,10 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == (0 if ck.read_manifest(out)["gates"]["passed"] else 1)
     assert "stylised facts" in text and "scenarios" in text
+    args = parser.parse_args(["stress", "validate", str(out), "--random", "20", "--no-alpha101"])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "95% bootstrap interval" in text and "earlier CPCV itself" in text
     args = parser.parse_args(["stress", "validate", str(out), "--apply", "--json"])
     assert args.func(args) == 0
     result = json.loads(capsys.readouterr().out.split("\nswitched off")[0])
@@ -367,6 +397,9 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     assert manifest["validation"]["candidates"] == result["candidates"]
     for name, reason in manifest["scenarios"]["switched_off"].items():
         assert not manifest["scenarios"]["enabled"][name] and reason
+    for name, on in manifest["scenarios"]["enabled"].items():  # on only where the interval lies above 0.5
+        lo, hi = result["auc_interval"][name]
+        assert not on or (lo > 0.5 and lo <= result["auc"][name] <= hi)
 
 
 # --------------------------------------------------------------------------- real data (slow)

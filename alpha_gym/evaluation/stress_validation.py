@@ -11,10 +11,15 @@ part (CPCV > 0 there), we record
 
 Per scenario, the AUC is the probability that a formula that holds up has a
 smaller drop than one that does not (ties count half): 0.5 is chance, above
-0.5 the scenario's drop is informative, below 0.5 it ranks worse than chance
-and should be switched off (`--apply` does that in the manifest). The same is
-reported for the mean drop over the enabled scenarios (what R3 uses), and,
-for reference, for the earlier CPCV itself.
+0.5 the scenario's drop is informative. Each AUC comes with a 95% bootstrap
+interval over the formulas, and a scenario earns its place only where that
+interval lies above 0.5 (`--apply` switches the others off in the manifest).
+The same is reported for the mean drop over the enabled scenarios (what R3
+uses), and, for reference, for the earlier CPCV itself.
+
+The pool: a grid of reversal / momentum / volume / volatility / shape signals,
+the archive's seeds, the 82 industry-free Alpha101s (paper limits), all with
+both signs, and seeded random formulas from the task sampler.
 
 Caveat, stated plainly: the world model was fitted on the whole train window,
 so its weights have seen the later part's market (not the formulas, and each
@@ -31,7 +36,7 @@ import numpy as np
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS
-from alpha_gym.stress.geometry import auc
+from alpha_gym.stress.geometry import auc, auc_interval
 
 #: Base signals of the pool ({w}: a lookback window).
 _BASES = (
@@ -44,10 +49,11 @@ _BASES = (
 _WINDOWS = (5, 10, 20, 40, 60, 120)
 
 
-def default_formulas() -> list[str]:
-    """A fixed pool of ~340 formulas: 13 reversal / momentum / volume / volatility / shape signals over six
-    windows, raw and smoothed (10-day linear decay of the rank, which trades less), both signs; and the
-    archive's Alpha101-style seeds with their negations."""
+def default_formulas(n_random: int = 0, alpha101: bool = False, seed: int = 0) -> list[str]:
+    """A fixed pool: 13 reversal / momentum / volume / volatility / shape signals over six windows, raw
+    and smoothed (10-day linear decay of the rank, which trades less), both signs; the archive's
+    Alpha101-style seeds with their negations (~340 so far); with `alpha101` the 82 industry-free
+    Alpha101s and their negations; and `n_random` formulas of the task sampler (seeded)."""
     from alpha_gym.scoring.seeds import SEED_FORMULAS
     pool = []
     for base in _BASES:
@@ -57,11 +63,20 @@ def default_formulas() -> list[str]:
                 pool.append(f"{sign}rank({x})")
                 pool.append(f"{sign}ts_decay_linear(rank({x}), 10)")
     pool += list(SEED_FORMULAS) + [f"-1 * ({f})" for f in SEED_FORMULAS]
+    if alpha101:
+        from alpha_gym.alpha101 import formulas
+        paper = list(formulas(industry_free=True).values())
+        pool += paper + [f"-1 * ({f})" for f in paper]
+    if n_random:
+        from alpha_gym.language.sample import random_formula
+        rng = np.random.default_rng(seed)
+        pool += [random_formula(rng) for _ in range(n_random)]
     return list(dict.fromkeys(pool))
 
 
-def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=None) -> dict:
-    """AUC per scenario (see the module docstring). `panel` must be the checkpoint's panel."""
+def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=None, n_boot: int = 2000) -> dict:
+    """AUC per scenario with its bootstrap interval (see the module docstring). `panel` must be the
+    checkpoint's panel; `formulas` defaults to `default_formulas(300, alpha101=True)`."""
     from alpha_gym.language import FormulaError
     from alpha_gym.scoring.config import VerifierConfig
     from alpha_gym.scoring.verifier import Verifier
@@ -69,8 +84,10 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
     d = Path(directory)
     manifest = ck.read_manifest(d)
     ck.check_data(manifest, panel, d)
-    formulas = default_formulas() if formulas is None else list(formulas)
-    config = (config or VerifierConfig()).with_(archive_seed=False, stress_checkpoint=None)
+    from alpha_gym.alpha101 import PAPER_LIMITS
+    formulas = default_formulas(300, alpha101=True) if formulas is None else list(formulas)
+    # the paper's limits: the Alpha101s are longer than an answer may be; the grid and the sampler fit either
+    config = (config or VerifierConfig()).with_(archive_seed=False, stress_checkpoint=None, limits=PAPER_LIMITS)
     with blas_threads(1):
         panels, _ = load_or_build(d, panel, manifest)
         cut_index = int(panel.n_days * split) - 1
@@ -98,13 +115,19 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
     drops = {name: np.array([max(0.0, r["early_cpcv"] - r["world_cpcv"][name]) for r in rows]) for name in panels}
     enabled = [s for s in SCENARIOS if manifest["scenarios"]["checks"].get(s, {}).get("moved", False)]
     mean_drop = (np.mean([drops[s] for s in enabled], axis=0) if enabled and rows else np.zeros(len(rows)))
+    early_cpcv = np.array([r["early_cpcv"] for r in rows])
     result = {
         "split_last_earlier_session": str(cut), "first_later_session": str(after),
         "formulas": len(formulas), "candidates": len(rows), "hold_up": int(labels.sum()),
         "fail": int((~labels).sum()),
         "auc": {name: auc(-drops[name], labels) for name in SCENARIOS if name in drops},
+        "auc_interval": {name: list(auc_interval(-drops[name], labels, n_boot)) for name in SCENARIOS
+                         if name in drops},
         "auc_mean_drop": auc(-mean_drop, labels),
-        "auc_early_cpcv": auc(np.array([r["early_cpcv"] for r in rows]), labels),
+        "auc_mean_drop_interval": list(auc_interval(-mean_drop, labels, n_boot)),
+        "auc_early_cpcv": auc(early_cpcv, labels),
+        "auc_early_cpcv_interval": list(auc_interval(early_cpcv, labels, n_boot)),
+        "enabled_for_mean_drop": enabled,
         "mean_drop": {name: float(drops[name].mean()) if rows else 0.0 for name in drops},
         "note": "drops on the earlier part; hold up = net Sharpe > 0 on the later part; the world model's weights "
                 "were fitted on the whole train window",
@@ -114,7 +137,8 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
 
 
 def apply(directory, result: dict, threshold: float = 0.5) -> dict:
-    """Record a validation in the manifest and switch off scenarios whose AUC is below `threshold`."""
+    """Record a validation in the manifest and keep on only the scenarios whose AUC interval lies above
+    `threshold` (its lower end; a point AUC alone where a result carries no interval)."""
     d = Path(directory)
     manifest = ck.read_manifest(d)
     manifest["validation"] = {k: v for k, v in result.items() if k != "rows"}
@@ -123,10 +147,14 @@ def apply(directory, result: dict, threshold: float = 0.5) -> dict:
     for name in SCENARIOS:
         moved = manifest["scenarios"]["checks"].get(name, {}).get("moved", False)
         a = result["auc"].get(name, float("nan"))
+        lo, hi = result.get("auc_interval", {}).get(name, (a, a))
+        a, lo, hi = (float("nan") if v is None else v for v in (a, lo, hi))
         if not moved:
             switched[name] = "does not move its statistic in the intended direction"
-        elif np.isfinite(a) and a < threshold:
-            switched[name] = f"validation AUC {a:.3f} < {threshold}"
+        elif not np.isfinite(lo):
+            switched[name] = "no validation AUC (every candidate formula held up, or none did)"
+        elif not lo > threshold:
+            switched[name] = f"validation AUC {a:.3f} [{lo:.3f}, {hi:.3f}] does not lie above {threshold}"
         manifest["scenarios"]["enabled"][name] = bool(moved and name not in switched)
     manifest["scenarios"]["switched_off"] = switched
     ck.write_json(d / ck.MANIFEST_FILE, manifest)

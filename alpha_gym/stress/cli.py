@@ -100,11 +100,19 @@ def format_gates(manifest: dict, directory="") -> str:
                      f"({c['intended']}: {'moved' if c['moved'] else 'DID NOT MOVE'}){'  ' + why if why else ''}")
     v = manifest.get("validation")
     if v:
+        iv = v.get("auc_interval", {})
         lines.append(f"validation AUC ({v['candidates']} formulas, {v['hold_up']} hold up): "
-                     + ", ".join(f"{k} {_fmt(a, '.3f')}" for k, a in v["auc"].items())
-                     + f"; mean drop {_fmt(v['auc_mean_drop'], '.3f')}")
+                     + ", ".join(f"{k} {_fmt(a, '.3f')}{_interval(iv.get(k))}" for k, a in v["auc"].items())
+                     + f"; mean drop {_fmt(v['auc_mean_drop'], '.3f')}{_interval(v.get('auc_mean_drop_interval'))}")
     lines.append(f"R3 with this model: {'ON' if g['passed'] and any(sc['enabled'].values()) else 'OFF'}")
     return "\n".join(lines)
+
+
+def _interval(iv) -> str:
+    """' [lo, hi]' of an AUC interval, '' when there is none."""
+    if not iv or any(v is None or not math.isfinite(v) for v in iv):
+        return ""
+    return f" [{iv[0]:.3f}, {iv[1]:.3f}]"
 
 
 def cmd_check(args) -> int:
@@ -130,18 +138,24 @@ def cmd_validate(args) -> int:
               file=sys.stderr)
         return 2
     panel = _load(load["data"], load["universe"], load["start"], load["end"])
-    result = validate(args.dir, panel, split=args.split, config=settings_from_args(args).verifier)
+    from alpha_gym.evaluation.stress_validation import default_formulas
+    pool = default_formulas(args.random, alpha101=not args.no_alpha101, seed=args.seed)
+    result = validate(args.dir, panel, pool, split=args.split, config=settings_from_args(args).verifier)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
     else:
         print(f"earlier part ..{result['split_last_earlier_session']}, later part {result['first_later_session']}..; "
               f"{result['candidates']} of {result['formulas']} formulas trade and score > 0 on the earlier part; "
               f"{result['hold_up']} hold up (later net Sharpe > 0), {result['fail']} do not")
-        print("AUC of -drop for 'holds up' (0.5 = chance; below: worse than chance):")
+        print("AUC of -drop for 'holds up' [95% bootstrap interval over formulas] (0.5 = chance; a scenario "
+              "earns its place only where the interval lies above 0.5):")
         for name, a in result["auc"].items():
-            print(f"  {name:<12} {_fmt(a, '.3f')}   mean drop {result['mean_drop'][name]:.3f}")
-        print(f"  {'mean drop':<12} {_fmt(result['auc_mean_drop'], '.3f')}")
-        print(f"  (earlier CPCV itself: {_fmt(result['auc_early_cpcv'], '.3f')})")
+            print(f"  {name:<12} {_fmt(a, '.3f')}{_interval(result['auc_interval'][name])}"
+                  f"   mean drop {result['mean_drop'][name]:.3f}")
+        print(f"  {'mean drop':<12} {_fmt(result['auc_mean_drop'], '.3f')}"
+              f"{_interval(result['auc_mean_drop_interval'])}   (scenarios {', '.join(result['enabled_for_mean_drop'])})")
+        print(f"  (earlier CPCV itself: {_fmt(result['auc_early_cpcv'], '.3f')}"
+              f"{_interval(result['auc_early_cpcv_interval'])})")
         print("note: " + result["note"])
     if args.apply:
         manifest = apply(args.dir, result, args.threshold)
@@ -179,8 +193,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_data_args(v)
     add_settings_args(v)
     v.add_argument("--split", type=float, default=2.0 / 3.0, help="share of the train window in the earlier part")
-    v.add_argument("--apply", action="store_true", help="record the result and switch off scenarios below "
-                                                        "--threshold")
+    v.add_argument("--random", type=int, default=300, help="random formulas of the task sampler in the pool")
+    v.add_argument("--seed", type=int, default=0, help="seed of the random formulas")
+    v.add_argument("--no-alpha101", action="store_true", help="leave the 82 Alpha101s out of the pool")
+    v.add_argument("--apply", action="store_true", help="record the result and switch off the scenarios "
+                                                        "whose AUC interval does not lie above --threshold")
     v.add_argument("--threshold", type=float, default=0.5)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_validate)
