@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="default", choices=("tiny", "small", "default"))
     ap.add_argument("--steps", type=int)
     ap.add_argument("--report", help="write the numbers as JSON here")
-    ap.add_argument("--apply", action="store_true", help="switch off scenarios with validation AUC < 0.5")
+    ap.add_argument("--apply", action="store_true", help="switch off scenarios whose validation AUC interval does not lie above 0.5")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="timing repeats per formula")
     args = ap.parse_args(argv)
@@ -107,9 +107,12 @@ def main(argv=None) -> int:
     print(f"\nscenario validation ({time.perf_counter() - t:.0f} s): "
           f"earlier part ..{result['split_last_earlier_session']},"
           f" {result['candidates']} candidate formulas, {result['hold_up']} hold up, {result['fail']} do not")
+    def iv(pair):
+        return f"[{pair[0]:.3f}, {pair[1]:.3f}]"
     for name, a in result["auc"].items():
-        print(f"  AUC {name:<12} {a:.3f}  (mean drop {result['mean_drop'][name]:.3f})")
-    print(f"  AUC mean drop    {result['auc_mean_drop']:.3f}   (earlier CPCV alone: {result['auc_early_cpcv']:.3f})")
+        print(f"  AUC {name:<12} {a:.3f} {iv(result['auc_interval'][name])}  (mean drop {result['mean_drop'][name]:.3f})")
+    print(f"  AUC mean drop    {result['auc_mean_drop']:.3f} {iv(result['auc_mean_drop_interval'])}   "
+          f"(earlier CPCV alone: {result['auc_early_cpcv']:.3f} {iv(result['auc_early_cpcv_interval'])})")
     if args.apply:
         m = apply(args.out, result)
         print("switched off:", m["scenarios"]["switched_off"] or "none")
