@@ -32,7 +32,8 @@ def cmd_score(args) -> int:
     if (args.formula is None) == (args.answer is None):
         print("alpha-gym score: give a FORMULA or --answer TEXT (one of them)", file=sys.stderr)
         return 2
-    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
+    flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+    verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
     result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=False))
@@ -150,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("formula", nargs="?", help="a formula, e.g. 'rank(-ts_delta(close, 5))'")
     p.add_argument("--answer", help="a raw model answer holding <alpha>...</alpha>")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
+                   help="R3's world model: a fitted model's folder, 'auto' (default: the model `alpha-gym stress "
+                        "fit` registered for this panel) or 'none' (R3 off)")
     add_data_args(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_score)

@@ -426,6 +426,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, help="override the scale's steps per rung")
     ap.add_argument("--report-only", action="store_true",
                     help="no training: the table from the answers already under --results (any seeds, any session)")
+    ap.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
+                    help="R3's world model for every rung (default: the settings', 'auto': the model `alpha-gym "
+                         "stress fit` registered for the train panel)")
     add_settings_args(ap)
     args = ap.parse_args(argv)
 
@@ -447,14 +450,20 @@ def main(argv=None) -> int:
     results = Path(args.results) if args.results else out / "results"
     out.mkdir(parents=True, exist_ok=True)
     results.mkdir(parents=True, exist_ok=True)
-    _claim_out_dir(out, args, scale, to_dict(settings.verifier))
     train, holdout = _panels(args, scale)
+    # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
+    # every rung name the model they use, and a model registered later cannot change a resumed comparison
+    from alpha_gym.stress.registry import resolve
+    wanted_model = settings.verifier.stress_checkpoint if args.stress_checkpoint is None else \
+        (None if args.stress_checkpoint.strip().lower() == "none" else args.stress_checkpoint)
+    verifier_config = settings.verifier.with_(stress_checkpoint=resolve(wanted_model, train))
+    _claim_out_dir(out, args, scale, to_dict(verifier_config))
     wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
     ladder = [r for r in LADDER if r[0] in wanted]
     probe = list(brief_set("probe"))[: scale.probe]
     runs = []
     if not args.report_only:
-        verifier = Verifier(train, settings.verifier)
+        verifier = Verifier(train, verifier_config)
         briefs = list(brief_set("train"))
         if scale.train_briefs:
             briefs = briefs[: scale.train_briefs]
@@ -479,7 +488,7 @@ def main(argv=None) -> int:
             "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
             "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
             "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
-            "probe_briefs": [b.id for b in probe], "verifier": to_dict(settings.verifier)}, indent=1))
+            "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)}, indent=1))
         write_plots(runs, out)
     if not (results / "step-0.jsonl").exists():
         raise SystemExit(f"{results} holds no step-0.jsonl: nothing to report")

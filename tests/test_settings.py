@@ -137,7 +137,7 @@ def test_optional_values_and_set_strings():
                       "verifier.invalid_rewards=reference", "train.advantage_floor=none"])
     assert s.verifier.stress_checkpoint == "models/world" and s.verifier.cpcv_clip is None
     assert s["train"].config.advantage_floor is None
-    assert 'stress_checkpoint = "none"' in S.dumps(S.defaults_tables())
+    assert 'stress_checkpoint = "auto"' in S.dumps(S.defaults_tables())
 
 
 def test_a_recipe_file_is_not_run_under_another_recipe(tmp_path):

@@ -188,6 +188,39 @@ def test_r3_is_off_without_a_model(small_synthetic, tmp_path):
     assert s.diagnostics["channel_state"]["jepa_stress"].startswith("off: no world model at")
 
 
+def test_registry_finds_the_model_fitted_for_a_panel_and_nothing_else(small_synthetic, tmp_path, monkeypatch):
+    from alpha_gym.market import synthetic_panel
+    from alpha_gym.stress import checkpoint as ck
+    from alpha_gym.stress.registry import lookup, register, resolve
+    monkeypatch.setenv("ALPHA_GYM_CACHE", str(tmp_path / "cache"))
+    other = synthetic_panel(n_stocks=12, n_days=300, seed=9)
+    assert lookup(small_synthetic) is None and resolve("auto", small_synthetic) is None  # empty registry
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / ck.MANIFEST_FILE).write_text("{}")
+    (model / ck.MODEL_FILE).write_bytes(b"")
+    assert register(model, small_synthetic.fingerprint()).is_file()
+    assert lookup(small_synthetic) == model.resolve()
+    assert resolve("auto", small_synthetic) == str(model.resolve())
+    assert resolve("somewhere/else", small_synthetic) == "somewhere/else" and resolve(None, small_synthetic) is None
+    assert lookup(other) is None                          # registered for another panel only
+    (model / ck.MODEL_FILE).unlink()
+    assert lookup(small_synthetic) is None                # the folder no longer holds a model
+    monkeypatch.setenv("ALPHA_GYM_CACHE", "off")
+    assert register(model, small_synthetic.fingerprint()) is None and lookup(small_synthetic) is None
+
+
+def test_auto_without_a_registered_model_is_off_and_says_how_to_fit_one(small_synthetic, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALPHA_GYM_CACHE", str(tmp_path / "cache"))
+    assert VerifierConfig().stress_checkpoint == "auto"
+    v = Verifier(small_synthetic, VerifierConfig(archive_seed=False))
+    assert v.config.stress_checkpoint is None             # resolved once: the config names what R3 uses
+    s = v.score_formula("rank(-ts_delta(close, 5))")
+    assert s.channels["jepa_stress"] == 0.0
+    assert "no world model fitted for this panel" in s.diagnostics["channel_state"]["jepa_stress"]
+    assert "alpha-gym stress fit" in s.diagnostics["channel_state"]["jepa_stress"]
+
+
 def test_stress_config_round_trip_and_presets():
     from alpha_gym.stress.config import StressConfig, StressError, preset
     cfg = preset("tiny", seed=3)
@@ -296,7 +329,7 @@ def test_r3_is_bounded_and_deterministic_given_the_checkpoint(tiny_fit, tiny_pan
     for f in FORMULAS:
         base = v.evaluate(f).cpcv
         value, state = first.channel(f, base)
-        assert -1.0 <= value <= 0.0 and state.startswith("on: mean drop")
+        assert -1.0 <= value <= 0.0 and state.startswith("on: model") and "mean drop" in state
         values.append(value)
     assert any(val < 0 for val in values)
     # the cache deleted: the worlds are rebuilt from the weights, bit-identically
@@ -378,6 +411,18 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     assert args.func(args) == 0
     printed = capsys.readouterr().out
     assert "prediction beats 'no change'" in printed and "geometry R^2" in printed
+    # registered for the CSV's panel: `alpha-gym score` on that data names the model (or why it is off) unasked
+    from alpha_gym.cli import main as cli_main
+    from alpha_gym.env import resolve_panel
+    from alpha_gym.stress.registry import lookup
+    assert lookup(resolve_panel(data=str(data))) == out.resolve()
+    assert cli_main(["score", "rank(-ts_delta(close, 5))", "--data", str(data), "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)["diagnostics"]["channel_state"]["jepa_stress"]
+    assert str(out.resolve()) in state and state.startswith(("on: model", "off: the world model at"))
+    assert cli_main(["score", "rank(-ts_delta(close, 5))", "--data", str(data), "--json",
+                     "--stress-checkpoint", "none"]) == 0
+    state = json.loads(capsys.readouterr().out)["diagnostics"]["channel_state"]["jepa_stress"]
+    assert state.startswith("off: no world model configured")
     args = parser.parse_args(["stress", "check", str(out)])
     code = args.func(args)
     text = capsys.readouterr().out
@@ -400,6 +445,36 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     for name, on in manifest["scenarios"]["enabled"].items():  # on only where the interval lies above 0.5
         lo, hi = result["auc_interval"][name]
         assert not on or (lo > 0.5 and lo <= result["auc"][name] <= hi)
+
+
+@pytest.mark.slow
+def test_auto_uses_the_model_registered_for_the_panel(tiny_fit, tiny_panel, tmp_path, monkeypatch):
+    from alpha_gym.stress import checkpoint as ck
+    from alpha_gym.stress.registry import register
+    monkeypatch.setenv("ALPHA_GYM_CACHE", str(tmp_path / "cache"))
+    d, _ = tiny_fit
+    model = tmp_path / "model"
+    shutil.copytree(d, model)
+    register(model, tiny_panel.fingerprint())
+    f = "rank(-ts_delta(close, 5))"
+    v = Verifier(tiny_panel, VerifierConfig(archive_seed=False))
+    assert v.config.stress_checkpoint == str(model.resolve())
+    m = ck.read_manifest(model)
+    state = v.score_formula(f).diagnostics["channel_state"]["jepa_stress"]
+    if m["gates"]["passed"] and any(m["scenarios"]["enabled"].values()):
+        assert state.startswith(f"on: model {model.resolve()}")
+    else:
+        assert state.startswith(f"off: the world model at {model.resolve()}") or "switched off" in state
+    # a model that passes (its gates marked passed here, every scenario on): R3 is on with no argument at all,
+    # and gives exactly what the explicit folder gives
+    m["gates"]["passed"] = True
+    m["scenarios"]["enabled"] = {k: True for k in m["scenarios"]["enabled"]}
+    ck.write_json(model / ck.MANIFEST_FILE, m)
+    auto = Verifier(tiny_panel, VerifierConfig(archive_seed=False)).score_formula(f)
+    explicit = Verifier(tiny_panel, VerifierConfig(archive_seed=False, stress_checkpoint=str(model))).score_formula(f)
+    assert auto.diagnostics["channel_state"]["jepa_stress"].startswith(f"on: model {model.resolve()}")
+    assert auto.channels["jepa_stress"] == explicit.channels["jepa_stress"] and auto.reward == explicit.reward
+    assert auto.reward == sum(auto.channels[c] * p for c, p in VerifierConfig().priorities.items())
 
 
 # --------------------------------------------------------------------------- real data (slow)

@@ -98,8 +98,9 @@ class VerifierConfig:
     # but then its form never reaches the syntax archive and R9 pays for repeating it forever: keep 1.
     archive_admit_corr: float = 1.0
     archive_seed: bool = True            # seed with Alpha101-style formulas on first use
-    # R3: a directory holding a fitted world model; None -> the channel is off (0, reported).
-    stress_checkpoint: str | None = None
+    # R3's world model: "auto" -> the one `alpha-gym stress fit` registered for this panel (off when none),
+    # a directory -> that one, None ("none" in a settings file) -> off. Off contributes 0 and says why.
+    stress_checkpoint: str | None = "auto"
     stress_weight: float = 0.4           # R3 = -min(1, stress_weight x log(1 + mean scenario CPCV drop))
 
     def __post_init__(self):

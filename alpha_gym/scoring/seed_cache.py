@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.user_cache import cache_dir
+
 log = logging.getLogger("alpha_gym")
 
 FORMAT_VERSION = 1
@@ -49,15 +51,6 @@ class SeedBook:
     cpcv: float
     train_sharpes: np.ndarray
     test_sharpes: np.ndarray
-
-
-def cache_dir() -> Path | None:
-    """The cache folder, or None when caching is off."""
-    value = os.environ.get("ALPHA_GYM_CACHE")
-    if value is not None:
-        return None if value.strip().lower() in ("", "0", "off", "none") else Path(value)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "alpha_gym"
 
 
 @lru_cache(maxsize=1)

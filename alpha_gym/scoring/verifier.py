@@ -136,6 +136,13 @@ class Verifier:
         if archive is not None and archive.fingerprint != panel.fingerprint():
             raise ArchiveError("the archive was computed on other data than this verifier's panel")
         self.stress = None  # R3 provider; see alpha_gym.stress (off until a fitted world model is configured)
+        self._stress_off = "off: no world model configured (contributes 0)"
+        if self.config.stress_checkpoint == "auto":  # resolved once: this verifier's config names the model it uses
+            from alpha_gym.stress.registry import resolve
+            self.config = self.config.with_(stress_checkpoint=resolve("auto", panel))
+            if self.config.stress_checkpoint is None:
+                self._stress_off = ("off: no world model fitted for this panel (`alpha-gym stress fit` fits one and "
+                                    "registers it; contributes 0)")
         if self.config.stress_checkpoint is not None:
             from alpha_gym.stress.provider import StressProvider  # the world verifiers it builds have no checkpoint
             self.stress = StressProvider.from_checkpoint(self.config.stress_checkpoint, self)
@@ -324,7 +331,7 @@ class Verifier:
                                                           cfg.complexity_per_node),
                 "format": channels.format_channel(ev.has_reasoning, cfg.format_enabled, cfg.format_bonus),
             }
-            state = {"jepa_stress": "off: no world model configured (contributes 0)"}
+            state = {"jepa_stress": self._stress_off}
             if self.stress is not None:
                 ch["jepa_stress"], state["jepa_stress"] = self.stress.channel(ev.text, ev.cpcv)
             # R10 last: when it fires its value cancels any positive rest, so the weighted sum is <= 0

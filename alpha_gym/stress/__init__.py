@@ -6,12 +6,13 @@ scenario panels are cached) work without it; fitting and building scenario
 panels need the optional extra ``alpha-gym[stress]`` (torch, safetensors, tqdm).
 
     from alpha_gym.stress import attach
-    attach(verifier)            # verifier.stress from verifier.config.stress_checkpoint (off when None)
+    attach(verifier)            # verifier.stress from verifier.config.stress_checkpoint (off when None;
+                                # "auto", the default: the model `alpha-gym stress fit` registered for the panel)
 
 Modules: `geometry` (targets, R3 value, stylised facts, AUC), `config`,
 `data` (features), `model` (torch modules), `fit` (training, gates,
 checkpoints), `scenarios` (shifted latents -> panels, cache), `provider`
-(the channel), `cli` (`alpha-gym stress ...`). Validating the scenarios scores formulas, so it sits
+(the channel), `registry` (the model fitted for each panel), `cli` (`alpha-gym stress ...`). Validating the scenarios scores formulas, so it sits
 one layer up, in `alpha_gym.evaluation.stress_validation`: this package never imports the verifier.
 """
 

@@ -1,6 +1,7 @@
 """`alpha-gym stress ...`: fit, check and validate the R3 world model.
 
     alpha-gym stress fit --data PATH [--universe U] [--start D] [--end D] --out DIR [--size default] [--seed 0]
+                                      # registers DIR for the panel: R3 then uses it by default
     alpha-gym stress check DIR            # prints the gates; exit status 0 = usable, 1 = failed a gate
     alpha-gym stress validate DIR [--apply]
 
@@ -50,6 +51,13 @@ def cmd_fit(args) -> int:
         print(f"stopped early; the partial fit in {args.out} resumes with the same command", file=sys.stderr)
         return 0
     print(format_gates(manifest, args.out))
+    from alpha_gym.stress.registry import register
+    entry = register(args.out, panel.fingerprint())
+    if entry is not None:
+        state = ("R3 is on for verifiers on this panel" if manifest["gates"]["passed"]
+                 else "R3 stays off there until a model passes its gates")
+        print(f"registered for this panel ({entry}): verifiers whose stress_checkpoint is 'auto' (the default) "
+              f"use this model; {state}")
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value
+from alpha_gym.stress.registry import AUTO, lookup
 
 log = logging.getLogger("alpha_gym")
 
@@ -47,7 +48,8 @@ class StressProvider:
 
     @classmethod
     def from_checkpoint(cls, directory, verifier) -> "StressProvider":
-        """The provider of a checkpoint directory for this verifier's panel.
+        """The provider of a checkpoint directory for this verifier's panel ("auto": the one registered
+        for the panel by `alpha-gym stress fit`, see `alpha_gym.stress.registry`).
 
         Off (with the reason) when the directory holds no model, the model
         failed its gates, or no scenario is enabled. Raises `StressError` when
@@ -56,6 +58,11 @@ class StressProvider:
         """
         if directory is None:
             return cls.off("no world model configured (config.stress_checkpoint is None)")
+        if directory == AUTO:
+            directory = lookup(verifier.panel)
+            if directory is None:
+                return cls.off("no world model fitted for this panel (`alpha-gym stress fit` fits one and registers "
+                               "it for the panel)")
         d = Path(directory)
         if not ck.has_checkpoint(d):
             partial = (d / ck.PARTIAL_JSON).is_file()
@@ -100,7 +107,8 @@ class StressProvider:
         weight = next(iter(self.worlds.values())).config.stress_weight
         value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()), weight)
         detail = ", ".join(f"{n} {s:+.3f}" for n, s in scores.items())
-        return value, f"on: mean drop {mean_drop:.3f} over {len(scores)} worlds (CPCV {detail})"
+        return value, (f"on: model {self.directory}, mean drop {mean_drop:.3f} over {len(scores)} worlds "
+                       f"(CPCV {detail})")
 
     def __repr__(self) -> str:
         state = f"on, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
@@ -109,7 +117,7 @@ class StressProvider:
 
 def attach(verifier, directory=None) -> StressProvider:
     """Set `verifier.stress` from `directory` (default: `verifier.config.stress_checkpoint`); returns the provider."""
-    directory = verifier.config.stress_checkpoint if directory is None else directory
+    directory = verifier.config.stress_checkpoint if directory is None else directory  # "auto": the registry's
     provider = StressProvider.from_checkpoint(directory, verifier)
     verifier.stress = provider
     return provider
