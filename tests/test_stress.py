@@ -284,6 +284,26 @@ def test_small_model_fits_and_its_gates_are_evaluated_honestly(tiny_fit, tiny_pa
 
 
 @pytest.mark.slow
+def test_geometry_skip_learns_an_ar1_path_and_the_gates_report_the_ridge_ar1(tiny_panel, tmp_path):
+    """The AR(1) path of the geometry forecast trains, survives a reload, and the gates put the model's
+    R^2 beside the ridge AR(1) fitted on the observed geometry (recomputed here from the same windows)."""
+    _need_torch()
+    from alpha_gym.stress.config import preset
+    from alpha_gym.stress.fit import fit, prepare, ridge_ar1_r2
+    from alpha_gym.stress.model import load_model
+    cfg = preset("tiny", geometry_skip=True)
+    manifest = fit(tiny_panel, tmp_path / "skip", cfg, progress=False)
+    geo = manifest["gates"]["geometry"]
+    prep = prepare(tiny_panel, cfg)
+    assert np.allclose(list(geo["ar1_r2"].values()), ridge_ar1_r2(prep, cfg.window))
+    assert geo["ar1_mean_r2"] == pytest.approx(np.mean(list(geo["ar1_r2"].values())))
+    model = load_model(tmp_path / "skip")
+    assert model.head.ar is not None and float(model.head.ar.abs().sum()) > 0  # learned, saved, reloaded
+    from alpha_gym.stress.model import WorldModel
+    assert WorldModel(preset("tiny"), tiny_panel.n_stocks).head.ar is None  # off by default
+
+
+@pytest.mark.slow
 def test_a_random_weight_model_fails_its_gates_and_r3_stays_off(tiny_panel, tmp_path):
     _need_torch()
     from alpha_gym.stress import StressProvider

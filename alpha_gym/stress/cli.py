@@ -82,7 +82,9 @@ def format_gates(manifest: dict, directory="") -> str:
              f"geometry {_fmt(p['geometry_mse_ratio_vs_no_change'], '.3f')} "
              f"(latent vs train-mean baseline {_fmt(p['latent_mse_ratio_vs_train_mean'], '.3f')})",
              f"[{ok[geo['passed']]}] geometry R^2 (mean over 10 targets >= {geo['min_mean_r2']}): "
-             f"{_fmt(geo['mean_r2'])} (no-change baseline {_fmt(geo['no_change_mean_r2'])})",
+             f"{_fmt(geo['mean_r2'])} (no-change baseline {_fmt(geo['no_change_mean_r2'])}"
+             + (f", ridge AR(1) on the observed geometry {_fmt(geo['ar1_mean_r2'])}" if "ar1_mean_r2" in geo else "")
+             + ")",
              "        " + ", ".join(f"{k} {_fmt(v, '+.2f')}" for k, v in geo["r2"].items()),
              f"[{ok[sf['passed']]}] stylised facts of a decoded panel (simulated shocks) vs real:",
              f"        |r| lag-1 autocorrelation {_fmt(sf['decoded']['abs_acf1'], '.3f')} vs "

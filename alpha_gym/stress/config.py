@@ -33,7 +33,8 @@ class GateConfig:
     training-mean climatology). Reference points on us46 (W = 40, tail
     2023-07..2025-08): "no change" scores about -0.19, and a ridge AR(1) fitted
     on the OBSERVED geometry of the training part about +0.14, so the
-    attainable skill of a 40-session geometry forecast is small.
+    attainable skill of a 40-session geometry forecast is small; the gates
+    report that AR(1) beside the model's R^2 (`ar1_mean_r2`) on every fit.
 
     stylised facts: a panel decoded from the real windows' latents with
     SIMULATED shocks (no real shocks replayed) must reproduce the real panel's
@@ -109,6 +110,9 @@ class StressConfig:
     weight_decay: float = 0.01
     ema: float = 0.996            # target encoder = EMA of the online encoder
     geometry_weight: float = 0.1  # auxiliary OMD geometry loss
+    # the forecast of the next window's geometry adds a learned per-target multiple of the current window's
+    # observed geometry (an AR(1) path beside the latents; causal: that window is over when the forecast is made)
+    geometry_skip: bool = False
     head_dropout: float = 0.2     # dropout in the geometry head's drift path
     predictor_dropout: float = 0.1
     decoder_weight: float = 0.5

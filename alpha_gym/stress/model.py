@@ -156,6 +156,8 @@ class GeometryHead(nn.Module):
         self.drift = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(2 * d, h), nn.GELU(), nn.Linear(h, 1))
         self.scale = nn.Parameter(torch.ones(N_TARGETS))
         self.shift = nn.Parameter(torch.zeros(N_TARGETS))
+        # cfg.geometry_skip: the forecast adds ar x (the current window's observed standardised geometry)
+        self.ar = nn.Parameter(torch.zeros(N_TARGETS)) if cfg.geometry_skip else None
         self.register_buffer("target_mean", torch.zeros(N_TARGETS))
         self.register_buffer("target_std", torch.ones(N_TARGETS))
 
@@ -188,6 +190,12 @@ class GeometryHead(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         standard = (self.raw(z) - self.target_mean) / self.target_std
         return self.scale * standard + self.shift
+
+    def forecast(self, z_pred: torch.Tensor, g_now: torch.Tensor) -> torch.Tensor:
+        """The next window's standardised geometry from the predicted latents (and, with the AR(1) path, from
+        the current window's observed geometry `g_now`, standardised the same way)."""
+        out = self(z_pred)
+        return out if self.ar is None else out + self.ar * g_now
 
 
 def legendre_basis(window: int, degree: int) -> torch.Tensor:
