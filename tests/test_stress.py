@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alpha_gym import Verifier, VerifierConfig
-from alpha_gym.stress.geometry import (TARGET_NAMES, auc, auc_interval, correlation_matrix, geometry_targets, projector_drift,
+from alpha_gym.stress.geometry import (TARGET_NAMES, auc, auc_bootstrap, auc_interval, percentile_interval, correlation_matrix, geometry_targets, projector_drift,
                                        r3_value, stylised_facts, window_targets)
 
 FORMULAS = ["rank(-ts_delta(close, 5))", "rank(volume / ts_mean(volume, 10))", "-ts_corr(close, volume, 10)",
@@ -160,6 +160,11 @@ def test_auc_interval_brackets_the_auc_and_narrows_with_more_formulas():
     y = rng.random(300) < 0.5
     lo, hi = auc_interval(score, y, n_boot=4000)
     assert abs((lo + hi) / 2 - auc(score, y)) < 0.02
+    # resamples are paired across scores of the same items: a difference of AUCs gets its own interval
+    assert percentile_interval(auc_bootstrap(score, y) - auc_bootstrap(score, y)) == (0.0, 0.0)
+    better = score + 2.0 * y
+    lo, hi = percentile_interval(auc_bootstrap(better, y) - auc_bootstrap(score, y))
+    assert 0.0 < lo <= auc(better, y) - auc(score, y) <= hi
 
 
 def test_auc_and_stylised_facts():
@@ -456,7 +461,7 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     assert args.func(args) == 0
     result = json.loads(capsys.readouterr().out.split("\nswitched off")[0])
     assert set(result["auc"]) <= {"dispersion", "trend_flip", "correlation", "volatility"}
-    for a in result["auc"].values():
+    for a in [*result["auc"].values(), result["auc_early_cpcv_with_r3"]]:
         assert a is None or math.isnan(a) or 0.0 <= a <= 1.0
     manifest = ck.read_manifest(out)
     assert manifest["validation"]["candidates"] == result["candidates"]

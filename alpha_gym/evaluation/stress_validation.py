@@ -15,7 +15,9 @@ smaller drop than one that does not (ties count half): 0.5 is chance, above
 interval over the formulas, and a scenario earns its place only where that
 interval lies above 0.5 (`--apply` switches the others off in the manifest).
 The same is reported for the mean drop over the enabled scenarios (what R3
-uses), and, for reference, for the earlier CPCV itself.
+uses), for the earlier CPCV itself, and for what the reward makes of both
+(the clipped earlier CPCV plus R3's priority times R3 from the mean drop):
+R3 earns its weight only if that beats the earlier CPCV alone.
 
 The pool: a grid of reversal / momentum / volume / volatility / shape signals,
 the archive's seeds, the 82 industry-free Alpha101s (paper limits), all with
@@ -36,7 +38,7 @@ import numpy as np
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS
-from alpha_gym.stress.geometry import auc, auc_interval
+from alpha_gym.stress.geometry import auc, auc_bootstrap, auc_interval, percentile_interval, r3_value
 
 #: Base signals of the pool ({w}: a lookback window).
 _BASES = (
@@ -113,9 +115,16 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
                          "world_cpcv": {k: float(v) for k, v in world.items()}})
     labels = np.array([r["late_sharpe"] > 0 for r in rows], dtype=bool)
     drops = {name: np.array([max(0.0, r["early_cpcv"] - r["world_cpcv"][name]) for r in rows]) for name in panels}
-    enabled = [s for s in SCENARIOS if manifest["scenarios"]["checks"].get(s, {}).get("moved", False)]
+    # the scenarios R3 uses now (those that move their statistic, less any a validation switched off)
+    enabled = [s for s in SCENARIOS if manifest["scenarios"]["checks"].get(s, {}).get("moved", False)
+               and manifest["scenarios"].get("enabled", {}).get(s, True)]
     mean_drop = (np.mean([drops[s] for s in enabled], axis=0) if enabled and rows else np.zeros(len(rows)))
     early_cpcv = np.array([r["early_cpcv"] for r in rows])
+    # what the reward does with it: R1 (the earlier CPCV, clipped) plus R3's weighted channel from the mean drop
+    r3 = np.array([r3_value(r["early_cpcv"], [r["world_cpcv"][s] for s in enabled], config.stress_weight)[0]
+                   for r in rows]) if enabled else np.zeros(len(rows))
+    clip = config.cpcv_clip if config.cpcv_clip is not None else np.inf
+    with_r3 = np.clip(early_cpcv, -clip, clip) + config.priorities["jepa_stress"] * r3
     result = {
         "split_last_earlier_session": str(cut), "first_later_session": str(after),
         "formulas": len(formulas), "candidates": len(rows), "hold_up": int(labels.sum()),
@@ -127,6 +136,12 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
         "auc_mean_drop_interval": list(auc_interval(-mean_drop, labels, n_boot)),
         "auc_early_cpcv": auc(early_cpcv, labels),
         "auc_early_cpcv_interval": list(auc_interval(early_cpcv, labels, n_boot)),
+        "auc_early_cpcv_with_r3": auc(with_r3, labels),
+        "auc_early_cpcv_with_r3_interval": list(auc_interval(with_r3, labels, n_boot)),
+        # paired resamples: does adding R3 rank the formulas better than the earlier CPCV alone?
+        "auc_gain_from_r3": auc(with_r3, labels) - auc(early_cpcv, labels),
+        "auc_gain_from_r3_interval": list(percentile_interval(
+            auc_bootstrap(with_r3, labels, n_boot) - auc_bootstrap(early_cpcv, labels, n_boot))),
         "enabled_for_mean_drop": enabled,
         "mean_drop": {name: float(drops[name].mean()) if rows else 0.0 for name in drops},
         "note": "drops on the earlier part; hold up = net Sharpe > 0 on the later part; the world model's weights "

@@ -165,7 +165,9 @@ def cmd_validate(args) -> int:
         print(f"  {'mean drop':<12} {_fmt(result['auc_mean_drop'], '.3f')}"
               f"{_interval(result['auc_mean_drop_interval'])}   (scenarios {', '.join(result['enabled_for_mean_drop'])})")
         print(f"  (earlier CPCV itself: {_fmt(result['auc_early_cpcv'], '.3f')}"
-              f"{_interval(result['auc_early_cpcv_interval'])})")
+              f"{_interval(result['auc_early_cpcv_interval'])}; with R3 added as the reward adds it: "
+              f"{_fmt(result['auc_early_cpcv_with_r3'], '.3f')}{_interval(result['auc_early_cpcv_with_r3_interval'])}, "
+              f"a gain of {_fmt(result['auc_gain_from_r3'], '+.3f')}{_interval(result['auc_gain_from_r3_interval'])})")
         print("note: " + result["note"])
     if args.apply:
         manifest = apply(args.dir, result, args.threshold)

@@ -211,19 +211,17 @@ def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return float((greater + 0.5 * ties) / (pos.size * neg.size))
 
 
-def auc_interval(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, seed: int = 0,
-                 level: float = 0.95) -> tuple[float, float]:
-    """Percentile-bootstrap interval of `auc` (items resampled with replacement); NaNs if a class is empty.
+def auc_bootstrap(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """`auc` of `n_boot` resamples of the items (with replacement; resamples that miss a class dropped).
 
     Each resample's AUC is the Mann-Whitney statistic from average ranks, (R+ - n+(n+ + 1)/2) / (n+ n-),
-    which equals `auc` (ties half); resamples that miss a class are dropped.
+    which equals `auc` (ties half). The resamples depend only on the number of items and `seed`, so two
+    scores of the same items get paired resamples (the interval of a difference of AUCs).
     Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*, ch. 13.
     """
     from scipy.stats import rankdata
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(labels, dtype=bool)
-    if not y.any() or y.all():
-        return float("nan"), float("nan")
     idx = np.random.default_rng(seed).integers(0, s.size, size=(n_boot, s.size))
     ys = y[idx]
     n_pos = ys.sum(axis=1)
@@ -231,7 +229,22 @@ def auc_interval(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 
     ranks = rankdata(s[idx], axis=1)  # average ranks: ties count half
     with np.errstate(invalid="ignore", divide="ignore"):
         aucs = ((ranks * ys).sum(axis=1) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
-    aucs = aucs[(n_pos > 0) & (n_neg > 0)]
+    return aucs[(n_pos > 0) & (n_neg > 0)]
+
+
+def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The central `level` percentile interval of bootstrap samples; NaNs when there are none."""
+    if samples.size == 0:
+        return float("nan"), float("nan")
     tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(aucs, [tail, 100.0 - tail])
+    lo, hi = np.percentile(samples, [tail, 100.0 - tail])
     return float(lo), float(hi)
+
+
+def auc_interval(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of `auc` (see `auc_bootstrap`); NaNs if a class is empty."""
+    y = np.asarray(labels, dtype=bool)
+    if not y.any() or y.all():
+        return float("nan"), float("nan")
+    return percentile_interval(auc_bootstrap(scores, y, n_boot, seed), level)
