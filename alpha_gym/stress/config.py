@@ -111,7 +111,8 @@ class StressConfig:
     ema: float = 0.996            # target encoder = EMA of the online encoder
     geometry_weight: float = 0.1  # auxiliary OMD geometry loss
     # the forecast of the next window's geometry adds a learned per-target multiple of the current window's
-    # observed geometry (an AR(1) path beside the latents; causal: that window is over when the forecast is made)
+    # observed geometry (an AR(1) path beside the latents; causal: that window is over when the forecast is made).
+    # Off: on us46 it lowered the tail R^2 (-0.127 -> -0.216, BENCHMARKS.md)
     geometry_skip: bool = False
     head_dropout: float = 0.2     # dropout in the geometry head's drift path
     predictor_dropout: float = 0.1
