@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     def iv(pair):
         return f"[{pair[0]:.3f}, {pair[1]:.3f}]"
     for name, a in result["auc"].items():
-        print(f"  AUC {name:<12} {a:.3f} {iv(result['auc_interval'][name])}  (mean drop {result['mean_drop'][name]:.3f})")
+        print(f"  AUC {name:<12} {a:.3f} {iv(result['auc_interval'][name])}"
+              f"  (mean drop {result['mean_drop'][name]:.3f})")
     print(f"  AUC mean drop    {result['auc_mean_drop']:.3f} {iv(result['auc_mean_drop_interval'])}   "
           f"(earlier CPCV alone: {result['auc_early_cpcv']:.3f} {iv(result['auc_early_cpcv_interval'])}; "
           f"with R3 added: {result['auc_early_cpcv_with_r3']:.3f} {iv(result['auc_early_cpcv_with_r3_interval'])})")

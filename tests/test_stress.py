@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from alpha_gym import Verifier, VerifierConfig
-from alpha_gym.stress.geometry import (TARGET_NAMES, auc, auc_bootstrap, auc_interval, percentile_interval, correlation_matrix, geometry_targets, projector_drift,
+from alpha_gym.stress.geometry import (TARGET_NAMES, auc, auc_bootstrap, auc_interval, percentile_interval,
+                                       correlation_matrix, geometry_targets, projector_drift,
                                        r3_value, stylised_facts, window_targets)
 
 FORMULAS = ["rank(-ts_delta(close, 5))", "rank(volume / ts_mean(volume, 10))", "-ts_corr(close, volume, 10)",

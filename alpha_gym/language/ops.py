@@ -725,8 +725,8 @@ def _sort_rows(key: np.ndarray, packed: bool = True) -> tuple[np.ndarray, np.nda
     column order; one more sort of just those cells on (group, low bits, place) puts them
     in exact order (or, where such cells are most of the block, the rows out of order are
     argsorted, and the third value, True, says the packed sort did not pay; ``packed=False``
-    argsorts from the start).  `rank` depends only on the sorted values and on which cells are equal,
-    so it is bit-identical to one computed with ``argsort``.
+    argsorts from the start).  `rank` depends only on the sorted values and on which cells
+    are equal, so it is bit-identical to one computed with ``argsort``.
     """
     T, N = key.shape
     rowoff = (np.arange(T, dtype=np.int64) * N)[:, None]

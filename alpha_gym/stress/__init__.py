@@ -12,8 +12,9 @@ panels need the optional extra ``alpha-gym[stress]`` (torch, safetensors, tqdm).
 Modules: `geometry` (targets, R3 value, stylised facts, AUC), `config`,
 `data` (features), `model` (torch modules), `fit` (training, gates,
 checkpoints), `scenarios` (shifted latents -> panels, cache), `provider`
-(the channel), `registry` (the model fitted for each panel), `cli` (`alpha-gym stress ...`). Validating the scenarios scores formulas, so it sits
-one layer up, in `alpha_gym.evaluation.stress_validation`: this package never imports the verifier.
+(the channel), `registry` (the model fitted for each panel), `cli` (`alpha-gym stress ...`).
+Validating the scenarios scores formulas, so it sits one layer up, in
+`alpha_gym.evaluation.stress_validation`: this package never imports the verifier.
 """
 
 from alpha_gym.stress.config import SCENARIOS, StressConfig, StressError, preset

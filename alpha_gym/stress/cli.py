@@ -163,7 +163,8 @@ def cmd_validate(args) -> int:
             print(f"  {name:<12} {_fmt(a, '.3f')}{_interval(result['auc_interval'][name])}"
                   f"   mean drop {result['mean_drop'][name]:.3f}")
         print(f"  {'mean drop':<12} {_fmt(result['auc_mean_drop'], '.3f')}"
-              f"{_interval(result['auc_mean_drop_interval'])}   (scenarios {', '.join(result['enabled_for_mean_drop'])})")
+              f"{_interval(result['auc_mean_drop_interval'])}"
+              f"   (scenarios {', '.join(result['enabled_for_mean_drop'])})")
         print(f"  (earlier CPCV itself: {_fmt(result['auc_early_cpcv'], '.3f')}"
               f"{_interval(result['auc_early_cpcv_interval'])}; with R3 added as the reward adds it: "
               f"{_fmt(result['auc_early_cpcv_with_r3'], '.3f')}{_interval(result['auc_early_cpcv_with_r3_interval'])}, "
