@@ -24,12 +24,17 @@ def _weight_rows(signal: np.ndarray, min_valid: int, ranked: bool, out: np.ndarr
     """`weights_from_signal` of a block of rows, written into `out`."""
     ranks = signal if ranked else KERNELS["rank"](signal)
     valid = ~np.isnan(ranks)
-    n_valid = valid.sum(axis=1, keepdims=True)
-    filled = np.where(valid, ranks, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        centred = np.where(valid, filled - filled.sum(axis=1, keepdims=True) / n_valid, 0.0)
+        if valid.all():  # the common block: the same arithmetic without the masks
+            n_valid = np.full((len(ranks), 1), ranks.shape[1])
+            centred = ranks - ranks.sum(axis=1, keepdims=True) / n_valid
+        else:
+            n_valid = valid.sum(axis=1, keepdims=True)
+            filled = np.where(valid, ranks, 0.0)
+            centred = np.where(valid, filled - filled.sum(axis=1, keepdims=True) / n_valid, 0.0)
         gross = np.abs(centred).sum(axis=1, keepdims=True)
-        np.copyto(out, np.where((gross > 1e-12) & (n_valid >= min_valid), centred / gross, 0.0))
+        np.divide(centred, gross, out=out)
+        out[~((gross > 1e-12) & (n_valid >= min_valid))[:, 0]] = 0.0
 
 
 def weights_from_signal(signal: np.ndarray, min_valid: int = 5, ranked: bool = False,
