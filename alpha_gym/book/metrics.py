@@ -92,9 +92,10 @@ def mean_ic(daily: np.ndarray, use: np.ndarray) -> float:
 
 def daily_ic(w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cross-sectional correlation of weights and returns per row, and whether the row counts."""
-    ok = np.isfinite(r) & (w != 0)
+    finite = np.isfinite(r)
+    ok = finite & (w != 0)
     n = ok.sum(axis=1)
-    wz = np.where(ok, w, 0.0)
+    wz = w if finite.all() else np.where(ok, w, 0.0)  # outside `ok` w is already 0 where r is finite
     rz = np.where(ok, r, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         wm = wz.sum(axis=1) / n
