@@ -470,6 +470,8 @@ def main(argv=None) -> int:
         filtered = briefs
         if any(p == "filtered" for _, _, p in ladder):
             filtered = _filtered_briefs(args, scale, verifier, briefs, out)
+            # the filtered rungs' briefs and pass rates are part of what their answers rest on
+            (results / "filter.json").write_text((out / "filter.json").read_text())
         for seed in seeds:
             for name, recipe, prompts in ladder:
                 print(f"=== seed {seed}, rung {name} ({recipe}, {prompts} prompts)", flush=True)
