@@ -437,7 +437,8 @@ def main(argv=None) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.settings import to_dict
     try:
-        settings = settings_from_args(args)
+        flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+        settings = settings_from_args(args, flags)
     except ConfigError as err:
         raise SystemExit(f"compare_trainers: {err}") from None
     given_train = dict(settings.given.get("train", {}))
@@ -454,9 +455,7 @@ def main(argv=None) -> int:
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     from alpha_gym.stress.registry import resolve
-    wanted_model = settings.verifier.stress_checkpoint if args.stress_checkpoint is None else \
-        (None if args.stress_checkpoint.strip().lower() == "none" else args.stress_checkpoint)
-    verifier_config = settings.verifier.with_(stress_checkpoint=resolve(wanted_model, train))
+    verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
     _claim_out_dir(out, args, scale, to_dict(verifier_config))
     wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
     ladder = [r for r in LADDER if r[0] in wanted]

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.scoring.channels import cpcv_channel
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS
@@ -123,8 +124,8 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
     # what the reward does with it: R1 (the earlier CPCV, clipped) plus R3's weighted channel from the mean drop
     r3 = np.array([r3_value(r["early_cpcv"], [r["world_cpcv"][s] for s in enabled], config.stress_weight)[0]
                    for r in rows]) if enabled else np.zeros(len(rows))
-    clip = config.cpcv_clip if config.cpcv_clip is not None else np.inf
-    with_r3 = np.clip(early_cpcv, -clip, clip) + config.priorities["jepa_stress"] * r3
+    r1 = np.array([cpcv_channel(c, config.cpcv_clip) for c in early_cpcv])
+    with_r3 = r1 + config.priorities["jepa_stress"] * r3
     result = {
         "split_last_earlier_session": str(cut), "first_later_session": str(after),
         "formulas": len(formulas), "candidates": len(rows), "hold_up": int(labels.sum()),

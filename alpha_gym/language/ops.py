@@ -746,7 +746,8 @@ def _sort_rows(key: np.ndarray, packed: bool = True) -> tuple[np.ndarray, np.nda
     order &= low_mask  # the column of each sorted cell
     order += rowoff
     srt = key.reshape(-1).take(order)
-    if (srt[:, 1:] < srt[:, :-1]).any():  # some cells equal in their high bits are out of order
+    unordered = (srt[:, 1:] < srt[:, :-1]).any(axis=1)  # rows where cells equal in their high bits are out of order
+    if unordered.any():
         exact = full.reshape(-1).take(order)
         high = exact >> bits
         link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: cell j is in cell j-1's group
@@ -754,7 +755,7 @@ def _sort_rows(key: np.ndarray, packed: bool = True) -> tuple[np.ndarray, np.nda
         member = link[:, :N] | link[:, 1:]  # the cells of groups of two or more (never across rows)
         cells = np.flatnonzero(member)
         if 4 * cells.size > T * N:  # most cells: argsort the rows that are out of order instead
-            rows = np.flatnonzero((srt[:, 1:] < srt[:, :-1]).any(axis=1))
+            rows = np.flatnonzero(unordered)
             order[rows] = np.argsort(key[rows], axis=1) + rowoff[rows]
             srt[rows] = key.reshape(-1).take(order[rows])
             return order, srt, True
