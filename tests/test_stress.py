@@ -289,6 +289,23 @@ def test_small_model_fits_and_its_gates_are_evaluated_honestly(tiny_fit, tiny_pa
     assert (d / "model.safetensors").is_file() and not (d / "partial.json").exists()
 
 
+def test_ridge_ar1_r2_recovers_the_skill_of_an_ar1_series():
+    """Targets that follow an AR(1) with coefficient 0.8 give a tail R^2 near 0.8^2 = 0.64 (the share of a
+    stationary AR(1)'s variance its last value explains); independent targets give about 0."""
+    _need_torch()
+    from alpha_gym.stress.fit import Prepared, ridge_ar1_r2
+    rng = np.random.default_rng(0)
+    n, W = 6000, 1
+    ar = np.zeros((n, 10))
+    for s_ in range(1, n):
+        ar[s_] = 0.8 * ar[s_ - 1] + rng.standard_normal(10)
+    for targets, want in ((ar, 0.64), (rng.standard_normal((n, 10)), 0.0)):
+        prep = Prepared(None, {}, None, targets, np.arange(W, 5000), np.arange(5000 + W, n),
+                        targets[:5000].mean(axis=0), targets[:5000].std(axis=0), np.array([], dtype=int))
+        r2 = ridge_ar1_r2(prep, W)
+        assert abs(r2.mean() - want) < 0.03 and np.all(np.abs(r2 - want) < 0.1)
+
+
 @pytest.mark.slow
 def test_geometry_skip_learns_an_ar1_path_and_the_gates_report_the_ridge_ar1(tiny_panel, tmp_path):
     """The AR(1) path of the geometry forecast trains, survives a reload, and the gates put the model's
