@@ -138,11 +138,10 @@ class Verifier:
         self.stress = None  # R3 provider; see alpha_gym.stress (off until a fitted world model is configured)
         self._stress_off = "off: no world model configured (contributes 0)"
         if self.config.stress_checkpoint == "auto":  # resolved once: this verifier's config names the model it uses
-            from alpha_gym.stress.registry import resolve
+            from alpha_gym.stress.registry import NOT_FITTED, resolve
             self.config = self.config.with_(stress_checkpoint=resolve("auto", panel))
             if self.config.stress_checkpoint is None:
-                self._stress_off = ("off: no world model fitted for this panel (`alpha-gym stress fit` fits one and "
-                                    "registers it; contributes 0)")
+                self._stress_off = f"off: {NOT_FITTED} (contributes 0)"
         if self.config.stress_checkpoint is not None:
             from alpha_gym.stress.provider import StressProvider  # the world verifiers it builds have no checkpoint
             self.stress = StressProvider.from_checkpoint(self.config.stress_checkpoint, self)

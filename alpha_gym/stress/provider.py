@@ -22,7 +22,7 @@ from pathlib import Path
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value
-from alpha_gym.stress.registry import AUTO, lookup
+from alpha_gym.stress.registry import AUTO, NOT_FITTED, lookup
 
 log = logging.getLogger("alpha_gym")
 
@@ -61,8 +61,7 @@ class StressProvider:
         if directory == AUTO:
             directory = lookup(verifier.panel)
             if directory is None:
-                return cls.off("no world model fitted for this panel (`alpha-gym stress fit` fits one and registers "
-                               "it for the panel)")
+                return cls.off(NOT_FITTED)
         d = Path(directory)
         if not ck.has_checkpoint(d):
             partial = (d / ck.PARTIAL_JSON).is_file()

@@ -18,6 +18,8 @@ from alpha_gym.user_cache import cache_dir
 
 #: `VerifierConfig.stress_checkpoint` value that means "the model registered for this panel, if any".
 AUTO = "auto"
+#: Why R3 is off under "auto" when nothing is registered for the panel.
+NOT_FITTED = "no world model fitted for this panel (`alpha-gym stress fit` fits one and registers it)"
 
 
 def registry_dir() -> Path | None:
