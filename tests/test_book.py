@@ -51,6 +51,48 @@ def test_all_ties_is_flat():
     assert np.all(w == 0)
 
 
+@pytest.mark.parametrize("block_rows", [16, None])
+def test_book_with_shared_returns_is_bit_identical_to_the_plain_functions(block_rows, monkeypatch):
+    """build_book reads the returns' side of the daily IC and the 0-filled returns from
+    `ForwardReturns` (built once per panel); every series must equal, bit for bit, what the
+    plain functions compute, on rows where the shortcut applies and where it does not
+    (a signal NaN where the return is known, a missing return, a flat day, a tie at the mean)."""
+    from alpha_gym.book.book import ForwardReturns, gross_pnl
+    rng = np.random.default_rng(5)
+    T, N = 400, 38  # even: no stock sits exactly at the mean rank (a zero weight) on a full day
+    open_ = 50.0 * np.exp(np.cumsum(rng.normal(0, 0.02, (T, N)), axis=0))
+    open_[:30, :4] = np.nan                     # stocks that list later: no return, no signal
+    open_[200:210, 7] = np.nan                  # a gap in one stock's prices
+    signal = rng.standard_normal((T, N))
+    signal[:30, :4] = np.nan
+    signal[100:140, 9] = np.nan                 # a signal missing where the return is known
+    signal[150] = 1.0                           # a flat day
+    signal[160, :3] = [0.0, 1.0, -1.0]          # ...
+    dates = np.arange(T).astype("datetime64[D]")
+    if block_rows:  # small blocks: some take the shortcut, some do not
+        monkeypatch.setattr("alpha_gym.book.blocks.BLOCK_CELLS", block_rows * N)
+    r = open_to_open_returns(open_)[:-2]
+    cost = lambda w, to: training_cost(to)  # noqa: E731
+    shared = build_book(signal, open_, dates, cost, returns=ForwardReturns.of(r))
+    plain = build_book(signal, open_, dates, cost)
+    w = weights_from_signal(signal, n_rows=T - 2)
+    daily, counts = metrics.daily_ic(w, r)
+    same = lambda a, b: np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))  # noqa: E731
+    for book in (shared, plain):
+        assert same(book.weights, w)
+        assert same(book.gross, gross_pnl(w, r))
+        assert same(book.turnover, daily_turnover(w))
+        assert np.array_equal(book.traded, np.abs(w).sum(axis=1) > 0) and not book.traded[150]
+        assert np.array_equal(book.ic_counts, counts)
+        assert same(book.daily_ic[counts], daily[counts])
+    known = metrics.CentredReturns.of(r)
+    full = known.count == np.count_nonzero(np.isfinite(r) & (w != 0), axis=1)  # rows the shortcut serves
+    assert full[250:].all() and full[195:215].all() and not np.isfinite(r[195:215]).all() and not full.all()
+    for r0, r1 in [(0, T - 2), (250, T - 2), (195, 215)]:  # the general path, the shortcut, it with a gap
+        got, use = metrics.daily_ic(w[r0:r1], r[r0:r1], known.rows(r0, r1))
+        assert np.array_equal(use, counts[r0:r1]) and same(got[use], daily[r0:r1][use])
+
+
 def test_open_to_open_returns_alignment():
     open_ = np.array([[1.0], [2.0], [4.0], [2.0]])
     r = open_to_open_returns(open_)

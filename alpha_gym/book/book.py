@@ -20,21 +20,25 @@ from alpha_gym.book.blocks import row_blocks
 from alpha_gym.language.ops import KERNELS
 
 
-def _weight_rows(signal: np.ndarray, min_valid: int, ranked: bool, out: np.ndarray) -> None:
-    """`weights_from_signal` of a block of rows, written into `out`."""
+def _weight_rows(signal: np.ndarray, min_valid: int, ranked: bool, out: np.ndarray) -> np.ndarray:
+    """`weights_from_signal` of a block of rows, written into `out`; returns which rows trade."""
     ranks = signal if ranked else KERNELS["rank"](signal)
-    valid = ~np.isnan(ranks)
     with np.errstate(invalid="ignore", divide="ignore"):
-        if valid.all():  # the common block: the same arithmetic without the masks
+        total = ranks.sum(axis=1, keepdims=True)
+        if np.isfinite(total).all():  # the common block, no NaN: the same arithmetic without the masks
             n_valid = np.full((len(ranks), 1), ranks.shape[1])
-            centred = ranks - ranks.sum(axis=1, keepdims=True) / n_valid
+            centred = ranks - total / n_valid
         else:
+            valid = ~np.isnan(ranks)
             n_valid = valid.sum(axis=1, keepdims=True)
             filled = np.where(valid, ranks, 0.0)
             centred = np.where(valid, filled - filled.sum(axis=1, keepdims=True) / n_valid, 0.0)
-        gross = np.abs(centred).sum(axis=1, keepdims=True)
+        np.abs(centred, out=out)
+        gross = out.sum(axis=1, keepdims=True)
         np.divide(centred, gross, out=out)
-        out[~((gross > 1e-12) & (n_valid >= min_valid))[:, 0]] = 0.0
+        trades = ((gross > 1e-12) & (n_valid >= min_valid))[:, 0]
+        out[~trades] = 0.0
+    return trades
 
 
 def weights_from_signal(signal: np.ndarray, min_valid: int = 5, ranked: bool = False,
@@ -79,6 +83,22 @@ def daily_turnover(weights: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
+class ForwardReturns:
+    """The (n, N) returns the books of one panel earn, with what every book computes of them alone:
+    the returns with a missing one as 0 (it earns nothing) and their centred form for the daily IC.
+    Built once per panel (`ForwardReturns.of`) and shared by its books; the numbers are unchanged."""
+
+    returns: np.ndarray
+    earned: np.ndarray
+    centred: metrics.CentredReturns
+
+    @classmethod
+    def of(cls, returns: np.ndarray) -> "ForwardReturns":
+        r = np.asarray(returns, dtype=np.float64)
+        return cls(r, np.where(np.isnan(r), 0.0, r), metrics.CentredReturns.of(r))
+
+
+@dataclass(frozen=True, eq=False)
 class Book:
     """A book's weights and daily series over the decision days that have a realised return.
 
@@ -118,29 +138,31 @@ class Book:
 
 
 def build_book(signal: np.ndarray, open_: np.ndarray, dates: np.ndarray, cost_fn, min_valid: int = 5,
-               returns: np.ndarray | None = None, ranked: bool = False) -> Book:
+               returns: "np.ndarray | ForwardReturns | None" = None, ranked: bool = False) -> Book:
     """Weights, gross P&L, turnover and costs for a signal. `cost_fn(weights, turnover) -> (n,)`.
 
-    `returns` may be passed to reuse `open_to_open_returns(open_)` across formulas;
+    `returns` may be passed to reuse `open_to_open_returns(open_)` across formulas (as the array,
+    or as `ForwardReturns.of(it)` to reuse what every book computes of it too);
     `ranked`: the signal is already a `rank` output (see `weights_from_signal`).
     Weights, P&L and turnover are computed together on cache-sized blocks of rows
     (the same numbers as `weights_from_signal` and `daily_turnover` on the whole array).
     """
     signal = np.asarray(signal, dtype=np.float64)
-    r = open_to_open_returns(open_)[:-2] if returns is None else returns
+    if not isinstance(returns, ForwardReturns):
+        returns = ForwardReturns.of(open_to_open_returns(open_)[:-2] if returns is None else returns)
+    r = returns.returns
     n, n_stocks = signal.shape[0] - 2, signal.shape[1]
     w = np.empty((n, n_stocks))
     gross, turnover, traded = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
     daily_ic, ic_counts = np.empty(n), np.empty(n, dtype=bool)
     zero_row = np.zeros((1, n_stocks))
-    for r0, r1 in row_blocks(n, n_stocks):
+    for r0, r1 in row_blocks(n, n_stocks):  # every temporary of a block stays in cache
         wb, rb = w[r0:r1], r[r0:r1]
-        _weight_rows(signal[r0:r1], min_valid, ranked, wb)
-        gross[r0:r1] = gross_pnl(wb, rb)
-        prev = w[r0 - 1:r1 - 1] if r0 else np.vstack([zero_row, w[:r1 - 1]])
-        turnover[r0:r1] = np.abs(wb - prev).sum(axis=1)
-        traded[r0:r1] = np.abs(wb).sum(axis=1) > 0
-        daily_ic[r0:r1], ic_counts[r0:r1] = metrics.daily_ic(wb, rb)  # while the block is in cache
+        traded[r0:r1] = _weight_rows(signal[r0:r1], min_valid, ranked, wb)  # (a traded row has a non-zero weight)
+        gross[r0:r1] = (wb * returns.earned[r0:r1]).sum(axis=1)  # = gross_pnl(wb, rb)
+        change = wb - (w[r0 - 1:r1 - 1] if r0 else np.vstack([zero_row, w[:r1 - 1]]))
+        turnover[r0:r1] = np.abs(change, out=change).sum(axis=1)
+        daily_ic[r0:r1], ic_counts[r0:r1] = metrics.daily_ic(wb, rb, returns.centred.rows(r0, r1))
     cost = cost_fn(w, turnover)
     return Book(weights=w, returns=r, gross=gross, turnover=turnover, cost=cost, dates=dates[:-2], traded=traded,
                 daily_ic=daily_ic, ic_counts=ic_counts)

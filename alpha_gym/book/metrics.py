@@ -6,6 +6,8 @@ for Sharpe. A series with fewer than two points or zero variance has Sharpe 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from alpha_gym.book.blocks import row_blocks
@@ -90,20 +92,65 @@ def mean_ic(daily: np.ndarray, use: np.ndarray) -> float:
     return float(daily[use].mean()) if use.any() else 0.0
 
 
-def daily_ic(w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-sectional correlation of weights and returns per row, and whether the row counts."""
-    finite = np.isfinite(r)
-    ok = finite & (w != 0)
+@dataclass(frozen=True, eq=False)
+class CentredReturns:
+    """What `daily_ic` computes of the returns alone on a row where every finite return has a
+    non-zero weight, computed once per panel: per row, the count of finite returns, the returns
+    centred on their mean (0 where not finite) and the sum of their squares."""
+
+    finite: np.ndarray  # (n, N) bool
+    count: np.ndarray   # (n,)
+    centred: np.ndarray  # (n, N)
+    sum_sq: np.ndarray  # (n,)
+
+    @classmethod
+    def of(cls, returns: np.ndarray) -> "CentredReturns":
+        r = np.asarray(returns, dtype=np.float64)
+        finite = np.isfinite(r)
+        count = finite.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(finite, r, 0.0).sum(axis=1) / count
+            centred = np.where(finite, r - mean[:, None], 0.0)
+        return cls(finite, count, centred, (centred * centred).sum(axis=1))
+
+    def rows(self, r0: int, r1: int) -> "CentredReturns":
+        return CentredReturns(self.finite[r0:r1], self.count[r0:r1], self.centred[r0:r1], self.sum_sq[r0:r1])
+
+
+def _centred_on(r: np.ndarray, ok: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The returns centred on their mean over the `ok` cells of each row (0 elsewhere), and the sum of their squares."""
+    rm = np.where(ok, r, 0.0).sum(axis=1) / n
+    rc = np.where(ok, r - rm[:, None], 0.0)
+    return rc, (rc * rc).sum(axis=1)
+
+
+def daily_ic(w: np.ndarray, r: np.ndarray, known: CentredReturns | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-sectional correlation of weights and returns per row, and whether the row counts.
+
+    `known`: `CentredReturns.of(r)` (the same rows): on rows where every finite return has a
+    non-zero weight (most) the returns' side is read, not recomputed (the same numbers).
+    """
+    finite = np.isfinite(r) if known is None else known.finite
+    all_finite = finite.all()
+    ok = np.not_equal(w, 0)
+    if not all_finite:
+        ok &= finite
     n = ok.sum(axis=1)
-    wz = w if finite.all() else np.where(ok, w, 0.0)  # outside `ok` w is already 0 where r is finite
-    rz = np.where(ok, r, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        wm = wz.sum(axis=1) / n
-        rm = rz.sum(axis=1) / n
-        wc = np.where(ok, w - wm[:, None], 0.0)
-        rc = np.where(ok, r - rm[:, None], 0.0)
+        wm = (w if all_finite else np.where(ok, w, 0.0)).sum(axis=1) / n  # outside `ok` w is 0 where r is finite
+        wc = w - wm[:, None]
+        if not (n == w.shape[1]).all():
+            wc[~ok] = 0.0
+        if known is None:
+            rc, rr = _centred_on(r, ok, n)
+        else:  # rows where ok == finite read the returns' side; the others compute it
+            rc, rr = known.centred, known.sum_sq
+            other = np.flatnonzero(n != known.count)
+            if other.size:
+                rc, rr = rc.copy(), rr.copy()
+                rc[other], rr[other] = _centred_on(r[other], ok[other], n[other])
         num = (wc * rc).sum(axis=1)
-        den = np.sqrt((wc * wc).sum(axis=1) * (rc * rc).sum(axis=1))
+        den = np.sqrt((wc * wc).sum(axis=1) * rr)
         daily = num / den
     return daily, (n >= 3) & np.isfinite(daily) & (den > 1e-18)
 

@@ -31,8 +31,8 @@ Algorithms (pure numpy; no Python loop over rows or stocks):
 * Work is done on column chunks whose temporaries stay cache-sized.
 * ``ts_rank`` counts, for each of the ``d - 1`` lags, the cells below / not above
   today (uint8 counters over cache-sized row chunks): O(T*N*d) but branch-free.
-* ``rank`` is one sort per row (packed int64 keys, see :func:`_sort_rows`),
-  vectorised tie groups and a flat scatter.
+* ``rank`` is one sort per row (packed int64 keys, see :func:`_rank_packed`),
+  ties and near-ties handled only where they are, and a flat scatter.
 """
 
 from __future__ import annotations
@@ -713,69 +713,121 @@ _CS_CHUNK_CELLS = 1 << 16
 _NEGATIVE_FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 
 
-def _sort_rows(key: np.ndarray, packed: bool = True) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Per-row ascending order of a finite-or-+inf float64 block, as flat indices into the
-    block (the order inside ties is arbitrary), and the sorted values.
-
-    numpy sorts int64 with x86-simd-sort on AVX2 but argsorts float64 with a scalar loop
-    (3-4x slower), so each value becomes an int64 of the same order (its IEEE-754 bits,
-    negatives reversed), its lowest bits are replaced by its column, and those packed keys
-    are sorted.  Cells whose values differ only in the replaced bits (a few ulps apart, as
-    the same difference of two prices computed from other prices) then sit together in
-    column order; one more sort of just those cells on (group, low bits, place) puts them
-    in exact order (or, where such cells are most of the block, the rows out of order are
-    argsorted, and the third value, True, says the packed sort did not pay; ``packed=False``
-    argsorts from the start).  `rank` depends only on the sorted values and on which cells
-    are equal, so it is bit-identical to one computed with ``argsort``.
-    """
-    T, N = key.shape
-    rowoff = (np.arange(T, dtype=np.int64) * N)[:, None]
-    bits = max(1, int(N - 1).bit_length())
-    n_place = max(1, int(T * N - 1).bit_length())
-    if not packed or bits + 2 * n_place > 62:  # (too many cells for the packed keys below)
-        order = np.argsort(key, axis=1) + rowoff
-        return order, key.reshape(-1).take(order), False
-    full = (key + 0.0).view(np.int64)  # a copy; + 0.0 gives -0.0 and 0.0 one key
+def _order_keys(key: np.ndarray) -> np.ndarray:
+    """int64 keys in the same order as the finite-or-+inf float64 ``key``: its IEEE-754 bits,
+    negatives reversed (a new array; ``+ 0.0`` gives -0.0 and 0.0 one key)."""
+    full = (key + 0.0).view(np.int64)
     flip = full >> 63  # -1 on negative values (arithmetic shift), else 0
     flip &= _NEGATIVE_FLIP
-    full ^= flip  # now full's int64 order is key's float order
+    full ^= flip
+    return full
+
+
+def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
+    """`rank` of a block from one int64 sort per row; False (``out`` untouched) where it does not pay.
+
+    numpy sorts int64 with x86-simd-sort but argsorts float64 with a scalar loop (3-4x
+    slower), so each value becomes an int64 of the same order (:func:`_order_keys`) whose
+    lowest bits are replaced by its column, and those packed keys are sorted.  Cells that
+    agree with a neighbour above the column bits form *groups*: only there can two cells be
+    equal (a tie) or out of order (values a few ulps apart, as the same price difference
+    computed from other prices).  Everything else is read off the sorted keys without
+    gathering the values: a cell's rank is its place / den.  The groups' cells are then put
+    in exact order by one more sort on (group, low bits, place), and their runs of equal
+    values get their average place.  Where out-of-order groups cover most of the block that
+    second sort does not pay (``rank(a) - rank(b)``): False, and the caller argsorts.
+    Bit-identical to ranking from an argsort: the same places, the same divisions.
+    """
+    T, N = key.shape
+    bits = max(1, int(N - 1).bit_length())
+    n_place = max(1, int(T * N - 1).bit_length())
+    if bits + 2 * n_place > 62:  # (too many cells for the keys of the second sort)
+        return False
+    full = _order_keys(key)
     low_mask = np.int64((1 << bits) - 1)
-    order = full & ~low_mask
-    order |= np.arange(N, dtype=np.int64)
-    order.sort(axis=1)
-    order &= low_mask  # the column of each sorted cell
-    order += rowoff
-    srt = key.reshape(-1).take(order)
-    unordered = (srt[:, 1:] < srt[:, :-1]).any(axis=1)  # rows where cells equal in their high bits are out of order
-    if unordered.any():
-        exact = full.reshape(-1).take(order)
-        high = exact >> bits
-        link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: cell j is in cell j-1's group
-        np.equal(high[:, 1:], high[:, :-1], out=link[:, 1:N])
-        member = link[:, :N] | link[:, 1:]  # the cells of groups of two or more (never across rows)
-        cells = np.flatnonzero(member)
-        if 4 * cells.size > T * N:  # most cells: argsort the rows that are out of order instead
-            rows = np.flatnonzero(unordered)
-            order[rows] = np.argsort(key[rows], axis=1) + rowoff[rows]
-            srt[rows] = key.reshape(-1).take(order[rows])
-            return order, srt, True
-        group = np.cumsum(~link[:, :N].reshape(-1)[cells])  # 1-based group of each of those cells
+    srt = full & ~low_mask
+    srt |= np.arange(N, dtype=np.int64)
+    srt.sort(axis=1)
+    link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: sorted cell j agrees with cell j-1 above the low bits
+    high = srt >> bits
+    np.equal(high[:, 1:], high[:, :-1], out=link[:, 1:N])
+    order = np.bitwise_and(srt, low_mask, out=high)  # the column of each sorted cell
+    order += (np.arange(T, dtype=np.int64) * N)[:, None]  # ... as a flat index into the block
+    flat = order.reshape(-1)
+    places = np.arange(N, dtype=np.float64)
+    if (den == N - 1).all():  # no NaN: every row's ranks are the places / (N - 1), divided once
+        pos = _places_over(N, T)
+    else:
+        pos = np.empty((T, N))
+        np.divide(places, den[:, None], out=pos)
+    if not link.any():  # no ties, nothing out of order: the common block
+        out.reshape(-1)[flat] = pos.reshape(-1)
+        return True
+    member = link[:, :N] | link[:, 1:]  # the cells of groups
+    if 4 * np.count_nonzero(member) > T * N:  # groups everywhere (ties, as a rank of a few values): whole rows
+        exact = full.reshape(-1).take(flat).reshape(T, N)
+        if (exact[:, 1:] < exact[:, :-1]).any():  # and some out of order: argsort instead
+            return False
+        run = np.empty((T, N), dtype=bool)  # the first cell of each run of equal values (every row starts one)
+        run[:, 0] = True
+        np.not_equal(exact[:, 1:], exact[:, :-1], out=run[:, 1:])
+        first = np.flatnonzero(run.reshape(-1))
+        lengths = _run_lengths(first, T * N)
+        avg = first - (first // N) * N + 0.5 * (lengths - 1)
+        pos = np.repeat(avg, lengths).reshape(T, N)
+        pos /= den[:, None]
+        out.reshape(-1)[flat] = pos.reshape(-1)
+        return True
+    cells = np.flatnonzero(member)  # few: put them in exact order, then average their ties
+    starts = ~link[:, :N].reshape(-1)[cells]  # the first cell of each group
+    exact = full.reshape(-1)[flat[cells]]
+    if (exact[1:] < exact[:-1])[~starts[1:]].any():  # a group out of order: sort those cells exactly
         place = max(1, int(cells.size - 1).bit_length())
+        group = np.cumsum(starts, dtype=np.int64)
         group <<= bits + place
-        low = exact.reshape(-1)[cells] & low_mask
-        low <<= place
-        group |= low
+        group |= (exact & low_mask) << place
         group |= np.arange(cells.size, dtype=np.int64)
         group.sort()
         group &= np.int64((1 << place) - 1)  # each cell's place among `cells`, now in exact order
-        for sorted_ in (order.reshape(-1), srt.reshape(-1)):
-            sorted_[cells] = sorted_[cells[group]]
-    return order, srt, False
+        flat[cells] = flat[cells[group]]
+        exact = exact[group]
+    out.reshape(-1)[flat] = pos.reshape(-1)
+    run = np.ones(cells.size, dtype=bool)  # the first cell of each run of equal values
+    np.not_equal(exact[1:], exact[:-1], out=run[1:])
+    run[1:] |= starts[1:]
+    if not run.all():  # ties: each run of equal values gets its average place
+        first = np.flatnonzero(run)
+        lengths = _run_lengths(first, cells.size)
+        tied = lengths > 1
+        first, lengths = first[tied], lengths[tied]
+        at = cells[first]
+        rows = at // N
+        avg = (at - rows * N) + 0.5 * (lengths - 1)
+        members = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        out.reshape(-1)[flat[cells[members]]] = np.repeat(avg / den[rows], lengths)
+    return True
+
+
+@functools.lru_cache(maxsize=8)
+def _places_over(N: int, T: int) -> np.ndarray:
+    """(T, N) rows of arange(N) / (N - 1), read-only: the ranks of sorted rows without NaN or ties."""
+    pos = np.empty((T, N))
+    np.divide(np.arange(N, dtype=np.float64), np.full((T, 1), N - 1.0), out=pos)
+    pos.setflags(write=False)
+    return pos
+
+
+def _run_lengths(first: np.ndarray, size: int) -> np.ndarray:
+    """Lengths of the runs that start at the sorted indices ``first`` of a sequence of ``size`` items."""
+    lengths = np.empty_like(first)
+    np.subtract(first[1:], first[:-1], out=lengths[:-1])
+    lengths[-1:] = size - first[-1:]
+    return lengths
 
 
 def _rank_rows(a: np.ndarray, out: np.ndarray, packed: bool = True) -> bool:
-    """`rank` of a block of rows, written into ``out``; True where the packed sort did not pay
-    (see :func:`_sort_rows`)."""
+    """`rank` of a block of rows, written into ``out``; True where the packed sort was tried and
+    did not pay (see :func:`_rank_packed`), so the rows were argsorted."""
     T, N = a.shape
     nan = np.isnan(a)
     has_nan = nan.any()
@@ -783,37 +835,24 @@ def _rank_rows(a: np.ndarray, out: np.ndarray, packed: bool = True) -> bool:
     if has_nan:
         n_nan = np.count_nonzero(nan, axis=1)
         den -= n_nan  # n - 1: 0 for n = 1 -> 0 / 0 = NaN
-    key = np.where(nan, np.inf, a) if has_nan else a  # NaN sorted last
-    order, srt, unpaid = _sort_rows(key, packed)
-    is_start = np.empty((T, N), dtype=bool)  # first cell of a run of equal sorted values
-    is_start[:, 0] = True
-    np.not_equal(srt[:, 1:], srt[:, :-1], out=is_start[:, 1:])
-    if has_nan:  # NaN cells (last, as +inf) are written NaN at the end: their runs do not matter
-        is_start |= np.arange(N) >= (N - n_nan)[:, None]
-    pos = srt  # reuse: 0-based average position of every sorted cell
-    alone = is_start.copy()  # a run of one cell: it keeps its place
-    alone[:, :-1] &= is_start[:, 1:]
-    n_tied = alone.size - np.count_nonzero(alone)
-    # runs never cross rows (every row starts one): each run's average position, repeated
-    if 4 * n_tied > alone.size:  # ties everywhere: every run of the block
-        starts = np.flatnonzero(is_start.reshape(-1))
-        lengths = np.diff(starts, append=T * N)
+    key = np.where(nan, np.inf, a) if has_nan else a  # NaN sorted last (the kernel read +-inf as NaN)
+    unpaid = not (packed and _rank_packed(key, den, out))
+    if unpaid:
+        order = np.argsort(key, axis=1) + (np.arange(T, dtype=np.int64) * N)[:, None]
+        srt = key.reshape(-1).take(order)
+        is_start = np.empty((T, N), dtype=bool)  # first cell of a run of equal sorted values
+        is_start[:, 0] = True
+        np.not_equal(srt[:, 1:], srt[:, :-1], out=is_start[:, 1:])
+        pos = srt  # reuse: 0-based average position of every sorted cell
+        starts = np.flatnonzero(is_start.reshape(-1))  # runs never cross rows (every row starts one)
+        lengths = _run_lengths(starts, T * N)
         avg = starts - (starts // N) * N + 0.5 * (lengths - 1)
         pos.reshape(-1)[...] = np.repeat(avg, lengths)
-    else:  # only the runs of two or more cells
-        pos[...] = np.arange(N, dtype=np.float64)
-        if n_tied:
-            tied = np.flatnonzero(~alone.reshape(-1))  # their cells, in sorted order
-            first = np.flatnonzero(is_start.reshape(-1)[tied])
-            starts = tied[first]
-            lengths = np.diff(first, append=tied.size)
-            avg = starts - (starts // N) * N + 0.5 * (lengths - 1)
-            pos.reshape(-1)[tied] = np.repeat(avg, lengths)
-    pos /= den[:, None]  # a division (not * 1/(n-1)): bit-identical to pandas' (r - 1) / (n - 1)
-    out.reshape(-1)[order.reshape(-1)] = pos.reshape(-1)
-    if has_nan:
+        pos /= den[:, None]  # a division (not * 1/(n-1)): bit-identical to pandas' (r - 1) / (n - 1)
+        out.reshape(-1)[order.reshape(-1)] = pos.reshape(-1)
+    if has_nan:  # NaN cells (last, as +inf, tied among themselves) are written NaN
         np.copyto(out, np.nan, where=nan)
-    return unpaid
+    return packed and unpaid
 
 
 @_kernel(sweep_inf=False)
@@ -821,7 +860,7 @@ def rank(x):
     """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
 
     NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
-    One sort per row (:func:`_sort_rows`), the runs of equal values in rows that have them
+    One sort per row (:func:`_rank_packed`), the runs of equal values in rows that have them
     get their average position (run starts and lengths, one ``np.repeat``), and a flat
     scatter writes the ranks back; all of it on cache-sized blocks of rows.
     """

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from alpha_gym.book import metrics
-from alpha_gym.book.book import Book, build_book, open_to_open_returns
+from alpha_gym.book.book import Book, ForwardReturns, build_book, open_to_open_returns
 from alpha_gym.book.costs import training_cost
 from alpha_gym.jsonable import jsonable
 from alpha_gym.language import (AnswerError, FormulaError, Node, Op, canonical, extract, lookback, parse, size,
@@ -130,6 +130,7 @@ class Verifier:
         self.panel = panel
         self._returns = open_to_open_returns(panel.field("open"))[:-2]
         self._returns.setflags(write=False)
+        self._forward = ForwardReturns.of(self._returns)  # what every book computes of the returns, once
         self.market = metrics.equal_weight_market(self._returns)
         self._factors: np.ndarray | None = None
         self._archive = archive
@@ -201,7 +202,7 @@ class Verifier:
         """The daily book of a parsed formula on this panel."""
         signal = evaluate(node, self.panel, cache)
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
-                          self.config.min_valid_stocks, returns=self._returns,
+                          self.config.min_valid_stocks, returns=self._forward,
                           ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
     def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
