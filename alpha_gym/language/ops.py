@@ -829,7 +829,8 @@ def _rank_rows(a: np.ndarray, out: np.ndarray, packed: bool = True) -> bool:
     """`rank` of a block of rows, written into ``out``; True where the packed sort was tried and
     did not pay (see :func:`_rank_packed`), so the rows were argsorted."""
     T, N = a.shape
-    nan = np.isnan(a)
+    nan = np.isfinite(a)  # +-inf is missing, as everywhere (`rank` reads the panel uncleaned)
+    np.logical_not(nan, out=nan)
     has_nan = nan.any()
     den = np.full(T, N - 1.0)
     if has_nan:
@@ -864,7 +865,7 @@ def rank(x):
     get their average position (run starts and lengths, one ``np.repeat``), and a flat
     scatter writes the ranks back; all of it on cache-sized blocks of rows.
     """
-    a = _panel(x)
+    a = _panel(x, clean=False)  # +-inf is read as NaN block by block (_rank_rows)
     T, N = a.shape
     if T == 0 or N == 0:
         return _nan_panel(a.shape)
