@@ -805,11 +805,13 @@ def test_convention_rank_is_bit_identical_to_the_pandas_formula():
     assert np.array_equal(ops.rank(x), want, equal_nan=True)  # (r - 1) / (n - 1), a division
 
 
-@pytest.mark.parametrize("case", ["ulps", "ulps_everywhere", "zeros_and_signs", "ties_and_nan", "extremes"])
+@pytest.mark.parametrize("case", ["ulps", "ulps_everywhere", "zeros_and_signs", "ties_and_nan", "extremes",
+                                  "distinct", "missing_stock", "few_values"])
 def test_rank_packed_sort_is_exact_on_values_a_few_ulps_apart(case):
-    """`rank` sorts int64 keys whose low bits hold the column (see ops._sort_rows); values that differ
+    """`rank` sorts int64 keys whose low bits hold the column (see ops._rank_packed); values that differ
     only in those bits, ties, -0.0/0.0, NaN and +-inf must still rank exactly as pandas does, in
-    blocks where such values are rare and where they are everywhere (the argsort fallback)."""
+    blocks with none of them, where they are rare, and where they are everywhere (whole-row ties;
+    the argsort fallback)."""
     import pandas as pd
     rng = np.random.default_rng(len(case))
     T, N = 700, 496  # several row blocks of 496 stocks: 9 bits of column in every key
@@ -825,6 +827,15 @@ def test_rank_packed_sort_is_exact_on_values_a_few_ulps_apart(case):
         x = np.round(rng.standard_normal((T, N)) * 3)
         x[rng.random((T, N)) < 0.1] = np.nan
         x[:50] = np.round(rng.standard_normal((50, N)), 12)  # untied rows next to tied ones
+    elif case == "distinct":  # no two cells alike: the ranks are read off the sorted keys alone
+        x = rng.standard_normal((T, N))
+    elif case == "missing_stock":  # every row one stock short (a stock not listed yet), ulps here and there
+        x = rng.standard_normal((T, N))
+        x[:, 3] = np.nan
+        x[::7, 10:14] = 0.1 + rng.integers(-3, 3, (len(x[::7]), 4)) * np.spacing(0.1)
+    elif case == "few_values":  # ties in most cells (as rank(ts_argmax(x, d))), NaN in some rows
+        x = rng.integers(0, 30, (T, N)).astype(float)
+        x[rng.random((T, N)) < 0.01] = np.nan
     else:
         x = rng.choice([np.inf, -np.inf, np.nan, 1e308, -1e308, 1.0, np.nextafter(1.0, 2.0)], (T, N))
     clean = np.where(np.isinf(x), np.nan, x)  # kernels read +-inf as missing
