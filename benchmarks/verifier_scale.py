@@ -91,6 +91,12 @@ def worst_formulas() -> dict[str, str]:
             [f"ts_decay_linear(ts_std({f[i % 6]}, {252 - i // 6 - 120}), 120)" for i in range(n)], ["+", "-"])),
         "nested ts_rank": largest_valid(lambda n: balanced(
             [f"ts_rank(ts_corr(rank({f[i % 6]}), rank(volume), {10 + i}), {120 + i})" for i in range(n)], ["+"])),
+        "ts_argmax/slope sums": largest_valid(lambda n: balanced(
+            [f"ts_argmax({f[i % 6]}, {20 + i})" if i % 2 else f"ts_slope({f[i % 6]}, {20 + i})" for i in range(n)],
+            ["+", "-"])),
+        "ts_mean/ema sums": largest_valid(lambda n: balanced(
+            [f"ts_mean({f[i % 6]}, {5 + i})" if i % 2 else f"ts_ema({f[i % 6]}, {5 + i})" for i in range(n)],
+            ["+", "*"])),
         "general powers": largest_valid(lambda n: balanced(
             [f"({f[i % 6]} ^ {f[(i + 1 + i // 6) % 6]})" for i in range(n)], ["+", "*"])),
         "elementwise chain": largest_valid(lambda n: balanced(

@@ -337,12 +337,12 @@ def test_cap_is_an_optional_field():
 def test_cost_counts_window_work_and_shared_subexpressions_once():
     from alpha_gym.language import cost
     assert cost(parse("close")) == 0.0
-    assert cost(parse("ts_rank(close, 250)")) == 4.0 + 0.75 * 250
+    assert cost(parse("ts_rank(close, 250)")) == 10.0 + 0.8 * 250
     assert cost(parse("ts_rank(close, 10)")) < cost(parse("ts_rank(close, 100)"))
     assert cost(parse("close ^ volume")) == 90.0  # libm pow per cell
-    assert cost(parse("close ^ 2")) == cost(parse("signed_power(close, 0.5)")) - 2.0 == 4.0  # special-cased
+    assert cost(parse("close ^ 2")) == cost(parse("signed_power(close, 0.5)")) - 2.0 == 8.0  # special-cased
     one = cost(parse("ts_corr(close, volume, 20)"))
-    assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 20)")) == one + 2.0  # shared: once
+    assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 20)")) == one + 4.0  # shared: once
     assert cost(parse("ts_corr(close, volume, 20) + ts_corr(close, volume, 21)")) > 2 * one
 
 
@@ -354,7 +354,7 @@ def test_formula_over_the_cost_limit_is_refused_with_the_limit_named():
                                                  r"max_cost=500 \(VerifierConfig.limits"):
         parse(text)
     assert parse(text, Limits(max_cost=3000)) is not None
-    parse("ts_rank(close, 250) + ts_rank(open, 250)")  # 2 x 191.5 = 383: within
+    parse("ts_rank(close, 250) + ts_rank(open, 250)")  # 2 x 210 + 4 = 424: within
 
 
 def test_all_paper_alphas_fit_the_cost_limit():
