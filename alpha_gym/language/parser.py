@@ -46,7 +46,7 @@ class Limits:
     max_chars: int = 4096      # raw text length, checked before lexing
     max_brackets: int = 64     # bracket nesting, checked before parsing
     # Estimated evaluation work, units per cell (`cost.py`): bounds the slowest valid formula at a few
-    # times the median one. The paper's 101 alphas cost 8..428; 36 x ts_rank(x, 250) would cost 6,900.
+    # times the median one. The paper's 101 alphas cost 16..460; 36 x ts_rank(x, 250) would cost about 7,700.
     max_cost: float = 500.0
 
 
@@ -299,8 +299,8 @@ def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> Node:
     work = cost(node)
     if work > limits.max_cost:
         raise FormulaLimitError(f"estimated evaluation cost {work:.0f} units a cell exceeds the limit max_cost="
-                                f"{limits.max_cost:g} (VerifierConfig.limits; ts_rank(x, d) costs about 3d/4, "
-                                "rank 50, other operators 2 to 80)")
+                                f"{limits.max_cost:g} (VerifierConfig.limits; ts_rank(x, d) costs about 4d/5, "
+                                "rank 50, other operators 3 to 130)")
     return node
 
 
