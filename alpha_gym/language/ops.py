@@ -754,12 +754,11 @@ def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
     order = np.bitwise_and(srt, low_mask, out=high)  # the column of each sorted cell
     order += (np.arange(T, dtype=np.int64) * N)[:, None]  # ... as a flat index into the block
     flat = order.reshape(-1)
-    places = np.arange(N, dtype=np.float64)
     if (den == N - 1).all():  # no NaN: every row's ranks are the places / (N - 1), divided once
         pos = _places_over(N, T)
     else:
         pos = np.empty((T, N))
-        np.divide(places, den[:, None], out=pos)
+        np.divide(np.arange(N, dtype=np.float64), den[:, None], out=pos)
     if not link.any():  # no ties, nothing out of order: the common block
         out.reshape(-1)[flat] = pos.reshape(-1)
         return True
