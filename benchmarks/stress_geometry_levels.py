@@ -5,10 +5,10 @@
 
 Reads a fitted checkpoint (`alpha-gym stress fit`) and recomputes, on the gate's held-back tail, the
 geometry head's forecasts (as `fit.evaluate_gates` does), the ridge AR(1) on the observed geometry
-(`fit.ridge_ar1_r2`) and "no change". Prints, per target, each forecast's tail mean against the
+ and "no change". Prints, per target, each forecast's tail mean against the
 truth's (all in the training targets' standard units, so the training mean is 0), each forecast's
 correlation with the truth, and the gate's R^2 (about the training mean) of:
-- the head and the AR(1) alone;
+- the head and the AR(1) (`fit.ridge_ar1_forecast`) alone;
 - AR(1) plus the head's deviation from its own trailing mean (causal: the level from the observed
   geometry, the direction from the model);
 - blends and a least-squares fit chosen ON THE TAIL itself: marked ORACLE, upper bounds only, never a
@@ -83,12 +83,7 @@ def main() -> None:
     model.eval()
     head, truth, now = tail_forecasts(model, prep, panel, cfg)
 
-    W = cfg.window
-    x = (prep.targets[prep.train - W] - prep.g_mean) / prep.g_std
-    y = (prep.targets[prep.train] - prep.g_mean) / prep.g_std
-    xm, ym = x.mean(axis=0), y.mean(axis=0)
-    a = ((x - xm) * (y - ym)).sum(axis=0) / (((x - xm) ** 2).sum(axis=0) + 1.0)  # as fit.ridge_ar1_r2
-    ar1 = ym + a * (now - xm)
+    ar1 = F.ridge_ar1_forecast(prep, cfg.window, prep.tail)
 
     def corr(p):
         return [float(np.corrcoef(p[:, k], truth[:, k])[0, 1]) for k in range(truth.shape[1])]

@@ -235,17 +235,22 @@ def calibrate(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressConfig
             "volume_noise": float(vres.std()), "overnight_share": theta}
 
 
-def ridge_ar1_r2(prep: Prepared, W: int, ridge: float = 1.0) -> np.ndarray:
-    """Tail R^2 (about the training mean, as the gate's) of a per-target ridge AR(1) on the OBSERVED geometry:
-    next window's standardised target ~ a x this window's + b, fitted on the training samples. The baseline a
-    geometry forecast should reach; it needs no model, only the windows' own correlation matrices."""
+def ridge_ar1_forecast(prep: Prepared, W: int, times: np.ndarray, ridge: float = 1.0) -> np.ndarray:
+    """Per-target ridge AR(1) on the OBSERVED geometry, fitted on the training samples, forecasting the
+    standardised targets of the windows that start at `times`: next ~ a x this window's + b."""
     def std(t):
         return (prep.targets[t] - prep.g_mean) / prep.g_std
     x, y = std(prep.train - W), std(prep.train)
-    xt, yt = std(prep.tail - W), std(prep.tail)
     xm, ym = x.mean(axis=0), y.mean(axis=0)
     a = ((x - xm) * (y - ym)).sum(axis=0) / (((x - xm) ** 2).sum(axis=0) + ridge)
-    pred = ym + a * (xt - xm)
+    return ym + a * (std(times - W) - xm)
+
+
+def ridge_ar1_r2(prep: Prepared, W: int, ridge: float = 1.0) -> np.ndarray:
+    """Tail R^2 (about the training mean, as the gate's) of `ridge_ar1_forecast`: the baseline a geometry
+    forecast should reach; it needs no model, only the windows' own correlation matrices."""
+    pred = ridge_ar1_forecast(prep, W, prep.tail, ridge)
+    yt = (prep.targets[prep.tail] - prep.g_mean) / prep.g_std
     return 1.0 - ((pred - yt) ** 2).sum(axis=0) / np.maximum((yt ** 2).sum(axis=0), 1e-12)
 
 
