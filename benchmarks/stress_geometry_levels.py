@@ -8,7 +8,9 @@ geometry head's forecasts (as `fit.evaluate_gates` does), the ridge AR(1) on the
  and "no change". Prints, per target, each forecast's tail mean against the
 truth's (all in the training targets' standard units, so the training mean is 0), each forecast's
 correlation with the truth, and the gate's R^2 (about the training mean) of:
-- the head and the AR(1) (`fit.ridge_ar1_forecast`) alone;
+- the head and the AR(1) (`fit.ridge_ar1_forecast`) alone, on the tail and on as many of the last
+  training samples (in-sample for the head: how much it fits its training period);
+- the checkpoint's own blend (`geometry_blend`: weight fitted on the validation block), where it has one;
 - AR(1) plus the head's deviation from its own trailing mean (causal: the level from the observed
   geometry, the direction from the model);
 - blends and a least-squares fit chosen ON THE TAIL itself: marked ORACLE, upper bounds only, never a
@@ -25,34 +27,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def r2(pred, truth):
-    """The gate's R^2: about the training mean (0 in standard units), per target."""
-    import numpy as np
-    return 1.0 - ((pred - truth) ** 2).sum(axis=0) / np.maximum((truth ** 2).sum(axis=0), 1e-12)
-
-
-def tail_forecasts(model, prep, panel, cfg):
-    """(head, truth, observed now) on the tail, in standard units: the same windows, mask and order as the gate."""
-    import numpy as np
-    import torch
-
-    from alpha_gym.stress import fit as F
-    W = cfg.window
-    x_t = torch.from_numpy(prep.x)
-    rng = np.random.default_rng([cfg.seed, 999_983])
-    head, truth, now = [], [], []
-    with torch.no_grad():
-        for i in range(0, len(prep.tail), 32):
-            t = prep.tail[i:i + 32]
-            mask = F.make_mask(rng, len(t), panel.n_stocks, cfg)
-            pred = model.predictor(model.online(F._windows(x_t, t, -W, W), mask))
-            g_now = (prep.targets[t - W] - prep.g_mean) / prep.g_std
-            head.append(model.head.forecast(pred, torch.as_tensor(g_now, dtype=pred.dtype)).double().numpy())
-            truth.append((prep.targets[t] - prep.g_mean) / prep.g_std)
-            now.append(g_now)
-    return map(np.concatenate, (head, truth, now))
 
 
 def main() -> None:
@@ -81,7 +55,8 @@ def main() -> None:
     prep = F.prepare(panel, cfg)
     model = load_model(args.model, manifest)
     model.eval()
-    head, truth, now = tail_forecasts(model, prep, panel, cfg)
+    head, truth, now = F.geometry_forecasts(model, prep, cfg, prep.tail, 999_983)   # the gate's windows and masks
+    r2 = F.r2_about_training_mean
 
     ar1 = F.ridge_ar1_forecast(prep, cfg.window, prep.tail)
 
@@ -94,6 +69,16 @@ def main() -> None:
               f"{corr(head)[k]:+9.2f} {corr(ar1)[k]:+9.2f}")
     print(f"mean R^2 (gate): head {r2(head, truth).mean():+.3f}, ridge AR(1) {r2(ar1, truth).mean():+.3f}, "
           f"no change {r2(now, truth).mean():+.3f}")
+    # the same on windows the head trained on (the last training samples, as many as the tail): overfitting
+    last = prep.train[-len(prep.tail):]
+    h_in, t_in, _ = F.geometry_forecasts(model, prep, cfg, last, 999_983)
+    print(f"in-sample (last {len(last)} training samples): head {r2(h_in, t_in).mean():+.3f}, "
+          f"ridge AR(1) {r2(F.ridge_ar1_forecast(prep, cfg.window, last), t_in).mean():+.3f}")
+    blend = manifest.get("geometry_forecast")
+    if blend:
+        w = blend["weight"]
+        print(f"the checkpoint's blend: AR(1) + {w:.3f} x (head - AR(1)), weight fitted on {blend['validation_samples']} "
+              f"validation samples (there: {blend['validation_mean_r2']}); tail {r2(ar1 + w * (head - ar1), truth).mean():+.3f}")
     for look in (25, 50, 100):
         dev = np.zeros_like(head)
         for i in range(1, len(head)):

@@ -237,6 +237,25 @@ def test_stress_config_round_trip_and_presets():
         StressConfig(window=12)
     with pytest.raises(StressError):
         preset("huge")
+    with pytest.raises(StressError, match="val_fraction > 0"):
+        preset("tiny", val_fraction=0.0)                       # the blend's weight needs a validation block
+    assert not preset("tiny", val_fraction=0.0, geometry_blend=False).geometry_blend
+    # a checkpoint written before the blend existed (no such field) gated the head alone, without validation
+    old = {k: v for k, v in preset("tiny").to_dict().items() if k != "geometry_blend"}
+    old["val_fraction"] = 0.0
+    assert StressConfig.from_dict(old).geometry_blend is False
+
+
+def test_blend_weight_is_the_clipped_least_squares_weight_of_the_head_over_the_ar1():
+    _need_torch()
+    from alpha_gym.stress.fit import blend_weight
+    rng = np.random.default_rng(1)
+    ar1, head = rng.standard_normal((400, 10)), rng.standard_normal((400, 10))
+    truth = ar1 + 0.3 * (head - ar1) + 0.1 * rng.standard_normal((400, 10))
+    assert blend_weight(head, ar1, truth) == pytest.approx(0.3, abs=0.02)
+    assert blend_weight(head, ar1, ar1 - 0.5 * (head - ar1)) == 0.0      # the head points the wrong way
+    assert blend_weight(head, ar1, ar1 + 2.0 * (head - ar1)) == 1.0      # never more than the head itself
+    assert blend_weight(ar1, ar1, truth) == 0.0                          # nothing to add
 
 
 # --------------------------------------------------------------------------- fitted models (slow)
@@ -265,7 +284,9 @@ def _recheck(gates: dict) -> bool:
     """The verdicts, recomputed from the stored values and thresholds."""
     p, g, f = gates["prediction"], gates["geometry"], gates["stylised_facts"]
     pred = p["latent_mse_ratio_vs_no_change"] < p["max_ratio"] and p["geometry_mse_ratio_vs_no_change"] < p["max_ratio"]
-    geo = np.mean(list(g["r2"].values())) >= g["min_mean_r2"]
+    r2 = np.mean(list(g["r2"].values()))
+    geo = (r2 >= g["min_mean_r2"] and (not g["beat_ar1"] or r2 >= np.mean(list(g["ar1_r2"].values())))
+           and (g["blend_weight"] is None or g["blend_weight"] > 0))
     lo, hi = f["acf_ratio_range"]
     klo, khi = f["kurtosis_ratio_range"]
     facts = (lo <= f["abs_acf1_ratio"] <= hi and abs(f["mean_corr_diff"]) <= f["corr_tolerance"]
@@ -287,6 +308,30 @@ def test_small_model_fits_and_its_gates_are_evaluated_honestly(tiny_fit, tiny_pa
     for key in ("torch", "numpy", "safetensors", "alpha_gym"):
         assert key in manifest["versions"]
     assert (d / "model.safetensors").is_file() and not (d / "partial.json").exists()
+
+
+@pytest.mark.slow
+def test_the_gated_geometry_forecast_is_the_ar1_plus_the_validation_weighted_head(tiny_fit, tiny_panel):
+    """The blend weight comes from the validation block only (refitted here from the checkpoint), and the
+    gate's R^2 is that of AR(1) + weight x (head - AR(1)) on the tail, recomputed from the model."""
+    d, manifest = tiny_fit
+    from alpha_gym.stress.config import StressConfig
+    from alpha_gym.stress.fit import (blend_weight, geometry_forecasts, prepare, r2_about_training_mean,
+                                      ridge_ar1_forecast)
+    from alpha_gym.stress.model import load_model
+    cfg = StressConfig.from_dict(manifest["config"])
+    prep, model = prepare(tiny_panel, cfg), load_model(d)
+    W = cfg.window
+    assert len(prep.val) and prep.val[-1] <= prep.tail[0] - 2 * W and prep.train[-1] <= prep.val[0] - 2 * W
+    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
+    w = blend_weight(head, ridge_ar1_forecast(prep, W, prep.val), truth)
+    assert manifest["geometry_forecast"]["weight"] == w == manifest["gates"]["geometry"]["blend_weight"]
+    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.tail, 999_983)
+    ar1 = ridge_ar1_forecast(prep, W, prep.tail)
+    geo = manifest["gates"]["geometry"]
+    assert geo["mean_r2"] == pytest.approx(float(r2_about_training_mean(ar1 + w * (head - ar1), truth).mean()),
+                                           abs=1e-12)
+    assert geo["head_mean_r2"] == pytest.approx(float(r2_about_training_mean(head, truth).mean()), abs=1e-12)
 
 
 def test_ridge_ar1_r2_recovers_the_skill_of_an_ar1_series():
@@ -335,7 +380,11 @@ def test_a_random_weight_model_fails_its_gates_and_r3_stays_off(tiny_panel, tmp_
     manifest = random_model_checkpoint(tmp_path, tiny_panel, preset("tiny"))
     gates = manifest["gates"]
     assert not gates["passed"] and not _recheck(gates)
-    assert not gates["prediction"]["passed"] and not gates["geometry"]["passed"]
+    assert not gates["prediction"]["passed"]
+    # whatever weight the validation block gives its head, the blend scores below the AR(1) on the tail
+    geo = gates["geometry"]
+    assert geo["blend_weight"] == manifest["geometry_forecast"]["weight"]
+    assert geo["mean_r2"] < geo["ar1_mean_r2"] and not geo["passed"]
     v = Verifier(tiny_panel, VerifierConfig(archive_seed=False))
     p = StressProvider.from_checkpoint(tmp_path, v)
     assert not p.on

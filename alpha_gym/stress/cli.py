@@ -81,9 +81,12 @@ def format_gates(manifest: dict, directory="") -> str:
              f"latent {_fmt(p['latent_mse_ratio_vs_no_change'], '.3f')}, "
              f"geometry {_fmt(p['geometry_mse_ratio_vs_no_change'], '.3f')} "
              f"(latent vs train-mean baseline {_fmt(p['latent_mse_ratio_vs_train_mean'], '.3f')})",
-             f"[{ok[geo['passed']]}] geometry R^2 (mean over 10 targets >= {geo['min_mean_r2']}): "
+             f"[{ok[geo['passed']]}] geometry R^2 ({_geometry_rule(geo)}): "
              f"{_fmt(geo['mean_r2'])} (no-change baseline {_fmt(geo['no_change_mean_r2'])}"
              + (f", ridge AR(1) on the observed geometry {_fmt(geo['ar1_mean_r2'])}" if "ar1_mean_r2" in geo else "")
+             + (f"; AR(1) + {_fmt(geo['blend_weight'], '.3f')} x (head - AR(1)), the weight fitted on the "
+                f"validation block; head alone {_fmt(geo['head_mean_r2'])}" if geo.get("blend_weight") is not None
+                else "")
              + ")",
              "        " + ", ".join(f"{k} {_fmt(v, '+.2f')}" for k, v in geo["r2"].items()),
              f"[{ok[sf['passed']]}] stylised facts of a decoded panel (simulated shocks) vs real:",
@@ -116,6 +119,16 @@ def format_gates(manifest: dict, directory="") -> str:
                      + f"; mean drop {_fmt(v['auc_mean_drop'], '.3f')}{_interval(v.get('auc_mean_drop_interval'))}")
     lines.append(f"R3 with this model: {'ON' if g['passed'] and any(sc['enabled'].values()) else 'OFF'}")
     return "\n".join(lines)
+
+
+def _geometry_rule(geo: dict) -> str:
+    """The geometry gate's rule as stored with the checkpoint (older checkpoints: the minimum R^2 only)."""
+    rule = f"mean over 10 targets >= {geo['min_mean_r2']}"
+    if geo.get("beat_ar1"):
+        rule += " and >= the AR(1)'s"
+    if geo.get("blend_weight") is not None:
+        rule += ", blend weight > 0"
+    return rule
 
 
 def _interval(iv) -> str:

@@ -20,13 +20,13 @@ before the first tail sample, so no session is shared. One step:
          what scenarios decode);
 * AdamW step; target <- ema x target + (1 - ema) x online.
 
-Optionally (`val_fraction` > 0; off by default) every `eval_every` steps the
-forecast error (JEPA + geometry) is measured on a validation block at the end
-of the training part (before the tail, with 2W-session gaps on both sides)
-and the weights of the best step are kept; the held-back tail stays untouched
-by this choice. On us46 it did not help the tail gates in our trials (the
-validation block, 2019-2021, is itself an unusual period), so the default
-trains on the whole part before the tail for `steps` steps.
+With `val_fraction` > 0 (default 0.15) a validation block at the end of the
+training part (before the tail, with 2W-session gaps on both sides) is held
+out of training. Every `eval_every` steps the forecast error (JEPA + geometry)
+is measured on it and the weights of the best step are kept; after training,
+the weight of the gated geometry forecast (ridge AR(1) on the observed
+geometry + w x (head - AR(1)), `geometry_blend`) is fitted on it. The
+held-back tail stays untouched by both choices.
 
 Randomness comes from `seed` only: torch's generator (seeded; its state is
 saved with partial checkpoints) draws the weights and the head's dropout, and
@@ -249,20 +249,78 @@ def ridge_ar1_forecast(prep: Prepared, W: int, times: np.ndarray, ridge: float =
 def ridge_ar1_r2(prep: Prepared, W: int, ridge: float = 1.0) -> np.ndarray:
     """Tail R^2 (about the training mean, as the gate's) of `ridge_ar1_forecast`: the baseline a geometry
     forecast should reach; it needs no model, only the windows' own correlation matrices."""
-    pred = ridge_ar1_forecast(prep, W, prep.tail, ridge)
-    yt = (prep.targets[prep.tail] - prep.g_mean) / prep.g_std
-    return 1.0 - ((pred - yt) ** 2).sum(axis=0) / np.maximum((yt ** 2).sum(axis=0), 1e-12)
+    truth = (prep.targets[prep.tail] - prep.g_mean) / prep.g_std
+    return r2_about_training_mean(ridge_ar1_forecast(prep, W, prep.tail, ridge), truth)
 
 
-def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressConfig, calib: dict) -> dict:
-    """The three gates on the held-back tail and the decoded panel (see GateConfig); deterministic."""
+def geometry_forecasts(model: WorldModel, prep: Prepared, cfg: StressConfig, times: np.ndarray, salt: int,
+                       latents: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(head's forecast, truth, observed current geometry) of the windows starting at `times`, standardised.
+
+    The current window is masked as in training (masks from `[seed, salt]`, batches of 32, so a rerun is
+    bit-identical). With `latents` (a dict), the squared errors of the predicted latents against the target
+    encoder's ("model"), of "no change" ("naive") and of `latents["mean"]` ("mean") are added to it.
+    """
+    W = cfg.window
+    x_t = torch.from_numpy(prep.x)
+    rng = np.random.default_rng([cfg.seed, salt])
+    head, truth, now = [], [], []
+    with torch.no_grad():
+        for i in range(0, len(times), 32):
+            t = times[i:i + 32]
+            ctx, nxt = _windows(x_t, t, -W, W), _windows(x_t, t, 0, W)
+            mask = make_mask(rng, len(t), prep.x.shape[1], cfg)
+            pred = model.predictor(model.online(ctx, mask))
+            g_now = (prep.targets[t - W] - prep.g_mean) / prep.g_std
+            head.append(model.head.forecast(pred, torch.as_tensor(g_now, dtype=pred.dtype)).double().numpy())
+            truth.append((prep.targets[t] - prep.g_mean) / prep.g_std)
+            now.append(g_now)
+            if latents is not None:
+                zt, zc = normalised(model.target(nxt)), normalised(model.target(ctx))
+                latents["model"] = latents.get("model", 0.0) + float(((pred - zt) ** 2).sum())
+                latents["naive"] = latents.get("naive", 0.0) + float(((zc - zt) ** 2).sum())
+                latents["mean"] = latents.get("mean", 0.0) + float(((latents["train_mean"] - zt) ** 2).sum())
+    return np.concatenate(head), np.concatenate(truth), np.concatenate(now)
+
+
+def r2_about_training_mean(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per-target out-of-sample R^2 about the training mean (0 in standard units): the geometry gate's measure."""
+    return 1.0 - ((pred - truth) ** 2).sum(axis=0) / np.maximum((truth ** 2).sum(axis=0), 1e-12)
+
+
+def blend_weight(head: np.ndarray, ar1: np.ndarray, truth: np.ndarray) -> float:
+    """w in [0, 1] minimising sum (truth - ar1 - w (head - ar1))^2 over all targets: least squares, clipped.
+
+    A forecast combination with one weight (Bates & Granger 1969, "The combination of forecasts"): one
+    number for ten correlated targets, because a validation block of a few hundred overlapping windows holds
+    only ~10 independent ones."""
+    d = head - ar1
+    den = float((d ** 2).sum())
+    return float(np.clip(((truth - ar1) * d).sum() / den, 0.0, 1.0)) if den > 0 else 0.0
+
+
+def fit_geometry_blend(model: WorldModel, prep: Prepared, cfg: StressConfig) -> dict:
+    """The blend weight of the gated geometry forecast, fitted on the validation block (never the tail)."""
+    if not len(prep.val):
+        raise StressError("the geometry blend needs a validation block (val_fraction > 0)")
+    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
+    ar1 = ridge_ar1_forecast(prep, cfg.window, prep.val)
+    w = blend_weight(head, ar1, truth)
+    return {"kind": "ridge AR(1) + w x (head - AR(1))", "weight": w, "validation_samples": int(len(prep.val)),
+            "validation_mean_r2": {"head": float(r2_about_training_mean(head, truth).mean()),
+                                   "ar1": float(r2_about_training_mean(ar1, truth).mean()),
+                                   "blend": float(r2_about_training_mean(ar1 + w * (head - ar1), truth).mean())}}
+
+
+def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressConfig, calib: dict,
+                   blend: dict | None = None) -> dict:
+    """The three gates on the held-back tail and the decoded panel (see GateConfig); deterministic.
+
+    `blend` (from `fit_geometry_blend`): the geometry forecast is the ridge AR(1) plus its weight x (the head's
+    forecast - the AR(1)); without it, the head's forecast alone."""
     gc = cfg.gates
     W = cfg.window
     x_t = torch.from_numpy(prep.x)
-    rng = np.random.default_rng([cfg.seed, 999_983])
-    se = {"model": 0.0, "naive": 0.0, "mean": 0.0}
-    g_pred, g_true, g_naive = [], [], []
-    train_mean_latent = None
     with torch.no_grad():
         # mean baseline (information only): the average normalised target latent of the training samples
         acc, count = None, 0
@@ -271,22 +329,11 @@ def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressC
             zt = normalised(model.target(_windows(x_t, t, 0, W))).sum(dim=0)
             acc = zt if acc is None else acc + zt
             count += len(t)
-        train_mean_latent = acc / count
-        for i in range(0, len(prep.tail), 32):
-            t = prep.tail[i:i + 32]
-            ctx, nxt = _windows(x_t, t, -W, W), _windows(x_t, t, 0, W)
-            mask = make_mask(rng, len(t), panel.n_stocks, cfg)
-            pred = model.predictor(model.online(ctx, mask))
-            zt = normalised(model.target(nxt))
-            zc = normalised(model.target(ctx))
-            se["model"] += float(((pred - zt) ** 2).sum())
-            se["naive"] += float(((zc - zt) ** 2).sum())
-            se["mean"] += float(((train_mean_latent - zt) ** 2).sum())
-            now = (prep.targets[t - W] - prep.g_mean) / prep.g_std
-            g_pred.append(model.head.forecast(pred, torch.as_tensor(now, dtype=pred.dtype)).double().numpy())
-            g_true.append((prep.targets[t] - prep.g_mean) / prep.g_std)
-            g_naive.append(now)
-    gp, gt, gn = np.concatenate(g_pred), np.concatenate(g_true), np.concatenate(g_naive)
+    se = {"train_mean": acc / count}
+    head, gt, gn = geometry_forecasts(model, prep, cfg, prep.tail, 999_983, latents=se)
+    ar1 = ridge_ar1_forecast(prep, W, prep.tail)
+    weight = None if blend is None else float(blend["weight"])
+    gp = head if weight is None else ar1 + weight * (head - ar1)
     geo_mse, geo_naive = float(((gp - gt) ** 2).mean()), float(((gn - gt) ** 2).mean())
     latent_ratio = se["model"] / max(se["naive"], 1e-12)
     geometry_ratio = geo_mse / max(geo_naive, 1e-12)
@@ -294,16 +341,20 @@ def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressC
                   "latent_mse_ratio_vs_train_mean": se["model"] / max(se["mean"], 1e-12),
                   "max_ratio": gc.max_error_ratio,
                   "passed": bool(latent_ratio < gc.max_error_ratio and geometry_ratio < gc.max_error_ratio)}
-    sst = (gt ** 2).sum(axis=0)               # around the training mean (0 in standard units)
-    r2 = 1.0 - ((gp - gt) ** 2).sum(axis=0) / np.maximum(sst, 1e-12)
-    r2_naive = 1.0 - ((gn - gt) ** 2).sum(axis=0) / np.maximum(sst, 1e-12)
-    r2_ar1 = ridge_ar1_r2(prep, W)
+    r2 = r2_about_training_mean(gp, gt)
+    r2_naive = r2_about_training_mean(gn, gt)
+    r2_ar1 = r2_about_training_mean(ar1, gt)
+    r2_head = r2_about_training_mean(head, gt)
+    passed = r2.mean() >= gc.min_geometry_r2 and (not gc.beat_ar1 or r2.mean() >= r2_ar1.mean())
+    if weight is not None:
+        passed = passed and weight > 0      # weight 0 is the AR(1) itself: the model would add nothing
     geometry = {"r2": dict(zip(TARGET_NAMES, map(float, r2))), "mean_r2": float(r2.mean()),
                 "no_change_r2": dict(zip(TARGET_NAMES, map(float, r2_naive))),
                 "no_change_mean_r2": float(r2_naive.mean()),
                 "ar1_r2": dict(zip(TARGET_NAMES, map(float, r2_ar1))), "ar1_mean_r2": float(r2_ar1.mean()),
-                "min_mean_r2": gc.min_geometry_r2,
-                "passed": bool(r2.mean() >= gc.min_geometry_r2)}
+                "head_r2": dict(zip(TARGET_NAMES, map(float, r2_head))), "head_mean_r2": float(r2_head.mean()),
+                "blend_weight": weight, "min_mean_r2": gc.min_geometry_r2, "beat_ar1": gc.beat_ar1,
+                "passed": bool(passed)}
     # stylised facts of a decoded panel with simulated shocks
     starts = sc.window_starts(panel.n_days, W)
     z = sc.encode_windows(model, prep.x, starts, W)
@@ -357,7 +408,8 @@ def finalise(directory, model: WorldModel, panel: Panel, cfg: StressConfig, prep
     try:
         model.eval()
         calib = calibrate(model, prep, panel, cfg)
-        gates = evaluate_gates(model, prep, panel, cfg, calib)
+        blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
+        gates = evaluate_gates(model, prep, panel, cfg, calib, blend)
     finally:
         torch.set_num_threads(prev)
     manifest = {
@@ -365,7 +417,7 @@ def finalise(directory, model: WorldModel, panel: Panel, cfg: StressConfig, prep
         "data": data_info(panel, **data_extra), "config": cfg.to_dict(), "features": prep.stats,
         "geometry_standardisation": {"names": list(TARGET_NAMES), "mean": prep.g_mean.tolist(),
                                      "std": prep.g_std.tolist()},
-        "calibration": calib, "gates": gates, "fit": fit_info, "versions": ck.versions(),
+        "calibration": calib, "geometry_forecast": blend, "gates": gates, "fit": fit_info, "versions": ck.versions(),
         "scenarios": {"names": list(SCENARIOS), "enabled": {s: False for s in SCENARIOS}, "checks": {},
                       "switched_off": {}},
     }
