@@ -237,6 +237,7 @@ def test_stress_config_round_trip_and_presets():
         StressConfig(window=12)
     with pytest.raises(StressError):
         preset("huge")
+    assert preset("default") == StressConfig() and preset("large").digest() != StressConfig().digest()
     with pytest.raises(StressError, match="val_fraction > 0"):
         preset("tiny", val_fraction=0.0)                       # the blend's weight needs a validation block
     assert not preset("tiny", val_fraction=0.0, geometry_blend=False).geometry_blend

@@ -199,7 +199,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_data_args(f)
     add_settings_args(f)
     f.add_argument("--out", required=True, help="checkpoint directory")
-    f.add_argument("--size", default="default", choices=("tiny", "small", "default"))
+    f.add_argument("--size", default="default", choices=("tiny", "default", "large"))
     f.add_argument("--steps", type=int, help="training steps (default: the size's)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--threads", type=int, help="torch threads for training (default 1)")
