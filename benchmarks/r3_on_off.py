@@ -1,0 +1,113 @@
+"""Does R3 change what is learned? One rung of the comparison with R3 off and on, side by side (issue 14, item 4).
+
+    python benchmarks/r3_on_off.py --rung cispo_repo_r --model runs/stress_us46_cmp \
+        --off benchmarks/results/compare-cpu --on benchmarks/results/compare-cpu-r3on \
+        [--off-runs runs/compare-cpu --on-runs runs/compare-cpu-r3on] \
+        --data ../shared/data/us_equities/us_daily_train.csv.gz --universe ../shared/data/us_equities/universe_us46.txt
+
+The two results folders are what `compare_trainers.py --results` kept: the off arm without a world model, the
+on arm with `--stress-checkpoint MODEL` (a model fitted on the comparison's train window, `alpha-gym stress fit
+--end <the day before the pseudo-holdout>`). For every seed both arms ran, per arm:
+
+* the pseudo-holdout score, valid answers and formula families of the shipped checkpoint (as the table);
+* the share of the shipped answers R3 penalises (R3 < 0), both arms' answers re-scored on the train
+  window with MODEL: so the off arm says what R3 would have said about answers trained without it;
+* with `--off-runs/--on-runs` (the run folders, not committed), the share of valid answers during training
+  whose reward carried R3 < 0 (0 in the off arm by construction: a check that it was off).
+
+Prints a markdown table; `--json FILE` writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def shipped(results: Path, seed: int, rung: str) -> tuple[dict, list[dict]] | None:
+    """(the rung's kept summary, its shipped probe answers) or None when that seed has not run."""
+    summary, answers = results / f"seed-{seed}" / f"{rung}.json", results / f"seed-{seed}" / f"{rung}.jsonl"
+    if not (summary.is_file() and answers.is_file()):
+        return None
+    return (json.loads(summary.read_text()),
+            [json.loads(line) for line in answers.read_text().splitlines() if line.strip()])
+
+
+def training_share(run_dir: Path) -> tuple[float, int] | None:
+    """(share of valid training answers with R3 < 0, their count) from a run's completions.jsonl."""
+    path = run_dir / "completions.jsonl"
+    if not path.is_file():
+        return None
+    n = hit = 0
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("valid"):
+            n += 1
+            hit += row["channels"].get("jepa_stress", 0.0) < 0
+    return (hit / n if n else float("nan")), n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rung", default="cispo_repo_r")
+    ap.add_argument("--model", type=Path, required=True, help="the world model the on arm used")
+    ap.add_argument("--off", type=Path, required=True, help="results folder of the off arm")
+    ap.add_argument("--on", type=Path, required=True, help="results folder of the on arm")
+    ap.add_argument("--off-runs", type=Path, help="run folder (--out) of the off arm")
+    ap.add_argument("--on-runs", type=Path, help="run folder (--out) of the on arm")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--universe")
+    ap.add_argument("--seeds", default="42,43,44")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    from compare_trainers import SCALES, _panels
+    from alpha_gym import Verifier, VerifierConfig
+
+    train, _ = _panels(argparse.Namespace(data=args.data, universe=args.universe, scale="cpu"), SCALES["cpu"])
+    verifier = Verifier(train, VerifierConfig(stress_checkpoint=str(args.model)))
+    state = verifier.score_formula("rank(-ts_delta(close, 5))").diagnostics["channel_state"]["jepa_stress"]
+    if not state.startswith("on"):
+        sys.exit(f"R3 is not on with {args.model} on the comparison's train window: {state}")
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        arms = {"off": shipped(args.off, seed, args.rung), "on": shipped(args.on, seed, args.rung)}
+        if any(v is None for v in arms.values()):
+            continue
+        for arm, (summary, answers) in arms.items():
+            step = summary["selected_step"]
+            ck = next(c for c in summary["checkpoints"] if c["step"] == step)
+            formulas = [a["formula"] for a in answers if a["train_valid"]]
+            r3 = [verifier.score_formula(f).channels["jepa_stress"] for f in formulas]
+            runs = args.off_runs if arm == "off" else args.on_runs
+            during = training_share(runs / f"seed-{seed}" / args.rung) if runs else None
+            rows.append({"seed": seed, "arm": arm, "step": step, "holdout": ck["holdout_score"],
+                         "valid": ck["valid"], "families": ck["families"],
+                         "shipped_r3_penalised": sum(v < 0 for v in r3) / max(len(r3), 1),
+                         "shipped_r3_mean": sum(r3) / max(len(r3), 1),
+                         "training_r3_penalised": None if during is None else during[0],
+                         "training_valid_answers": None if during is None else during[1]})
+    if not rows:
+        sys.exit(f"no seed has both arms of {args.rung} in {args.off} and {args.on}")
+    print(f"R3 off / on, rung {args.rung}, model {args.model} (R3 state: {state.split(':')[0]})\n")
+    print("| seed | R3 | shipped step | pseudo-holdout | valid | families | shipped answers R3 penalises | "
+          "mean R3 of shipped | valid training answers R3 penalised |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        during = "n/a" if r["training_r3_penalised"] is None else \
+            f"{r['training_r3_penalised']:.0%} of {r['training_valid_answers']}"
+        print(f"| {r['seed']} | {r['arm']} | {r['step']} | {r['holdout']:+.2f} | {r['valid']} | {r['families']} | "
+              f"{r['shipped_r3_penalised']:.0%} | {r['shipped_r3_mean']:+.3f} | {during} |")
+    if args.json:
+        args.json.write_text(json.dumps({"rung": args.rung, "model": str(args.model), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
