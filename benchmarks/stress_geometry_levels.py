@@ -76,9 +76,13 @@ def main() -> None:
           f"ridge AR(1) {r2(F.ridge_ar1_forecast(prep, cfg.window, last), t_in).mean():+.3f}")
     blend = manifest.get("geometry_forecast")
     if blend:
-        w = blend["weight"]
-        print(f"the checkpoint's blend: AR(1) + {w:.3f} x (head - AR(1)), weight fitted on {blend['validation_samples']} "
-              f"validation samples (there: {blend['validation_mean_r2']}); tail {r2(ar1 + w * (head - ar1), truth).mean():+.3f}")
+        w = blend["weights"]
+        mix = F.combine(ar1, w, head=head, no_change=now)
+        base = F.combine(ar1, blend["baseline_weights"], no_change=now)
+        print(f"the checkpoint's blend: AR(1) + {w['head']:.3f} x (head - AR(1)) + {w['no_change']:.3f} x (no change - "
+              f"AR(1)), weights fitted on {blend['validation_samples']} validation samples (there: "
+              f"{blend['validation_mean_r2']}); tail {r2(mix, truth).mean():+.3f}, without the head "
+              f"{r2(base, truth).mean():+.3f}")
     for look in (25, 50, 100):
         dev = np.zeros_like(head)
         for i in range(1, len(head)):

@@ -247,16 +247,22 @@ def test_stress_config_round_trip_and_presets():
     assert StressConfig.from_dict(old).geometry_blend is False
 
 
-def test_blend_weight_is_the_clipped_least_squares_weight_of_the_head_over_the_ar1():
+def test_blend_weights_are_bounded_least_squares_over_the_ar1():
     _need_torch()
-    from alpha_gym.stress.fit import blend_weight
+    from alpha_gym.stress.fit import blend_weights, combine
     rng = np.random.default_rng(1)
-    ar1, head = rng.standard_normal((400, 10)), rng.standard_normal((400, 10))
-    truth = ar1 + 0.3 * (head - ar1) + 0.1 * rng.standard_normal((400, 10))
-    assert blend_weight(head, ar1, truth) == pytest.approx(0.3, abs=0.02)
-    assert blend_weight(head, ar1, ar1 - 0.5 * (head - ar1)) == 0.0      # the head points the wrong way
-    assert blend_weight(head, ar1, ar1 + 2.0 * (head - ar1)) == 1.0      # never more than the head itself
-    assert blend_weight(ar1, ar1, truth) == 0.0                          # nothing to add
+    ar1, head, now = (rng.standard_normal((400, 10)) for _ in range(3))
+    truth = ar1 + 0.3 * (head - ar1) + 0.5 * (now - ar1) + 0.1 * rng.standard_normal((400, 10))
+    w = blend_weights(ar1, truth, head=head, no_change=now)
+    assert w["head"] == pytest.approx(0.3, abs=0.02) and w["no_change"] == pytest.approx(0.5, abs=0.02)
+    # and the fitted combination is the least-squares one: no other weights in the box do better on its data
+    best = ((combine(ar1, w, head=head, no_change=now) - truth) ** 2).sum()
+    for dh, dn in ((0.02, 0), (-0.02, 0), (0, 0.02), (0, -0.02)):
+        other = {"head": w["head"] + dh, "no_change": w["no_change"] + dn}
+        assert ((combine(ar1, other, head=head, no_change=now) - truth) ** 2).sum() > best
+    assert blend_weights(ar1, ar1 - 0.5 * (head - ar1), head=head) == {"head": 0.0}   # the head points the wrong way
+    assert blend_weights(ar1, ar1 + 2.0 * (head - ar1), head=head) == {"head": 1.0}   # never more than the head
+    assert blend_weights(ar1, truth, head=ar1) == {"head": 0.0}                        # nothing to add
 
 
 # --------------------------------------------------------------------------- fitted models (slow)
@@ -286,8 +292,9 @@ def _recheck(gates: dict) -> bool:
     p, g, f = gates["prediction"], gates["geometry"], gates["stylised_facts"]
     pred = p["latent_mse_ratio_vs_no_change"] < p["max_ratio"] and p["geometry_mse_ratio_vs_no_change"] < p["max_ratio"]
     r2 = np.mean(list(g["r2"].values()))
-    geo = (r2 >= g["min_mean_r2"] and (not g["beat_ar1"] or r2 >= np.mean(list(g["ar1_r2"].values())))
-           and (g["blend_weight"] is None or g["blend_weight"] > 0))
+    beat = not g["beat_baselines"] or (r2 >= np.mean(list(g["ar1_r2"].values()))
+                                       and (g["blend_weights"] is None or r2 >= g["baselines_mean_r2"]))
+    geo = r2 >= g["min_mean_r2"] and beat and (g["blend_weights"] is None or g["blend_weights"]["head"] > 0)
     lo, hi = f["acf_ratio_range"]
     klo, khi = f["kurtosis_ratio_range"]
     facts = (lo <= f["abs_acf1_ratio"] <= hi and abs(f["mean_corr_diff"]) <= f["corr_tolerance"]
@@ -312,27 +319,56 @@ def test_small_model_fits_and_its_gates_are_evaluated_honestly(tiny_fit, tiny_pa
 
 
 @pytest.mark.slow
-def test_the_gated_geometry_forecast_is_the_ar1_plus_the_validation_weighted_head(tiny_fit, tiny_panel):
-    """The blend weight comes from the validation block only (refitted here from the checkpoint), and the
-    gate's R^2 is that of AR(1) + weight x (head - AR(1)) on the tail, recomputed from the model."""
+def test_the_gated_geometry_forecast_is_the_validation_weighted_combination(tiny_fit, tiny_panel):
+    """The weights come from the validation block only (refitted here from the checkpoint), and the gate's
+    R^2 are those of the combinations with and without the head on the tail, recomputed from the model."""
     d, manifest = tiny_fit
     from alpha_gym.stress.config import StressConfig
-    from alpha_gym.stress.fit import (blend_weight, geometry_forecasts, prepare, r2_about_training_mean,
+    from alpha_gym.stress.fit import (blend_weights, combine, geometry_forecasts, prepare, r2_about_training_mean,
                                       ridge_ar1_forecast)
     from alpha_gym.stress.model import load_model
     cfg = StressConfig.from_dict(manifest["config"])
     prep, model = prepare(tiny_panel, cfg), load_model(d)
     W = cfg.window
     assert len(prep.val) and prep.val[-1] <= prep.tail[0] - 2 * W and prep.train[-1] <= prep.val[0] - 2 * W
-    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
-    w = blend_weight(head, ridge_ar1_forecast(prep, W, prep.val), truth)
-    assert manifest["geometry_forecast"]["weight"] == w == manifest["gates"]["geometry"]["blend_weight"]
-    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.tail, 999_983)
+    head, truth, now = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
+    ar1 = ridge_ar1_forecast(prep, W, prep.val)
+    w = blend_weights(ar1, truth, head=head, no_change=now)
+    base = blend_weights(ar1, truth, no_change=now)
+    blend = manifest["geometry_forecast"]
+    assert blend["weights"] == w == manifest["gates"]["geometry"]["blend_weights"] and blend["baseline_weights"] == base
+    head, truth, now = geometry_forecasts(model, prep, cfg, prep.tail, 999_983)
     ar1 = ridge_ar1_forecast(prep, W, prep.tail)
     geo = manifest["gates"]["geometry"]
-    assert geo["mean_r2"] == pytest.approx(float(r2_about_training_mean(ar1 + w * (head - ar1), truth).mean()),
-                                           abs=1e-12)
-    assert geo["head_mean_r2"] == pytest.approx(float(r2_about_training_mean(head, truth).mean()), abs=1e-12)
+
+    def r2(p):
+        return float(r2_about_training_mean(p, truth).mean())
+    assert geo["mean_r2"] == pytest.approx(r2(combine(ar1, w, head=head, no_change=now)), abs=1e-12)
+    assert geo["baselines_mean_r2"] == pytest.approx(r2(combine(ar1, base, no_change=now)), abs=1e-12)
+    assert geo["head_mean_r2"] == pytest.approx(r2(head), abs=1e-12)
+
+
+@pytest.mark.slow
+def test_regate_reproduces_the_fits_gates_and_refuses_other_data(tiny_fit, tiny_panel, small_synthetic, tmp_path):
+    """`alpha-gym stress check --regate`: the gates of a saved model evaluated again equal, bit for bit, those
+    its fit wrote; a manifest gated under other rules (here: tampered) is brought back to them."""
+    import shutil
+
+    from alpha_gym.stress import checkpoint as ck
+    from alpha_gym.stress.config import StressError
+    from alpha_gym.stress.fit import regate
+    d, manifest = tiny_fit
+    copy = tmp_path / "m"
+    shutil.copytree(d, copy)
+    m = ck.read_manifest(copy)
+    m["gates"] = {"passed": True}
+    m["geometry_forecast"] = None
+    ck.write_json(copy / ck.MANIFEST_FILE, m)
+    again = regate(copy, tiny_panel)
+    assert again["gates"] == manifest["gates"] and again["geometry_forecast"] == manifest["geometry_forecast"]
+    assert ck.read_manifest(copy)["gates"] == manifest["gates"]
+    with pytest.raises(StressError, match="other data"):
+        regate(copy, small_synthetic)
 
 
 def test_ridge_ar1_r2_recovers_the_skill_of_an_ar1_series():
@@ -384,8 +420,8 @@ def test_a_random_weight_model_fails_its_gates_and_r3_stays_off(tiny_panel, tmp_
     assert not gates["prediction"]["passed"]
     # whatever weight the validation block gives its head, the blend scores below the AR(1) on the tail
     geo = gates["geometry"]
-    assert geo["blend_weight"] == manifest["geometry_forecast"]["weight"]
-    assert geo["mean_r2"] < geo["ar1_mean_r2"] and not geo["passed"]
+    assert geo["blend_weights"] == manifest["geometry_forecast"]["weights"]
+    assert not geo["passed"] and (geo["blend_weights"]["head"] == 0 or geo["mean_r2"] < geo["baselines_mean_r2"])
     v = Verifier(tiny_panel, VerifierConfig(archive_seed=False))
     p = StressProvider.from_checkpoint(tmp_path, v)
     assert not p.on

@@ -84,9 +84,10 @@ def format_gates(manifest: dict, directory="") -> str:
              f"[{ok[geo['passed']]}] geometry R^2 ({_geometry_rule(geo)}): "
              f"{_fmt(geo['mean_r2'])} (no-change baseline {_fmt(geo['no_change_mean_r2'])}"
              + (f", ridge AR(1) on the observed geometry {_fmt(geo['ar1_mean_r2'])}" if "ar1_mean_r2" in geo else "")
-             + (f"; AR(1) + {_fmt(geo['blend_weight'], '.3f')} x (head - AR(1)), the weight fitted on the "
-                f"validation block; head alone {_fmt(geo['head_mean_r2'])}" if geo.get("blend_weight") is not None
-                else "")
+             + (f", AR(1) and no change combined {_fmt(geo['baselines_mean_r2'])}; the forecast = AR(1) + "
+                f"{_fmt(geo['blend_weights']['head'], '.3f')} x (head - AR(1)) + "
+                f"{_fmt(geo['blend_weights']['no_change'], '.3f')} x (no change - AR(1)), weights fitted on the "
+                f"validation block; head alone {_fmt(geo['head_mean_r2'])}" if geo.get("blend_weights") else "")
              + ")",
              "        " + ", ".join(f"{k} {_fmt(v, '+.2f')}" for k, v in geo["r2"].items()),
              f"[{ok[sf['passed']]}] stylised facts of a decoded panel (simulated shocks) vs real:",
@@ -124,10 +125,10 @@ def format_gates(manifest: dict, directory="") -> str:
 def _geometry_rule(geo: dict) -> str:
     """The geometry gate's rule as stored with the checkpoint (older checkpoints: the minimum R^2 only)."""
     rule = f"mean over 10 targets >= {geo['min_mean_r2']}"
-    if geo.get("beat_ar1"):
-        rule += " and >= the AR(1)'s"
-    if geo.get("blend_weight") is not None:
-        rule += ", blend weight > 0"
+    if geo.get("beat_baselines"):
+        rule += ", >= the AR(1)'s" + (" and the baselines' combined" if geo.get("blend_weights") else "")
+    if geo.get("blend_weights"):
+        rule += ", head weight > 0"
     return rule
 
 
@@ -141,6 +142,14 @@ def _interval(iv) -> str:
 def cmd_check(args) -> int:
     from alpha_gym.stress import checkpoint as ck
     manifest = ck.read_manifest(args.dir)
+    if args.regate:
+        load = _load_info(args) if args.data is not None else manifest["data"].get("load")
+        if load is None:
+            print("alpha-gym stress check: the manifest does not say how to reload its data; pass --data",
+                  file=sys.stderr)
+            return 2
+        from alpha_gym.stress.fit import regate
+        manifest = regate(args.dir, _load(load["data"], load["universe"], load["start"], load["end"]))
     if args.json:
         print(json.dumps({"gates": manifest["gates"], "scenarios": manifest["scenarios"],
                           "validation": manifest.get("validation")}, indent=2))
@@ -210,6 +219,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="print the gates of a checkpoint (exit 1 when a gate failed)")
     c.add_argument("dir")
+    add_data_args(c)
+    c.add_argument("--regate", action="store_true", help="evaluate the gates again under this version's rules "
+                                                         "(the weights and scenarios stay; needs the data)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_check)
 

@@ -24,8 +24,9 @@ With `val_fraction` > 0 (default 0.15) a validation block at the end of the
 training part (before the tail, with 2W-session gaps on both sides) is held
 out of training. Every `eval_every` steps the forecast error (JEPA + geometry)
 is measured on it and the weights of the best step are kept; after training,
-the weight of the gated geometry forecast (ridge AR(1) on the observed
-geometry + w x (head - AR(1)), `geometry_blend`) is fitted on it. The
+the weights of the gated geometry forecast (a combination of the ridge AR(1)
+on the observed geometry, the head and "no change", `geometry_blend`) are
+fitted on it. The
 held-back tail stays untouched by both choices.
 
 Randomness comes from `seed` only: torch's generator (seeded; its state is
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -288,36 +289,57 @@ def r2_about_training_mean(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return 1.0 - ((pred - truth) ** 2).sum(axis=0) / np.maximum((truth ** 2).sum(axis=0), 1e-12)
 
 
-def blend_weight(head: np.ndarray, ar1: np.ndarray, truth: np.ndarray) -> float:
-    """w in [0, 1] minimising sum (truth - ar1 - w (head - ar1))^2 over all targets: least squares, clipped.
+def blend_weights(ar1: np.ndarray, truth: np.ndarray, **forecasts: np.ndarray) -> dict[str, float]:
+    """Weights w_k in [0, 1] minimising sum (truth - ar1 - sum_k w_k (forecast_k - ar1))^2 over all targets.
 
-    A forecast combination with one weight (Bates & Granger 1969, "The combination of forecasts"): one
-    number for ten correlated targets, because a validation block of a few hundred overlapping windows holds
-    only ~10 independent ones."""
-    d = head - ar1
-    den = float((d ** 2).sum())
-    return float(np.clip(((truth - ar1) * d).sum() / den, 0.0, 1.0)) if den > 0 else 0.0
+    A forecast combination (Bates & Granger 1969, "The combination of forecasts"), by bounded least squares
+    (exact active set, deterministic): one weight per forecast for all ten correlated targets, because a
+    validation block of a few hundred overlapping windows holds only ~10 independent ones."""
+    from scipy.optimize import lsq_linear
+    names = list(forecasts)
+    x = np.stack([(forecasts[k] - ar1).ravel() for k in names], axis=1)
+    if not np.any(x):
+        return {k: 0.0 for k in names}
+    w = lsq_linear(x, (truth - ar1).ravel(), bounds=(0.0, 1.0), method="bvls").x
+    return {k: float(v) for k, v in zip(names, w)}
+
+
+def combine(ar1: np.ndarray, weights: dict[str, float], **forecasts: np.ndarray) -> np.ndarray:
+    """ar1 + sum_k weights[k] x (forecasts[k] - ar1)."""
+    out = ar1.copy()
+    for k, w in weights.items():
+        out = out + w * (forecasts[k] - ar1)
+    return out
 
 
 def fit_geometry_blend(model: WorldModel, prep: Prepared, cfg: StressConfig) -> dict:
-    """The blend weight of the gated geometry forecast, fitted on the validation block (never the tail)."""
+    """Weights of the gated geometry forecast, fitted on the validation block (never the tail).
+
+    The forecast: ridge AR(1) + w_head x (head - AR(1)) + w_now x (no change - AR(1)). Beside it, the same
+    combination without the model (`baseline_weights`: AR(1) and no change only), which the gate asks the
+    model's forecast to beat: the model must add to what the observed geometry already says."""
     if not len(prep.val):
         raise StressError("the geometry blend needs a validation block (val_fraction > 0)")
-    head, truth, _ = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
+    head, truth, now = geometry_forecasts(model, prep, cfg, prep.val, 424_243)
     ar1 = ridge_ar1_forecast(prep, cfg.window, prep.val)
-    w = blend_weight(head, ar1, truth)
-    return {"kind": "ridge AR(1) + w x (head - AR(1))", "weight": w, "validation_samples": int(len(prep.val)),
-            "validation_mean_r2": {"head": float(r2_about_training_mean(head, truth).mean()),
-                                   "ar1": float(r2_about_training_mean(ar1, truth).mean()),
-                                   "blend": float(r2_about_training_mean(ar1 + w * (head - ar1), truth).mean())}}
+    w = blend_weights(ar1, truth, head=head, no_change=now)
+    base = blend_weights(ar1, truth, no_change=now)
+
+    def r2(p):
+        return float(r2_about_training_mean(p, truth).mean())
+    return {"kind": "ridge AR(1) + w_head x (head - AR(1)) + w_no_change x (no change - AR(1))",
+            "weights": w, "baseline_weights": base, "validation_samples": int(len(prep.val)),
+            "validation_mean_r2": {"head": r2(head), "ar1": r2(ar1), "no_change": r2(now),
+                                   "baselines": r2(combine(ar1, base, no_change=now)),
+                                   "blend": r2(combine(ar1, w, head=head, no_change=now))}}
 
 
 def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressConfig, calib: dict,
                    blend: dict | None = None) -> dict:
     """The three gates on the held-back tail and the decoded panel (see GateConfig); deterministic.
 
-    `blend` (from `fit_geometry_blend`): the geometry forecast is the ridge AR(1) plus its weight x (the head's
-    forecast - the AR(1)); without it, the head's forecast alone."""
+    `blend` (from `fit_geometry_blend`): the geometry forecast is the validation-weighted combination of the
+    ridge AR(1), the head's forecast and "no change"; without it, the head's forecast alone."""
     gc = cfg.gates
     W = cfg.window
     x_t = torch.from_numpy(prep.x)
@@ -332,8 +354,10 @@ def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressC
     se = {"train_mean": acc / count}
     head, gt, gn = geometry_forecasts(model, prep, cfg, prep.tail, 999_983, latents=se)
     ar1 = ridge_ar1_forecast(prep, W, prep.tail)
-    weight = None if blend is None else float(blend["weight"])
-    gp = head if weight is None else ar1 + weight * (head - ar1)
+    weights = None if blend is None else blend["weights"]
+    gp = head if weights is None else combine(ar1, weights, head=head, no_change=gn)
+    # the same combination without the model: what the observed geometry alone gives
+    baselines = None if blend is None else combine(ar1, blend["baseline_weights"], no_change=gn)
     geo_mse, geo_naive = float(((gp - gt) ** 2).mean()), float(((gn - gt) ** 2).mean())
     latent_ratio = se["model"] / max(se["naive"], 1e-12)
     geometry_ratio = geo_mse / max(geo_naive, 1e-12)
@@ -345,15 +369,18 @@ def evaluate_gates(model: WorldModel, prep: Prepared, panel: Panel, cfg: StressC
     r2_naive = r2_about_training_mean(gn, gt)
     r2_ar1 = r2_about_training_mean(ar1, gt)
     r2_head = r2_about_training_mean(head, gt)
-    passed = r2.mean() >= gc.min_geometry_r2 and (not gc.beat_ar1 or r2.mean() >= r2_ar1.mean())
-    if weight is not None:
-        passed = passed and weight > 0      # weight 0 is the AR(1) itself: the model would add nothing
+    passed = r2.mean() >= gc.min_geometry_r2 and (not gc.beat_baselines or r2.mean() >= r2_ar1.mean())
+    r2_base = None if baselines is None else r2_about_training_mean(baselines, gt)
+    if weights is not None:   # the model must add: weight > 0, and better than the combination without it
+        passed = passed and weights["head"] > 0 and (not gc.beat_baselines or r2.mean() >= r2_base.mean())
     geometry = {"r2": dict(zip(TARGET_NAMES, map(float, r2))), "mean_r2": float(r2.mean()),
                 "no_change_r2": dict(zip(TARGET_NAMES, map(float, r2_naive))),
                 "no_change_mean_r2": float(r2_naive.mean()),
                 "ar1_r2": dict(zip(TARGET_NAMES, map(float, r2_ar1))), "ar1_mean_r2": float(r2_ar1.mean()),
                 "head_r2": dict(zip(TARGET_NAMES, map(float, r2_head))), "head_mean_r2": float(r2_head.mean()),
-                "blend_weight": weight, "min_mean_r2": gc.min_geometry_r2, "beat_ar1": gc.beat_ar1,
+                "blend_weights": weights,
+                "baselines_mean_r2": None if r2_base is None else float(r2_base.mean()),
+                "min_mean_r2": gc.min_geometry_r2, "beat_baselines": gc.beat_baselines,
                 "passed": bool(passed)}
     # stylised facts of a decoded panel with simulated shocks
     starts = sc.window_starts(panel.n_days, W)
@@ -525,6 +552,32 @@ def _fit(panel, directory, cfg, progress, data_extra, max_steps, restart):
     for name in (ck.PARTIAL_FILE, ck.PARTIAL_JSON):
         (d / name).unlink(missing_ok=True)
     manifest["fit"]["seconds"] = round(earlier + time.perf_counter() - t_start, 2)
+    ck.write_json(d / ck.MANIFEST_FILE, manifest)
+    return manifest
+
+
+def regate(directory, panel: Panel) -> dict:
+    """Evaluate a saved model's gates again under this version's rules (`GateConfig()`); the weights,
+    calibration and scenarios stay. For checkpoints gated by an earlier version; returns the manifest."""
+    from alpha_gym.stress.config import GateConfig
+    from alpha_gym.stress.model import load_model
+    d = Path(directory)
+    manifest = ck.read_manifest(d)
+    if manifest["data"]["fingerprint"] != panel.fingerprint():
+        raise StressError(f"{d} was fitted on other data than this panel; regate it on the panel it was fitted on")
+    manifest["config"] = {**manifest["config"], "gates": asdict(GateConfig())}   # this version's rules
+    cfg = StressConfig.from_dict(manifest["config"])
+    model = load_model(d, manifest)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with blas_threads(1):
+            prep = prepare(panel, cfg)
+            blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
+            manifest["gates"] = evaluate_gates(model, prep, panel, cfg, manifest["calibration"], blend)
+    finally:
+        torch.set_num_threads(prev)
+    manifest["geometry_forecast"] = blend
     ck.write_json(d / ck.MANIFEST_FILE, manifest)
     return manifest
 
