@@ -10,7 +10,7 @@ truth's (all in the training targets' standard units, so the training mean is 0)
 correlation with the truth, and the gate's R^2 (about the training mean) of:
 - the head and the AR(1) (`fit.ridge_ar1_forecast`) alone, on the tail and on as many of the last
   training samples (in-sample for the head: how much it fits its training period);
-- the checkpoint's own blend (`geometry_blend`: weight fitted on the validation block), where it has one;
+- the checkpoint's own blend (`geometry_blend`: weights fitted on the validation block), where it has one;
 - AR(1) plus the head's deviation from its own trailing mean (causal: the level from the observed
   geometry, the direction from the model);
 - blends and a least-squares fit chosen ON THE TAIL itself: marked ORACLE, upper bounds only, never a

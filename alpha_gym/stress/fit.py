@@ -26,8 +26,7 @@ out of training. Every `eval_every` steps the forecast error (JEPA + geometry)
 is measured on it and the weights of the best step are kept; after training,
 the weights of the gated geometry forecast (a combination of the ridge AR(1)
 on the observed geometry, the head and "no change", `geometry_blend`) are
-fitted on it. The
-held-back tail stays untouched by both choices.
+fitted on it. The held-back tail stays untouched by both choices.
 
 Randomness comes from `seed` only: torch's generator (seeded; its state is
 saved with partial checkpoints) draws the weights and the head's dropout, and
@@ -260,7 +259,7 @@ def geometry_forecasts(model: WorldModel, prep: Prepared, cfg: StressConfig, tim
 
     The current window is masked as in training (masks from `[seed, salt]`, batches of 32, so a rerun is
     bit-identical). With `latents` (a dict), the squared errors of the predicted latents against the target
-    encoder's ("model"), of "no change" ("naive") and of `latents["mean"]` ("mean") are added to it.
+    encoder's ("model"), of "no change" ("naive") and of `latents["train_mean"]` ("mean") are added to it.
     """
     W = cfg.window
     x_t = torch.from_numpy(prep.x)
