@@ -15,7 +15,10 @@ on arm with `--stress-checkpoint MODEL` (a model fitted on the comparison's trai
 * with `--off-runs/--on-runs` (the run folders, not committed), the share of valid answers during training
   whose reward carried R3 < 0 (0 in the off arm by construction: a check that it was off).
 
-Prints a markdown table; `--json FILE` writes the numbers.
+Over the seeds both arms ran: each arm's mean pseudo-holdout with a 95% bootstrap interval (resampling
+briefs and seeds, as the comparison's table) and the paired difference on - off with its interval.
+
+Prints markdown tables; `--json FILE` writes the numbers.
 """
 
 from __future__ import annotations
@@ -67,15 +70,17 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
-    from compare_trainers import SCALES, _panels
+    import numpy as np
+    from compare_trainers import SCALES, _panels, _rescore
+    from comparison_stats import bootstrap_interval, paired_difference, valid_mean
     from alpha_gym import Verifier, VerifierConfig
 
-    train, _ = _panels(argparse.Namespace(data=args.data, universe=args.universe, scale="cpu"), SCALES["cpu"])
+    train, holdout = _panels(argparse.Namespace(data=args.data, universe=args.universe, scale="cpu"), SCALES["cpu"])
     verifier = Verifier(train, VerifierConfig(stress_checkpoint=str(args.model)))
     state = verifier.score_formula("rank(-ts_delta(close, 5))").diagnostics["channel_state"]["jepa_stress"]
     if not state.startswith("on"):
         sys.exit(f"R3 is not on with {args.model} on the comparison's train window: {state}")
-    rows = []
+    rows, tables = [], {"off": [], "on": []}
     for seed in (int(s) for s in args.seeds.split(",")):
         arms = {"off": shipped(args.off, seed, args.rung), "on": shipped(args.on, seed, args.rung)}
         if any(v is None for v in arms.values()):
@@ -87,6 +92,7 @@ def main(argv=None) -> int:
             r3 = [verifier.score_formula(f).channels["jepa_stress"] for f in formulas]
             runs = args.off_runs if arm == "off" else args.on_runs
             during = training_share(runs / f"seed-{seed}" / args.rung) if runs else None
+            tables[arm].append(_rescore(answers, train, holdout)[0])
             rows.append({"seed": seed, "arm": arm, "step": step, "holdout": ck["holdout_score"],
                          "valid": ck["valid"], "families": ck["families"],
                          "shipped_r3_penalised": sum(v < 0 for v in r3) / max(len(r3), 1),
@@ -104,8 +110,32 @@ def main(argv=None) -> int:
             f"{r['training_r3_penalised']:.0%} of {r['training_valid_answers']}"
         print(f"| {r['seed']} | {r['arm']} | {r['step']} | {r['holdout']:+.2f} | {r['valid']} | {r['families']} | "
               f"{r['shipped_r3_penalised']:.0%} | {r['shipped_r3_mean']:+.3f} | {during} |")
+    summary = {}
+    for arm in ("off", "on"):
+        table = np.array(tables[arm])
+        lo, hi = bootstrap_interval(table)
+        mine = [r for r in rows if r["arm"] == arm]
+        during = [r["training_r3_penalised"] for r in mine if r["training_r3_penalised"] is not None]
+        summary[arm] = {"seeds": [r["seed"] for r in mine], "holdout": valid_mean(table), "lo": lo, "hi": hi,
+                        "families": float(np.mean([r["families"] for r in mine])),
+                        "valid": float(np.mean([r["valid"] for r in mine])),
+                        "shipped_r3_penalised": float(np.mean([r["shipped_r3_penalised"] for r in mine])),
+                        "training_r3_penalised": float(np.mean(during)) if during else None}
+    diff = paired_difference(np.array(tables["on"]), np.array(tables["off"]))
+    print(f"\nOver seeds {', '.join(str(s) for s in summary['on']['seeds'])} (mean pseudo-holdout of the valid "
+          "answers, 95% bootstrap interval over briefs and seeds):\n")
+    print("| R3 | pseudo-holdout [95% CI] | valid | families | shipped answers R3 penalises | "
+          "valid training answers R3 penalised |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for arm, m in summary.items():
+        during = "n/a" if m["training_r3_penalised"] is None else f"{m['training_r3_penalised']:.0%}"
+        print(f"| {arm} | {m['holdout']:+.3f} [{m['lo']:+.3f}, {m['hi']:+.3f}] | {m['valid']:.1f} | "
+              f"{m['families']:.1f} | {m['shipped_r3_penalised']:.0%} | {during} |")
+    print(f"\non - off, paired: {diff['diff']:+.3f} [{diff['lo']:+.3f}, {diff['hi']:+.3f}] "
+          f"({'outside' if diff['outside_noise'] else 'inside'} the noise)")
     if args.json:
-        args.json.write_text(json.dumps({"rung": args.rung, "model": str(args.model), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"rung": args.rung, "model": str(args.model), "rows": rows,
+                                         "summary": summary, "on_minus_off": diff}, indent=1))
     return 0
 
 
