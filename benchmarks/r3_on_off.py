@@ -42,18 +42,32 @@ def shipped(results: Path, seed: int, rung: str) -> tuple[dict, list[dict]] | No
             [json.loads(line) for line in answers.read_text().splitlines() if line.strip()])
 
 
-def training_share(run_dir: Path) -> tuple[float, int] | None:
-    """(share of valid training answers with R3 < 0, their count) from a run's completions.jsonl."""
+def training_share(run_dir: Path) -> dict | None:
+    """R3 during training, from a run's completions.jsonl (None when the run folder is absent).
+
+    share: valid answers whose reward carried R3 < 0; n: valid answers; cpcv_penalised / cpcv_rest: the
+    mean CPCV channel (priority-weighted, as in the reward) of those answers and of the others;
+    r3_penalised: their mean R3 channel. Together they say whether R3 acts on answers the core score
+    already ranks low.
+    """
     path = run_dir / "completions.jsonl"
     if not path.is_file():
         return None
-    n = hit = 0
+    hit, rest, r3 = [], [], []
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("valid"):
-            n += 1
-            hit += row["channels"].get("jepa_stress", 0.0) < 0
-    return (hit / n if n else float("nan")), n
+            channels = row["channels"]
+            penalised = channels.get("jepa_stress", 0.0) < 0
+            (hit if penalised else rest).append(channels["cpcv"])
+            if penalised:
+                r3.append(channels["jepa_stress"])
+    n = len(hit) + len(rest)
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else None
+    return {"share": len(hit) / n if n else float("nan"), "n": n, "cpcv_penalised": mean(hit),
+            "cpcv_rest": mean(rest), "r3_penalised": mean(r3)}
 
 
 def main(argv=None) -> int:
@@ -97,8 +111,9 @@ def main(argv=None) -> int:
                          "valid": ck["valid"], "families": ck["families"],
                          "shipped_r3_penalised": sum(v < 0 for v in r3) / max(len(r3), 1),
                          "shipped_r3_mean": sum(r3) / max(len(r3), 1),
-                         "training_r3_penalised": None if during is None else during[0],
-                         "training_valid_answers": None if during is None else during[1]})
+                         "training_r3_penalised": None if during is None else during["share"],
+                         "training_valid_answers": None if during is None else during["n"],
+                         "training": during})
     if not rows:
         sys.exit(f"no seed has both arms of {args.rung} in {args.off} and {args.on}")
     print(f"R3 off / on, rung {args.rung}, model {args.model} (R3 state: {state.split(':')[0]})\n")
@@ -110,6 +125,15 @@ def main(argv=None) -> int:
             f"{r['training_r3_penalised']:.0%} of {r['training_valid_answers']}"
         print(f"| {r['seed']} | {r['arm']} | {r['step']} | {r['holdout']:+.2f} | {r['valid']} | {r['families']} | "
               f"{r['shipped_r3_penalised']:.0%} | {r['shipped_r3_mean']:+.3f} | {during} |")
+    acted = [r for r in rows if r["arm"] == "on" and r["training"] and r["training"]["r3_penalised"] is not None]
+    if acted:
+        print("\nWhere R3 acted in training (on arm; channels priority-weighted as in the reward):\n")
+        print("| seed | answers R3 penalised | their mean R3 | their mean CPCV channel | the other answers' CPCV |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in acted:
+            t = r["training"]
+            print(f"| {r['seed']} | {t['share']:.0%} of {t['n']} | {t['r3_penalised']:+.3f} | "
+                  f"{t['cpcv_penalised']:+.2f} | {t['cpcv_rest']:+.2f} |")
     summary = {}
     for arm in ("off", "on"):
         table = np.array(tables[arm])
