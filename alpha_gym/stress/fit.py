@@ -37,6 +37,7 @@ written every `save_every` steps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -426,18 +427,26 @@ def save_checkpoint(directory, model: WorldModel, manifest: dict) -> dict:
     return manifest
 
 
+@contextlib.contextmanager
+def _single_threaded():
+    """Gates, blend weights and scenarios run on one torch and one BLAS thread: bit-reproducible."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with blas_threads(1):
+            yield
+    finally:
+        torch.set_num_threads(prev)
+
+
 def finalise(directory, model: WorldModel, panel: Panel, cfg: StressConfig, prep: Prepared, data_extra: dict,
              fit_info: dict) -> dict:
     """Calibrate, gate, save, build and check the scenarios; returns the manifest."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)             # gates and scenarios: single-threaded, bit-reproducible
-    try:
+    with _single_threaded():
         model.eval()
         calib = calibrate(model, prep, panel, cfg)
         blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
         gates = evaluate_gates(model, prep, panel, cfg, calib, blend)
-    finally:
-        torch.set_num_threads(prev)
     manifest = {
         "format": ck.FORMAT_VERSION, "kind": "alpha-gym JEPA world model (R3 jepa_stress)",
         "data": data_info(panel, **data_extra), "config": cfg.to_dict(), "features": prep.stats,
@@ -567,15 +576,10 @@ def regate(directory, panel: Panel) -> dict:
     manifest["config"] = {**manifest["config"], "gates": asdict(GateConfig())}   # this version's rules
     cfg = StressConfig.from_dict(manifest["config"])
     model = load_model(d, manifest)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with blas_threads(1):
-            prep = prepare(panel, cfg)
-            blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
-            manifest["gates"] = evaluate_gates(model, prep, panel, cfg, manifest["calibration"], blend)
-    finally:
-        torch.set_num_threads(prev)
+    with _single_threaded():
+        prep = prepare(panel, cfg)
+        blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
+        manifest["gates"] = evaluate_gates(model, prep, panel, cfg, manifest["calibration"], blend)
     manifest["geometry_forecast"] = blend
     ck.write_json(d / ck.MANIFEST_FILE, manifest)
     return manifest
