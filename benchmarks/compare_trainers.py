@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -141,12 +140,10 @@ def run_rung(name, recipe, prompts, scale, args, seed, start_model, verifier, tr
     run_dir = out / f"seed-{seed}" / name
     run_dir.mkdir(parents=True, exist_ok=True)
     rung_briefs = filtered if prompts == "filtered" else briefs
-    t0 = time.perf_counter()
     # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists (a
     # run stopped before its first checkpoint starts again: its log lines are dropped, not resumed)
     train_policy(config, verifier.fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
                  resume=latest_checkpoint(run_dir) is not None, progress=True)
-    train_s = time.perf_counter() - t0
     checkpoints = {0: start_model}
     for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
         checkpoints[step] = str(run_dir / f"checkpoint-{step}")
@@ -167,6 +164,8 @@ def run_rung(name, recipe, prompts, scale, args, seed, start_model, verifier, tr
                 "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
                 "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"]}
     log = read_log(run_dir)
+    # the steps' own times, so a rung resumed across processes (or already finished) reports its whole training
+    train_s = sum(x.get("seconds/total") or 0.0 for x in log)
     return {"rung": name, "recipe": recipe, "prompts": prompts, "seed": seed, "n_prompts": len(rung_briefs),
             "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
             "checkpoints": [row(s) for s in sorted(reports)], "log": log, "probe_files": {

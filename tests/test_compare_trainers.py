@@ -64,6 +64,9 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     again = json.loads((out / "comparison.json").read_text())["runs"][0]
     assert again["checkpoints"] == data["runs"][0]["checkpoints"]
     assert len(again["log"]) == 2
+    # training time is the steps' own time, also when nothing was trained in this process
+    assert again["train_seconds"] == data["runs"][0]["train_seconds"] > 0
+    assert again["train_seconds"] == round(sum(x["seconds/total"] for x in again["log"]), 1)
     # the report alone, from the kept answers
     assert module.main(["--scale", "smoke", "--out", str(out), "--report-only"]) == 0
     assert (out / "comparison.md").read_text() == table
