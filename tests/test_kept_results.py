@@ -1,0 +1,73 @@
+"""The answers kept under benchmarks/results/compare-cpu are what BENCHMARKS.md's trainer table rests on.
+
+Three checks, from cheap to thorough: each run's numbers agree with its kept answers; BENCHMARKS.md shows
+the kept table; and rebuilding the table from the kept answers on the real panel gives it back exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_DATA_DIR, _require_real_data
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "benchmarks" / "results" / "compare-cpu"
+RUNS = sorted(KEPT.glob("seed-*/*.json"))
+
+
+def _table(text: str) -> list[str]:
+    """The rung table's rows (the lines that start with '| ' between the title and the footnote)."""
+    start = text.index("| rung | seeds |")
+    rows = []
+    for line in text[start:].splitlines():
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def test_every_kept_run_matches_its_answers():
+    assert len(RUNS) >= 15, "the cpu comparison keeps 5 rungs x 3 seeds"
+    settings = json.loads((KEPT / "settings.json").read_text())
+    n_probe = len(settings["probe_briefs"])
+    for path in RUNS:
+        run = json.loads(path.read_text())
+        rows = [json.loads(line) for line in path.with_suffix(".jsonl").read_text().splitlines()]
+        assert [r["brief_id"] for r in rows] == settings["probe_briefs"][:n_probe], path
+        assert {r["step"] for r in rows} == {run["selected_step"]}, path
+        shipped = {c["step"]: c for c in run["checkpoints"]}[run["selected_step"]]
+        valid = [r["train_cpcv"] for r in rows if r["train_valid"]]
+        assert len(valid) == shipped["train_valid"], path
+        assert sum(valid) / len(valid) == pytest.approx(shipped["train_cpcv"], abs=1e-9), path
+        # the shipped checkpoint is the one train CPCV prefers (ties go to the earlier step)
+        assert shipped["train_cpcv"] == max(c["train_cpcv"] for c in run["checkpoints"]), path
+        assert run["train_seconds"] > 0 and run["steps"] == 30, path
+
+
+def test_benchmarks_md_shows_the_kept_table():
+    kept = _table((KEPT / "comparison.md").read_text())
+    benchmarks = (ROOT / "BENCHMARKS.md").read_text()
+    section = benchmarks[benchmarks.index("## Trainer comparison under the reward contract"):]
+    assert _table(section) == kept
+
+
+@pytest.mark.slow
+def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path):
+    _require_real_data()
+    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    results = tmp_path / "results"
+    shutil.copytree(KEPT, results)
+    (results / "comparison.md").unlink()
+    assert module.main(["--scale", "cpu", "--report-only", "--results", str(results), "--out", str(tmp_path / "out"),
+                        "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
+                        "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
+    assert (results / "comparison.md").read_text() == (KEPT / "comparison.md").read_text()
