@@ -17,12 +17,13 @@ train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the
 sessions of the train window, cut off before training: the sealed real holdout is never read).
 
 Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
-checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, and one run
+checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, `seeds.png` (each
+seed's shipped score per rung, and train CPCV against pseudo-holdout per run), and one run
 folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for
 `alpha-gym report`. Into --results (small text files meant to be committed): `step-0.jsonl` and
 `seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
 raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `settings.json`;
-`comparison.md`. Re-score any of them on another window with
+`comparison.md` and `seeds.png`. Re-score any of them on another window with
 `alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
 
@@ -390,6 +391,75 @@ def write_plots(results, out: Path) -> None:
     plt.close(fig)
 
 
+def write_seed_plot(report, results: Path, folders) -> None:
+    """seeds.png: what a seed does to a rung, and whether the checkpoint choice could have seen it.
+
+    Left: each seed's shipped score per rung (dots) beside the rung's mean and 95% interval, with step 0
+    and the best one-motif and overall baselines as lines. Right: train-window CPCV (which picks the
+    checkpoint) against the pseudo-holdout score (which is only reported), one point per run.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from scipy.stats import spearmanr
+    from alpha_gym.evaluation.baselines import best_baseline
+    rungs = [(k, r) for k, r in report["rows"].items() if k != "step-0"]
+    if not rungs:
+        return
+    seeds = report["seeds"]
+    colours = {s: plt.cm.tab10(i % 10) for i, s in enumerate(seeds)}
+    markers = "osD^v<>ph"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    cpcv, score = [], []
+    for x, (name, r) in enumerate(rungs):
+        if all(v is not None and np.isfinite(v) for v in (r["score"], r["lo"], r["hi"])):
+            left.errorbar([x], [r["score"]], yerr=[[r["score"] - r["lo"]], [r["hi"] - r["score"]]], fmt="_",
+                          color="black", ms=18, capsize=6, zorder=3)
+        for j, seed in enumerate(r["seeds"]):
+            row = r["table"][j]
+            s = float(np.nanmean(row)) if np.isfinite(row).any() else np.nan
+            left.scatter([x + 0.12 * (j - (len(r["seeds"]) - 1) / 2)], [s], color=colours[seed], s=30, zorder=4,
+                         label=f"seed {seed}" if x == 0 else None)
+            run = json.loads((results / f"seed-{seed}" / f"{name}.json").read_text())
+            shipped = {c["step"]: c for c in run["checkpoints"]}[run["selected_step"]]
+            c = np.nan if shipped["train_cpcv"] is None else float(shipped["train_cpcv"])  # None: no valid answer
+            right.scatter([c], [s], color=colours[seed], marker=markers[x % len(markers)], s=45)
+            cpcv.append(c)
+            score.append(s)
+    lines = [("step 0", report["rows"]["step-0"]["score"], "grey")]
+    motifs = best_baseline([b for b in report.get("baselines", []) if b["kind"] == "motif"])
+    best = best_baseline(report.get("baselines", []))
+    if motifs is not None:
+        lines.append((f"{motifs['name']} (best motif)", motifs["score"], "tab:green"))
+    if best is not None and best is not motifs:
+        lines.append((f"{best['name']} (best baseline)", best["score"], "tab:red"))
+    for label, y, colour in lines:
+        if y is None or not np.isfinite(y):
+            continue
+        left.axhline(y, color=colour, ls="--", lw=1)
+        left.annotate(f"{label} {y:+.2f}", (len(rungs) - 0.5, y), fontsize=7, color=colour, ha="right", va="bottom")
+    left.set_xticks(range(len(rungs)), [r["label"] for _, r in rungs], rotation=15, fontsize=8)
+    left.set_xlim(-0.5, len(rungs) - 0.5)
+    left.set_ylabel("pseudo-holdout score (valid answers)")
+    left.set_title("each seed's shipped checkpoint; bars: mean and 95% interval")
+    left.legend(fontsize=7, loc="lower left")
+    cpcv, score = np.array(cpcv), np.array(score)
+    ok = np.isfinite(cpcv) & np.isfinite(score)
+    rho = spearmanr(cpcv[ok], score[ok])[0] if ok.sum() >= 3 else float("nan")
+    right.set_xlabel("train-window CPCV (picks the checkpoint)")
+    right.set_ylabel("pseudo-holdout score")
+    right.set_title(f"one point per run: rank correlation {rho:+.2f}")
+    right.axhline(0, color="grey", lw=0.5)
+    from matplotlib.lines import Line2D  # marker = rung, colour = seed (as on the left)
+    right.legend(handles=[Line2D([], [], marker=markers[x % len(markers)], ls="", color="grey", label=name)
+                          for x, (name, _) in enumerate(rungs)], fontsize=7, loc="best")
+    fig.tight_layout()
+    for folder in folders:
+        fig.savefig(Path(folder) / "seeds.png", dpi=110)
+    plt.close(fig)
+
+
 def _claim_out_dir(out: Path, args, scale: Scale, verifier_settings: dict) -> None:
     """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
 
@@ -495,6 +565,7 @@ def main(argv=None) -> int:
     report = build_report(results, ladder, train, holdout)
     text = write_table(report, args.scale, out)
     (results / "comparison.md").write_text(text)
+    write_seed_plot(report, results, {results, out})
     for folder in {results, out}:
         (folder / "report.json").write_text(json.dumps(report_json(report), indent=1))
     from alpha_gym.evaluation.report import write_report

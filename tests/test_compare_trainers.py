@@ -55,6 +55,8 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     assert read_formulas(results / "seed-42" / "dapo.jsonl") == [
         json.loads(x)["formula"] for x in (results / "seed-42" / "dapo.jsonl").read_text().splitlines()]
     assert (results / "comparison.md").read_text() == table
+    # each seed's shipped score per rung, drawn where the answers are kept and where the runs are
+    assert (results / "seeds.png").stat().st_size > 10_000 and (out / "seeds.png").is_file()
 
     # a rerun resumes from what is on disk: no retraining, no new probe answers, the same rows
     probe_file = out / "seed-42" / rungs[0] / "probe-step-2.json"
@@ -77,7 +79,8 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
                                                    for r in report["rows"].values())
     # the comparison's page links every run's page; those show the answers with their channels
     page = (out / "report.html").read_text()
-    assert "above all baselines" in page and page.count("data:image/png") >= 2 and "src=\"http" not in page
+    assert "above all baselines" in page and page.count("data:image/png") >= 3 and "src=\"http" not in page
+    assert "<h3>Seeds</h3>" in page
     for name in rungs:
         assert f'href="seed-42/{name}/report.html"' in page
         run_page = (out / "seed-42" / name / "report.html").read_text()
@@ -152,3 +155,23 @@ def test_floor_trap_benchmark_smoke(tmp_path):
     assert floor[0]["nonzero_adv_share"] <= free[0]["nonzero_adv_share"]
     assert "| mean |" in (out / "floor_trap.md").read_text()
     assert (out / "floor_trap.png").stat().st_size > 10_000
+
+
+def test_seed_plot_draws_runs_without_valid_answers(tmp_path):
+    """seeds.png from a report whose runs include one with no valid answer and no train CPCV (None/NaN)."""
+    import numpy as np
+    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    nan = float("nan")
+    for seed, cpcv in ((1, 0.4), (2, None)):
+        (tmp_path / f"seed-{seed}").mkdir()
+        (tmp_path / f"seed-{seed}" / "dapo.json").write_text(json.dumps(
+            {"selected_step": 0, "checkpoints": [{"step": 0, "train_cpcv": cpcv}]}))
+    row = {"label": "dapo", "seeds": [1, 2], "table": np.array([[0.5, nan], [nan, nan]]),
+           "score": 0.5, "lo": nan, "hi": nan}
+    report = {"seeds": [1, 2], "rows": {"step-0": {"label": "step 0", "score": nan}, "dapo": row},
+              "baselines": [{"name": "volume level", "kind": "motif", "score": 0.2}]}
+    module.write_seed_plot(report, tmp_path, [tmp_path])
+    assert (tmp_path / "seeds.png").stat().st_size > 5_000

@@ -67,7 +67,21 @@ def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(KEPT, results)
     (results / "comparison.md").unlink()
+    (results / "seeds.png").unlink(missing_ok=True)
     assert module.main(["--scale", "cpu", "--report-only", "--results", str(results), "--out", str(tmp_path / "out"),
                         "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
                         "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
     assert (results / "comparison.md").read_text() == (KEPT / "comparison.md").read_text()
+    assert (results / "seeds.png").stat().st_size > 10_000
+
+
+def test_the_kept_folder_opens_as_a_comparison_page(tmp_path):
+    """`alpha-gym report` on the kept answers alone: the table, the baselines and the seeds plot, no empty runs."""
+    from alpha_gym.evaluation.report import write_report
+    folder = tmp_path / "compare-cpu"
+    shutil.copytree(KEPT, folder)
+    page = write_report(folder).read_text()
+    assert "alpha-gym trainer comparison" in page and "cispo_repo_r_dora_filtered" in page
+    assert "<h3>Seeds</h3>" in page and page.count("data:image/png") >= 2
+    assert "<h2>Checkpoints</h2>" not in page and "<h2>Training</h2>" not in page
+    assert 'src="http' not in page

@@ -8,10 +8,12 @@ report.json                   the rung table with intervals and the baselines (`
                               "baselines": [{"name", "kind", "score", "lo", "hi", "book", ...}]}
 seed-S/RUNG/                  one training run per rung and seed (log.jsonl, probe-step-N.json, ...)
 step-0/probe-step-0.json      the start model's probe answers
+seeds.png                     each seed's shipped score per rung, and train CPCV against pseudo-holdout
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -193,12 +195,22 @@ def comparison_section(out: Path, links: dict[Path, Path]) -> list[str]:
                   "the best baseline.</p>", rung_table(report), img(plot_intervals(report), "rung intervals")]
         if report.get("baselines"):
             parts += ["<h3>Baselines on the same window and costs (no model)</h3>", baseline_table(report)]
+    if (out / "seeds.png").is_file():  # drawn by the comparison itself, from the kept answers
+        parts += ["<h3>Seeds</h3>", '<p class="note">Left: each seed\'s shipped checkpoint per rung, beside the '
+                  "rung's mean and interval and the baselines. Right: the train-window CPCV that picked each "
+                  "checkpoint against its pseudo-holdout score.</p>",
+                  img(base64.b64encode((out / "seeds.png").read_bytes()).decode("ascii"),
+                      "each seed's shipped score per rung; train CPCV against pseudo-holdout")]
     step0 = []
     s0 = out / "step-0"
     if s0.is_dir():
         step0 = _probe_points(s0)
-    parts += ["<h2>Checkpoints</h2>", img(plot_checkpoints(runs, step0), "per-checkpoint probe scores"),
-              "<h2>Training</h2>", img(plot_training(runs), "training diagnostics of every run")]
+    # a folder of kept answers alone (`--report-only --out`) has no runs: no empty sections then
+    checkpoints, training = plot_checkpoints(runs, step0), plot_training(runs)
+    if checkpoints is not None:
+        parts += ["<h2>Checkpoints</h2>", img(checkpoints, "per-checkpoint probe scores")]
+    if training is not None:
+        parts += ["<h2>Training</h2>", img(training, "training diagnostics of every run")]
     if runs:
         items = []
         for seed, rung, path in runs:
