@@ -403,6 +403,7 @@ def write_seed_plot(report, results: Path, folders) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
     from scipy.stats import spearmanr
+    from comparison_stats import valid_mean
     from alpha_gym.evaluation.baselines import best_baseline
     rungs = [(k, r) for k, r in report["rows"].items() if k != "step-0"]
     if not rungs:
@@ -417,8 +418,7 @@ def write_seed_plot(report, results: Path, folders) -> None:
             left.errorbar([x], [r["score"]], yerr=[[r["score"] - r["lo"]], [r["hi"] - r["score"]]], fmt="_",
                           color="black", ms=18, capsize=6, zorder=3)
         for j, seed in enumerate(r["seeds"]):
-            row = r["table"][j]
-            s = float(np.nanmean(row)) if np.isfinite(row).any() else np.nan
+            s = valid_mean(r["table"][j])
             left.scatter([x + 0.12 * (j - (len(r["seeds"]) - 1) / 2)], [s], color=colours[seed], s=30, zorder=4,
                          label=f"seed {seed}" if x == 0 else None)
             run = json.loads((results / f"seed-{seed}" / f"{name}.json").read_text())
