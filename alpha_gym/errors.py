@@ -8,3 +8,7 @@ They stay ValueErrors, so code that caught ValueError before still does.
 
 class InputError(ValueError):
     """An input that cannot be used; the message says which and what would work."""
+
+
+class ConfigError(InputError):
+    """A configuration value that cannot work (a setting, a settings file, a flag)."""

@@ -22,6 +22,7 @@ name the key and the nearest known one. `--set KEY=VALUE` takes a dotted key and
 from __future__ import annotations
 
 import difflib
+from collections import abc
 import math
 import tomllib
 import types
@@ -30,6 +31,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from alpha_gym.ranges import SettingError
 from alpha_gym.scoring.config import ConfigError
 
 NONE = "none"  # how an unset optional value is written
@@ -74,6 +76,8 @@ def from_dict(cls: type, data: Mapping[str, Any], base: Any = None, where: str =
         values[key] = _coerce(hints[key], value, path, current)
     try:
         return replace(base, **values) if base is not None else cls(**values)
+    except SettingError as err:  # a range check of the dataclass: name the key as the file spells it
+        raise err.under(where or cls.__name__) from None
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:  # the dataclass's own validation (StressError, TrainConfig's ValueError)
@@ -101,7 +105,7 @@ def _coerce(tp, value, path: str, current):
         raise ConfigError(f"{path}: unsupported type {tp}")
     if is_dataclass(tp):
         return from_dict(tp, value, base=current, where=path)
-    if origin in (Mapping, dict) or tp in (dict, Mapping):
+    if origin in (Mapping, dict, abc.Mapping) or tp in (dict, Mapping, abc.Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a table, got {value!r}")
         merged = dict(current or {})
@@ -293,6 +297,9 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
     tables: dict[str, dict] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"--config {path}: is a directory, not a settings file (alpha-gym config show "
+                              f"> run.toml writes one)")
         if not p.is_file():
             raise ConfigError(f"--config {path}: no such file")
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from alpha_gym.book.metrics import TRADING_DAYS
+from alpha_gym.ranges import above, check_fields, closed, ints
 
 BPS = 1e-4
 
@@ -25,6 +26,9 @@ class TrainingCosts:
     half_spread_bps: float = 0.5
     impact_bps: float = 0.5  # the "small fixed impact": liquidity-independent, per unit of turnover
 
+    def __post_init__(self):
+        check_fields(self, TRAINING_COST_RANGES)
+
     def rate(self) -> float:
         return (self.fee_bps + self.slippage_bps + self.half_spread_bps + self.impact_bps) * BPS
 
@@ -34,6 +38,10 @@ class TrainingCosts:
             raise ValueError(f"cost factor must be > 0, got {factor!r}")
         return TrainingCosts(self.fee_bps * factor, self.slippage_bps * factor, self.half_spread_bps * factor,
                              self.impact_bps * factor)
+
+
+#: 10,000 bps is the whole traded amount: a cost above that, or below 0, is a typo.
+TRAINING_COST_RANGES = {k: closed(0.0, 1e4) for k in ("fee_bps", "slippage_bps", "half_spread_bps", "impact_bps")}
 
 
 #: The reference's Environment B: "the same verifier, and per-action costs about 19x higher" (Part 3 s.7),
@@ -68,6 +76,21 @@ class RealisticCosts:
     capacity_penalty: float = 1.0       # extra cost per unit of participation over the cap
     borrow_bps_per_year: float = 50.0   # to borrow the short side
     liquidity_window: int = 20          # sessions for trailing dollar volume and volatility
+
+    def __post_init__(self):
+        check_fields(self, REALISTIC_COST_RANGES)
+
+
+REALISTIC_COST_RANGES = {
+    "book_size": above(0.0, 1e15),
+    "fee_bps": closed(0.0, 1e4),
+    "half_spread_bps": closed(0.0, 1e4),
+    "impact_coef": closed(0.0, 1e3),
+    "max_participation": above(0.0, 1.0),
+    "capacity_penalty": closed(0.0, 1e3),
+    "borrow_bps_per_year": closed(0.0, 1e5),
+    "liquidity_window": ints(2, 10_000),    # a volatility needs two sessions
+}
 
 
 def realistic_cost(weights: np.ndarray, dollar_volume: np.ndarray, volatility: np.ndarray,

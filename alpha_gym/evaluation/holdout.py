@@ -57,8 +57,9 @@ from alpha_gym.jsonable import finite_or_none
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
+from alpha_gym.ranges import Range, check_fields, closed, ints
 from alpha_gym.scoring import cpcv as cpcv_mod
-from alpha_gym.scoring.config import ConfigError, VerifierConfig
+from alpha_gym.scoring.config import VERIFIER_RANGES, ConfigError, VerifierConfig
 from alpha_gym.scoring.cpcv import CPCVConfig
 
 _V = VerifierConfig  # the rules the holdout shares with training default to the verifier's
@@ -97,10 +98,9 @@ class HoldoutConfig:
     crash_threshold: float = -0.015  # "market fell more than 1.5%" for the book's down-day return
 
     def __post_init__(self):
-        if self.context < 1:
-            raise ConfigError(f"holdout context must be >= 1 session, got {self.context}")
-        if not (self.clip is not None and self.clip > 0):
-            raise ConfigError(f"holdout clip must be > 0, got {self.clip}")
+        if self.clip is None:
+            raise ConfigError("holdout clip must be a number > 0, got None")
+        check_fields(self, HOLDOUT_RANGES)
 
     @classmethod
     def from_verifier(cls, verifier_config: VerifierConfig, **changes) -> "HoldoutConfig":
@@ -111,6 +111,18 @@ class HoldoutConfig:
         return cls(**{"cpcv": v.cpcv, "turnover_cap": v.turnover_cap, "turnover_penalty": v.turnover_penalty,
                       "clip": v.cpcv_clip if v.cpcv_clip is not None else cls.clip,
                       "min_valid_stocks": v.min_valid_stocks, **changes})
+
+
+#: Shared rules take the verifier's ranges, so a value the verifier accepts the holdout accepts too.
+HOLDOUT_RANGES = {
+    "context": ints(1, 100_000),
+    "turnover_cap": VERIFIER_RANGES["turnover_cap"],
+    "turnover_penalty": VERIFIER_RANGES["turnover_penalty"],
+    "clip": VERIFIER_RANGES["cpcv_clip"],
+    "min_valid_stocks": VERIFIER_RANGES["min_valid_stocks"],
+    "min_turnover": Range(0.0, 1.0, hi_open=True),
+    "crash_threshold": closed(-1.0, 0.0),
+}
 
 
 def holdout_formula_score(cpcv: float, turnover: float, config: HoldoutConfig = HoldoutConfig()) -> float:

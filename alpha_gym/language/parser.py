@@ -23,6 +23,7 @@ from alpha_gym.language.errors import (FormulaArgumentError, FormulaError, Formu
 from alpha_gym.language.nodes import Field, Node, Num, Op, depth
 from alpha_gym.language.operators import (COMPARE_OPS, FIELDS, INDCLASS_LEVELS, OPERATORS, OPTIONAL_FIELDS,
                                           OpSpec, resolve)
+from alpha_gym.ranges import above, check_fields, ints
 
 _INDCLASS = "IndClass."
 #: Element-wise `min`/`max` that the paper reads as `ts_min`/`ts_max` when the second argument
@@ -49,6 +50,21 @@ class Limits:
     # times the median one. The paper's 101 alphas cost 16..460; 36 x ts_rank(x, 250) would cost about 7,700.
     max_cost: float = 500.0
 
+    def __post_init__(self):
+        check_fields(self, LIMIT_RANGES)
+
+
+#: Each limit must let some formula through (a window of 1, one token, one level); the upper bounds keep
+#: the parser inside Python's recursion limit and the complexity channel's minimum a finite number.
+LIMIT_RANGES = {
+    "max_window": ints(1, 100_000),
+    "max_lookback": ints(0, 1_000_000),
+    "max_tokens": ints(1, 1_000_000),
+    "max_depth": ints(1, 256),
+    "max_chars": ints(1, 10_000_000),
+    "max_brackets": ints(1, 256),
+    "max_cost": above(0.0, 1e12),
+}
 
 DEFAULT_LIMITS = Limits()
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from alpha_gym.book.costs import TrainingCosts
-from alpha_gym.errors import InputError
+from alpha_gym.errors import ConfigError  # noqa: F401  (defined there so every config dataclass can raise it)
 from alpha_gym.language.parser import Limits
 from alpha_gym.language.printer import WINDOW_BUCKETS
+from alpha_gym.ranges import Range, SettingError, above, check_fields, check_value, closed, ints
 from alpha_gym.scoring.cpcv import CPCVConfig
 
 #: GDPO priorities of the reference's best run, in channel order R1..R12.
@@ -28,6 +29,8 @@ DEFAULT_PRIORITIES: dict[str, float] = {
 }
 CHANNELS = tuple(DEFAULT_PRIORITIES)
 
+#: A priority's range. Bounded so that the weighted sum of 12 bounded channels stays a finite number.
+PRIORITY = closed(0.0, 1e3)
 
 INVALID_REWARDS = ("below_valid", "reference")
 
@@ -38,10 +41,6 @@ def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float])
     The one place the sum is taken, so the verifier, the loop, GRPO mode and every adapter agree bit for bit.
     """
     return float(sum(priorities[c] * channels[c] for c in CHANNELS))
-
-
-class ConfigError(InputError):
-    """A configuration value that cannot work."""
 
 
 @dataclass(frozen=True)
@@ -104,60 +103,36 @@ class VerifierConfig:
     stress_weight: float = 0.4           # R3 = -min(1, stress_weight x log(1 + mean scenario CPCV drop))
 
     def __post_init__(self):
+        check_fields(self, VERIFIER_RANGES)
+        if not isinstance(self.priorities, Mapping):
+            raise SettingError("VerifierConfig", "priorities", self.priorities, f"a table of channel -> {PRIORITY}")
         unknown = set(self.priorities) - set(CHANNELS)
         if unknown:
             raise ConfigError(f"unknown channels in priorities: {sorted(unknown)}; channels are {CHANNELS}")
+        for k, v in self.priorities.items():
+            check_value("VerifierConfig", f"priorities.{k}", v, PRIORITY)
         prios = dict(DEFAULT_PRIORITIES)
         prios.update({k: float(v) for k, v in self.priorities.items()})
         object.__setattr__(self, "priorities", prios)
-        if self.min_valid_stocks < 2:
-            raise ConfigError("min_valid_stocks must be at least 2")
-        if not 0 <= self.min_turnover_invalid < 1:
-            raise ConfigError("min_turnover_invalid must be in [0, 1)")
         if not self.min_turnover_free > self.min_turnover_invalid:
             raise ConfigError(f"min_turnover_free ({self.min_turnover_free}) must be above min_turnover_invalid "
                               f"({self.min_turnover_invalid})")
-        bad = {k: v for k, v in prios.items() if not (v >= 0 and v < float("inf"))}
-        if bad:
-            raise ConfigError(f"priorities must be finite and >= 0, got {bad}")
         if self.invalid_rewards not in INVALID_REWARDS:
             raise ConfigError(f"invalid_rewards must be one of {INVALID_REWARDS}, got {self.invalid_rewards!r}")
         if not (self.reward_missing_tag < self.reward_unparseable < self.reward_invalid_book <= 0):
             raise ConfigError("invalid rewards must keep their order: reward_missing_tag < reward_unparseable < "
                               f"reward_invalid_book <= 0, got {self.reward_missing_tag}, {self.reward_unparseable}, "
                               f"{self.reward_invalid_book}")
-        if self.cpcv_clip is not None and not self.cpcv_clip > 0:
-            raise ConfigError(f"cpcv_clip must be > 0 or None, got {self.cpcv_clip}")
         if self.invalid_rewards == "below_valid":
             if self.cpcv_clip is None:
                 raise ConfigError("invalid_rewards='below_valid' needs a finite cpcv_clip (R1 unbounded has no "
                                   "lowest valid reward to sit beneath)")
             if prios["cpcv"] <= 0:
                 raise ConfigError("invalid_rewards='below_valid' puts the penalty in R1: priorities['cpcv'] must be > 0")
-        weights = {k: getattr(self, k) for k in ("neutrality_weight", "neutrality_max_gap", "turnover_penalty",
-                                                 "ic_weight", "ic_scale", "ic_cap_when_unprofitable",
-                                                 "novelty_pnl_weight", "novelty_syntax_weight", "format_bonus",
-                                                 "stress_weight")}
-        bad = {k: v for k, v in weights.items() if not (v >= 0 and v < float("inf"))}
-        if bad:
-            raise ConfigError(f"channel weights and scales must be finite and >= 0, got {bad}")
-        penalties = {k: getattr(self, k) for k in ("pbo_floor", "duplicate_pnl_penalty", "syntax_duplicate_penalty",
-                                                   "complexity_per_node")}
-        bad = {k: v for k, v in penalties.items() if not (v <= 0 and v > float("-inf"))}
-        if bad:
-            raise ConfigError(f"channel penalties must be finite and <= 0, got {bad}")
-        if self.syntax_duplicates_counted < 1 or self.complexity_free_nodes < 0:
-            raise ConfigError("syntax_duplicates_counted must be >= 1 and complexity_free_nodes >= 0")
         b = self.syntax_window_buckets
         increasing = isinstance(b, tuple) and b and list(b) == sorted(set(b))
         if not (increasing and all(isinstance(x, int) and x >= 1 for x in b)):
             raise ConfigError(f"syntax_window_buckets must be increasing positive integers, got {b!r}")
-        if not 0 < self.duplicate_corr <= 1:
-            raise ConfigError(f"duplicate_corr must be in (0, 1], got {self.duplicate_corr}")
-        if self.archive_capacity < 1:
-            raise ConfigError("archive_capacity must be at least 1")
-        if not 0 < self.archive_admit_corr <= 1:
-            raise ConfigError(f"archive_admit_corr must be in (0, 1], got {self.archive_admit_corr}")
 
     @classmethod
     def reference(cls, **changes: Any) -> "VerifierConfig":
@@ -213,3 +188,35 @@ class VerifierConfig:
         if bad:
             raise ConfigError(f"unknown config fields {sorted(bad)}")
         return replace(self, **changes)
+
+
+#: The allowed range of every numeric field (`alpha_gym.ranges`). Weights, scales and penalties are bounded
+#: by 1e3 so that every channel, times a priority of at most 1e3, stays finite.
+_W = closed(0.0, 1e3)         # a weight or scale: >= 0
+_P = closed(-1e3, 0.0)        # a penalty or an invalid reward: <= 0
+VERIFIER_RANGES = {
+    "min_valid_stocks": ints(2, 1_000_000),
+    "cpcv_clip": above(0.0, 1e3),
+    "reward_missing_tag": _P, "reward_unparseable": _P, "reward_invalid_book": _P,
+    "min_turnover_invalid": Range(0.0, 1.0, hi_open=True),
+    "min_turnover_free": closed(0.0, 2.0),          # a book's daily turnover is at most 2
+    "pbo_floor": _P,
+    "neutrality_weight": _W, "neutrality_max_gap": _W,
+    "turnover_cap": closed(0.0, 2.0),
+    "turnover_penalty": _W,
+    "ic_weight": _W, "ic_scale": closed(0.0, 1e6), "ic_cap_when_unprofitable": _W,
+    "novelty_pnl_weight": _W,
+    "duplicate_corr": above(0.0, 1.0),
+    "duplicate_pnl_penalty": _P,
+    "novelty_syntax_weight": _W,
+    "syntax_duplicate_penalty": _P,
+    "syntax_duplicates_counted": ints(1, 1_000),
+    "motif_min_ic": closed(0.0, 1.0),               # an IC is a correlation
+    "complexity_free_nodes": ints(0, 1_000_000),
+    "complexity_per_node": _P,
+    "format_bonus": _W,
+    "archive_capacity": ints(1, 1_000_000),
+    "archive_min_core": closed(-1e3, 1e3),
+    "archive_admit_corr": above(0.0, 1.0),
+    "stress_weight": _W,
+}

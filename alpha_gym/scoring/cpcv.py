@@ -13,6 +13,7 @@ Reference: M. Lopez de Prado (2018), Advances in Financial Machine Learning, ch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -20,6 +21,10 @@ from itertools import combinations
 import numpy as np
 
 from alpha_gym.book.metrics import sharpe
+from alpha_gym.ranges import SettingError, check_fields, closed, ints
+
+#: More slices than this is a typo, not a test plan: C(20, 10) is 184,756 slices, each a copy of the days.
+MAX_SLICES = 1000
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,27 @@ class CPCVConfig:
     purge: int = 10      # training sessions dropped just before each test block
     embargo: int = 5     # training sessions dropped just after each test block
     std_penalty: float = 0.5
+
+    def __post_init__(self):
+        check_fields(self, CPCV_RANGES)
+        # each slice needs a test block and an in-sample block, and their count stays small
+        if self.n_test_blocks >= self.n_blocks:
+            raise SettingError("CPCVConfig", "n_test_blocks", self.n_test_blocks,
+                               f"an integer in [1, n_blocks - 1] = [1, {self.n_blocks - 1}]")
+        if math.comb(self.n_blocks, self.n_test_blocks) > MAX_SLICES:
+            raise SettingError("CPCVConfig", "n_test_blocks", self.n_test_blocks,
+                               f"such that C(n_blocks, n_test_blocks) <= {MAX_SLICES} slices, got "
+                               f"C({self.n_blocks}, {self.n_test_blocks}) = "
+                               f"{math.comb(self.n_blocks, self.n_test_blocks)}")
+
+
+CPCV_RANGES = {
+    "n_blocks": ints(2, 64),
+    "n_test_blocks": ints(1, 63),     # and below n_blocks (checked in __post_init__)
+    "purge": ints(0, 10_000),
+    "embargo": ints(0, 10_000),
+    "std_penalty": closed(0.0, 1e3),
+}
 
 
 @dataclass(frozen=True, eq=False)
