@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ DEMO_ANSWERS = [
 
 
 from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.jsonable import json_dumps
 
 
 def cmd_score(args) -> int:
@@ -36,7 +36,7 @@ def cmd_score(args) -> int:
     verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
     result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
     if args.json:
-        print(json.dumps(result.to_dict(), sort_keys=False))
+        print(json_dumps(result.to_dict(), sort_keys=False))
     else:
         print(format_score(result, verifier.config.priorities))
     return 0
@@ -88,7 +88,7 @@ def _demo_training(args) -> int:
           f"(SmolLM2-135M-Instruct; without a supervised warm start it rarely writes a valid answer yet)")
     summary = train(config, Verifier(default_panel(), settings.verifier), list(brief_set("train")), args.out,
                     steps=args.train)
-    print(json.dumps({k: v for k, v in summary.items() if isinstance(v, (str, int, float)) and k != "policy"},
+    print(json_dumps({k: v for k, v in summary.items() if isinstance(v, (str, int, float)) and k != "policy"},
                      indent=2))
     return 0
 
@@ -102,7 +102,7 @@ def cmd_sft_data(args) -> int:
     briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
     summary = build_sft_dataset(verifier, briefs, args.out, pool_size=args.pool, per_brief=args.per_brief,
                                 seed=args.seed, progress=True)
-    print(json.dumps(summary, indent=2))
+    print(json_dumps(summary, indent=2))
     return 0
 
 
@@ -121,8 +121,8 @@ def cmd_sft(args) -> int:
         summary["probe_valid_before"] = f"{before['valid']}/{before['n']}"
         summary["probe_valid_after"] = f"{after['valid']}/{after['n']}"
         from pathlib import Path
-        (Path(args.out) / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+        (Path(args.out) / "sft_summary.json").write_text(json_dumps(summary, indent=2))
+    print(json_dumps(summary, indent=2))
     return 0
 
 

@@ -1,11 +1,14 @@
 """JSON-safe values: what every file and report this package writes passes through.
 
-JSON has no NaN or infinity and no numpy types; a non-finite number is written as null.
+JSON has no NaN or infinity and no numpy types; a non-finite number is written as null. Every JSON text
+the package and the trainers write goes through `json_dumps` (tests/test_settings.py greps for others).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -20,8 +23,10 @@ def finite_or_none(x) -> float | None:
 
 def jsonable(x):
     """`x` with numpy scalars and arrays turned into Python ones, tuples into lists and NaN/inf into None."""
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return jsonable(x.item())
     if isinstance(x, (list, tuple, np.ndarray)):
         return [jsonable(v) for v in x]
     if isinstance(x, (bool, np.bool_)):
@@ -31,3 +36,9 @@ def jsonable(x):
     if isinstance(x, np.integer):
         return int(x)
     return x
+
+
+def json_dumps(x, **kwargs) -> str:
+    """`json.dumps` of `jsonable(x)`, with allow_nan=False: never a bare NaN or Infinity, which strict JSON
+    readers refuse. A non-finite value that `default=` makes is a bug and raises ValueError."""
+    return json.dumps(jsonable(x), allow_nan=False, **kwargs)

@@ -47,8 +47,11 @@ def _try(case: str):
     from alpha_gym.settings import load
     try:
         if case.startswith("serve:"):
+            import contextlib
+            import io
             from alpha_gym.cli import build_parser
-            build_parser().parse_args(["serve", *case[6:].split()])
+            with contextlib.redirect_stderr(io.StringIO()):
+                build_parser().parse_args(["serve", *case[6:].split()])
             return None, None
         if case.startswith("config:"):
             return None, load(case[7:]).verifier

@@ -106,13 +106,13 @@ def test_holdout_rules_follow_the_verifier():
     (["verifer.turnover_cap=1"], r"did you mean \[verifier\]"),
     (["turnover_cap"], "SECTION.KEY=VALUE"),
     (["verifier.priorities.sharpe=1"], "unknown channels"),
-    (["verifier.turnover_penalty=-1"], "finite and >= 0"),
+    (["verifier.turnover_penalty=-1"], r"verifier.turnover_penalty = -1.0: must be \[0, 1000\]"),
     (["train.learning_rate=-1"], "learning_rate must be > 0"),
     (["train.recipe=ppo"], "unknown recipe"),
     (["stress.window=13"], "multiple of"),
     (["verifier.limits.max_tokens=nan"], "expected an integer"),
     (["verifier.syntax_window_buckets=[21, 5]"], "increasing positive integers"),
-    (["verifier.stress_weight=-1"], "finite and >= 0"),
+    (["verifier.stress_weight=-1"], r"verifier.stress_weight = -1.0: must be \[0, 1000\]"),
 ])
 def test_bad_settings_name_the_key(sets, match):
     with pytest.raises(ConfigError, match=match):

@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 from trainers.config import DEFAULT_RECIPE, RECIPES
 
 
@@ -121,5 +121,5 @@ def cmd_train(args) -> int:
     summary = train(settings["train"].config, Verifier(panel_from_args(args), settings.verifier), briefs, out,
                     model=args.model, steps=args.steps, resume=args.resume, progress=not args.no_progress)
     summary.pop("policy", None)
-    print(json.dumps(summary, indent=2))
+    print(json_dumps(summary, indent=2))
     return 0

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
-from alpha_gym.jsonable import jsonable
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import claim_run_dir, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.config import OUTPUT_ONLY, TrainConfig
@@ -439,7 +439,7 @@ def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, 
                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
                 "thermostat": thermostat.state_dict() if thermostat else None,
                 "adapo": adapo.state_dict() if adapo else None}, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": config.to_dict()}, indent=2))
+    (tmp / "trainer_state.json").write_text(json_dumps({"step": step, "config": config.to_dict()}, indent=2))
     if thermostat is not None:
         _write_jsonl(tmp / "thermostat.jsonl", thermostat.log)
     if verifier is not None:
@@ -482,11 +482,11 @@ def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
 # ---------------------------------------------------------------------------------------- files
 def _append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a") as f:
-        f.write(json.dumps(jsonable(record)) + "\n")
+        f.write(json_dumps(record) + "\n")
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
-    path.write_text("".join(json.dumps(jsonable(r)) + "\n" for r in records))
+    path.write_text("".join(json_dumps(r) + "\n" for r in records))
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:

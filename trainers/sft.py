@@ -10,7 +10,6 @@ Hugging Face loader) takes as the starting policy.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 
 
 @dataclass
@@ -67,7 +67,7 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
     summary = {"rows": len(dataset), "steps": trainer.state.global_step, "seconds": round(time.perf_counter() - t0, 1),
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                "train_loss": result.training_loss, "model_dir": str(out / "model"), "settings": asdict(settings)}
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "sft_summary.json").write_text(json_dumps(summary, indent=2))
     return summary
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
                                 universe_arg)
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 
 
 def read_formulas(path) -> list[str | None]:
@@ -81,7 +82,7 @@ def cmd_briefs_filter(args) -> int:
     kept = filter_briefs(briefs, rates, args.upper)
     save_briefs(kept, args.out)
     rates_path = Path(args.out).with_suffix(".pass_rates.jsonl")
-    rates_path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rates))
+    rates_path.write_text("".join(json_dumps(r.to_dict()) + "\n" for r in rates))
     never = sum(r.solved == 0 for r in rates)
     always = sum(r.solved == r.tries for r in rates)
     print(f"kept {len(kept)}/{len(briefs)} briefs -> {args.out} (never solved {never}, always solved {always}); "
@@ -122,7 +123,7 @@ def cmd_holdout_formulas(args) -> int:
         path = report.save(args.out)
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(json_dumps(report.to_dict()))
         return 0
     _print_report(report)
     return 0

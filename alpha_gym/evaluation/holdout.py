@@ -53,7 +53,7 @@ from alpha_gym.book import metrics
 from alpha_gym.book.book import daily_turnover, gross_pnl, open_to_open_returns, weights_from_signal
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
 from alpha_gym.errors import InputError
-from alpha_gym.jsonable import finite_or_none
+from alpha_gym.jsonable import finite_or_none, json_dumps
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
@@ -416,7 +416,7 @@ class HoldoutReport:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / name
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False), encoding="utf-8")
+        tmp.write_text(json_dumps(self.to_dict(), indent=1), encoding="utf-8")
         tmp.replace(path)
         return path
 

@@ -25,7 +25,6 @@ the mean absolute pairwise P&L correlation, and the effective number of bets:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from alpha_gym.book import metrics
-from alpha_gym.jsonable import finite_or_none
+from alpha_gym.jsonable import finite_or_none, json_dumps
 
 CHECKPOINTS_FORMAT = "alpha-gym/checkpoints/v1"
 BOOKS_FORMAT = "alpha-gym/books/v1"
@@ -281,6 +280,6 @@ def save_books(run_dir, selections: Mapping[str, BookSelection] | Sequence[BookS
 def _write_json(path: Path, obj) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False), encoding="utf-8")
+    tmp.write_text(json_dumps(obj, indent=1), encoding="utf-8")
     tmp.replace(path)
     return path

@@ -12,12 +12,12 @@ for every user of the same key: use `fresh=True` for a private one.
 
 from __future__ import annotations
 
-import json
 import threading
 from functools import lru_cache
 from dataclasses import asdict
 from typing import Any
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.market.panel import Panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.verifier import Verifier
@@ -29,13 +29,13 @@ _PANELS: dict[tuple, Panel] = {}
 
 def config_key(config: VerifierConfig | None) -> str:
     """A canonical text of every config field: equal configs give equal keys."""
-    return json.dumps(asdict(config or VerifierConfig()), sort_keys=True, default=str)
+    return json_dumps(asdict(config or VerifierConfig()), sort_keys=True, default=str)
 
 
 def cached_panel(data: Any = None, universe=None, start=None, end=None) -> Panel:
     """`resolve_panel` for file paths (or the synthetic default), loaded once per process per arguments."""
     from alpha_gym.env import resolve_panel
-    key = (None if data is None else str(data), None if universe is None else json.dumps(universe, default=str),
+    key = (None if data is None else str(data), None if universe is None else json_dumps(universe, default=str),
            None if start is None else str(start), None if end is None else str(end))
     with _LOCK:
         panel = _PANELS.get(key)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 
 FORMAT_VERSION = 2
 
@@ -170,7 +171,7 @@ class Archive:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(json.dumps(meta)), z=self._z,
+                np.savez(fh, meta=np.array(json_dumps(meta)), z=self._z,
                          in_sample=np.array(self.in_sample).reshape(len(self), -1),
                          out_of_sample=np.array(self.out_of_sample).reshape(len(self), -1))
                 fh.flush()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.user_cache import cache_dir
 
 log = logging.getLogger("alpha_gym")
@@ -89,7 +90,7 @@ def compute_seed_books(verifier, formulas) -> list[SeedBook]:
 
 def _save(path: Path, books: list[SeedBook]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = json.dumps({"version": FORMAT_VERSION, "forms": [b.form for b in books], "texts": [b.text for b in books]})
+    meta = json_dumps({"version": FORMAT_VERSION, "forms": [b.form for b in books], "texts": [b.text for b in books]})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.stress.config import StressError
 
 FORMAT_VERSION = 1
@@ -58,7 +59,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json_dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def has_checkpoint(directory) -> bool:

@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from alpha_gym.cli_args import add_data_args, add_settings_args, settings_from_args, universe_arg
+from alpha_gym.jsonable import json_dumps
 
 
 def _load(data, universe, start, end):
@@ -151,7 +151,7 @@ def cmd_check(args) -> int:
         from alpha_gym.stress.fit import regate
         manifest = regate(args.dir, _load(load["data"], load["universe"], load["start"], load["end"]))
     if args.json:
-        print(json.dumps({"gates": manifest["gates"], "scenarios": manifest["scenarios"],
+        print(json_dumps({"gates": manifest["gates"], "scenarios": manifest["scenarios"],
                           "validation": manifest.get("validation")}, indent=2))
     else:
         print(format_gates(manifest, args.dir))
@@ -174,7 +174,7 @@ def cmd_validate(args) -> int:
     pool = default_formulas(args.random, alpha101=not args.no_alpha101, seed=args.seed)
     result = validate(args.dir, panel, pool, split=args.split, config=settings_from_args(args).verifier)
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
+        print(json_dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
     else:
         print(f"earlier part ..{result['split_last_earlier_session']}, later part {result['first_later_session']}..; "
               f"{result['candidates']} of {result['formulas']} formulas trade and score > 0 on the earlier part; "

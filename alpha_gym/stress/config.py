@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 
 #: The four scenario channels, in the order R3 reports them.
 SCENARIOS: tuple[str, ...] = ("dispersion", "trend_flip", "correlation", "volatility")
@@ -186,7 +186,7 @@ class StressConfig:
         return d
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json_dumps(self.model_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _tuples(d):

@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.market.panel import Panel
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressConfig
@@ -304,7 +305,7 @@ def to_panel(panel: Panel, arrays: dict[str, np.ndarray], name: str) -> Panel:
 
 # --------------------------------------------------------------------------- cache
 def cache_key(fingerprint: str, model_sha256: str, scenario_cfg: dict) -> str:
-    blob = json.dumps({"fingerprint": fingerprint, "model": model_sha256, "scenarios": scenario_cfg,
+    blob = json_dumps({"fingerprint": fingerprint, "model": model_sha256, "scenarios": scenario_cfg,
                        "format": ck.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import (AVERAGING_OPS, COMPARISON_OPS, PRICE_FIELDS, TS_OPS, Constraint,
                                         DistinctFields, ForbidOpOnFields, MaxNodes, MaxWindow, OpCount, RootOp,
@@ -349,7 +350,7 @@ def save_briefs(briefs: Iterable[Brief], path) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="ascii") as f:
         for b in briefs:
-            f.write(json.dumps(b.to_dict(), ensure_ascii=True) + "\n")
+            f.write(json_dumps(b.to_dict(), ensure_ascii=True) + "\n")
     tmp.replace(path)
     return path
 

@@ -19,12 +19,12 @@ TRL's `SFTTrainer` trains on (the loss covers the completion only).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.language import FormulaError
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
@@ -87,7 +87,7 @@ def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as fh:
         for row in rows:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(json_dumps(row) + "\n")
     tmp.replace(path)
     return path
 
