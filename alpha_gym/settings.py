@@ -15,7 +15,8 @@ Sections (each is one dataclass; a nested dataclass is a sub-table):
 
 TOML has no null: an optional setting that is unset is written as the string "none".
 A file may hold any subset of the keys; the rest keep their defaults. Unknown keys are errors that
-name the key and the nearest known one. `--set KEY=VALUE` takes a dotted key and a TOML value
+name the key and the nearest known one. Each dataclass checks its own values' types and declared ranges
+(`alpha_gym.ranges`); `from_dict` re-raises that error under the key's dotted name (verifier.cpcv.n_blocks). `--set KEY=VALUE` takes a dotted key and a TOML value
 (a bare word is read as a string).
 """
 

@@ -236,7 +236,7 @@ def _check_consistent(path, meta: dict, z: np.ndarray, ins: np.ndarray, oos: np.
     if len(set(learned)) != len(learned) or set(learned) & {f for f, s in zip(meta["forms"], meta["seed"]) if s}:
         fail("a learned entry's canonical form appears twice")
     if not (np.isfinite(z).all() and np.isfinite(ins).all() and np.isfinite(oos).all()
-            and all(np.isfinite(c) for c in meta["cpcv"])):
+            and all(isinstance(c, (int, float)) and np.isfinite(c) for c in meta["cpcv"])):  # NaN is written null
         fail("non-finite values")
 
 
