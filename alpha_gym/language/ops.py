@@ -613,7 +613,7 @@ def ts_skew(x, d):
     """Population skewness ``m3 / m2**1.5`` of the last ``d`` rows; NaN on zero variance, and
     for ``d < 3`` (two values have skewness 0: only its rounding noise would be left)."""
     a, d = _panel(x, clean=False), _window(d)
-    if d < MIN_MOMENT_WINDOW["ts_skew"]:
+    if d < MIN_MOMENT_WINDOW.get("ts_skew", 0):
         return _nan_panel(a.shape)
     return _by_columns(_skew_core, (a,), d, k=3)
 
@@ -623,7 +623,7 @@ def ts_kurt(x, d):
     """Population excess kurtosis ``m4 / m2**2 - 3``; NaN on zero variance, and for ``d < 4``
     (-2 on every 2 values, -1.5 on every 3: a constant whose rounding noise would be ranked)."""
     a, d = _panel(x, clean=False), _window(d)
-    if d < MIN_MOMENT_WINDOW["ts_kurt"]:
+    if d < MIN_MOMENT_WINDOW.get("ts_kurt", 0):
         return _nan_panel(a.shape)
     return _by_columns(_kurt_core, (a,), d, k=4)
 
@@ -971,8 +971,7 @@ def scale(x, a=1.0):
 def _cancelled(xa: np.ndarray, ya: np.ndarray, diff: np.ndarray) -> np.ndarray:
     """Where ``diff`` (``xa - ya`` or ``xa + ya``) is below CANCEL_RTOL of the larger operand:
     the operands cancel and ``diff`` is their rounding noise."""
-    tol = np.abs(xa)
-    tol = np.maximum(tol, np.abs(ya), out=tol if tol.shape == diff.shape else None)
+    tol = np.maximum(np.abs(xa), np.abs(ya))
     tol *= CANCEL_RTOL
     return np.abs(diff) < tol  # strict: +-inf operands (tol = inf) never cancel
 
@@ -1188,6 +1187,49 @@ def where(c, a, b):
         out = np.array(np.broadcast_to(out, np.broadcast_shapes(out.shape, ca.shape)))
     np.copyto(out, np.nan, where=np.isnan(ca))
     return out
+
+
+# ---------------------------------------------------------------------------
+# windows constant up to rounding
+# ---------------------------------------------------------------------------
+
+def _near_constant_windows(a: np.ndarray, d: int) -> np.ndarray:
+    """Windows whose values are one value up to rounding but not bit for bit: their spread is
+    positive and at most _TIE_RTOL of their largest magnitude (as `rank` ties them)."""
+    hi, lo = ts_max(a, d), ts_min(a, d)
+    spread = hi - lo
+    np.maximum(np.abs(hi), np.abs(lo), out=hi)
+    hi *= TIE_ULPS * 2.0 ** -52  # the relative spread of TIE_ULPS ulps (its upper end)
+    return (spread > 0) & (spread <= hi)
+
+
+def _constant_up_to_rounding(value: Callable[[int], float]):
+    """A time-series kernel that gives, on a window constant up to rounding (in any of its inputs),
+    what it gives on an exactly constant window, `value(d)`: the order, the position of the maximum
+    and the spread of rounding noise are not a signal."""
+    def deco(f: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        @functools.wraps(f)
+        def wrapper(*args):
+            *arrays, d = args
+            out = f(*args)
+            d = _window(d)
+            with np.errstate(all="ignore"):
+                near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
+            np.copyto(out, value(d), where=near)
+            return out
+        return wrapper
+    return deco
+
+
+ts_std = _constant_up_to_rounding(lambda d: 0.0)(ts_std)
+ts_cov = _constant_up_to_rounding(lambda d: 0.0)(ts_cov)
+ts_slope = _constant_up_to_rounding(lambda d: 0.0 if d > 1 else np.nan)(ts_slope)
+ts_corr = _constant_up_to_rounding(lambda d: np.nan)(ts_corr)  # zero variance
+ts_skew = _constant_up_to_rounding(lambda d: np.nan)(ts_skew)
+ts_kurt = _constant_up_to_rounding(lambda d: np.nan)(ts_kurt)
+ts_rank = _constant_up_to_rounding(lambda d: 0.5 if d > 1 else np.nan)(ts_rank)  # all ties
+ts_argmax = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmax)  # ties -> the oldest
+ts_argmin = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmin)
 
 
 # ---------------------------------------------------------------------------
