@@ -184,6 +184,20 @@ def test_industry_free_alpha_evaluates_on_us46(ours_us46, n):
 
 
 # ---------------------------------------------------- real us46: against alpha101v
+def _exact_float_rules(monkeypatch):
+    """Our kernels without the rules that make constants up to rounding constant (docs/operators.md,
+    "Constants up to rounding"): alpha101v orders rounding noise, so the cell-by-cell comparisons
+    check the kernels with those tolerances at 0."""
+    monkeypatch.setattr(ops, "TIE_ULPS", 0)
+    monkeypatch.setattr(ops, "CANCEL_RTOL", 0.0)
+    monkeypatch.setattr(ops, "MIN_MOMENT_WINDOW", {})
+
+
+def _unmemoised(p: Panel) -> Panel:
+    """The panel without the field ranks it memoises (`Panel.memo`): those were ranked with the rules on."""
+    return Panel(dict(p.data), p.dates, p.tickers, sectors=p.sectors)
+
+
 @pytest.fixture(scope="module")
 def peer(real_us46):
     """alpha101v's panel built from ours (same dates, tickers and values) and a cached runner."""
@@ -294,13 +308,12 @@ def _their_conventions(monkeypatch, n):
 
 @pytest.mark.real_data
 @pytest.mark.parametrize("n", FREE)
-def test_alpha_agrees_with_alpha101v(real_us46, ours_us46, peer, monkeypatch, n):
+def test_alpha_agrees_with_alpha101v(real_us46, peer, monkeypatch, n):
     theirs = peer(n)
+    _exact_float_rules(monkeypatch)
     if n in MINMAX + POWER:
         _their_conventions(monkeypatch, n)
-        ours = evaluate(parse_alpha(n), real_us46)
-    else:
-        ours = ours_us46(n)
+    ours = evaluate(parse_alpha(n), _unmemoised(real_us46))
     a, b = np.isnan(ours), np.isnan(theirs)
     if n == 83:
         # x / (y / 0): IEEE gives x / inf = 0 there; here every inf is NaN, so the quotient is NaN.
@@ -327,10 +340,11 @@ def test_alpha_agrees_with_alpha101v(real_us46, ours_us46, peer, monkeypatch, n)
 
 
 @pytest.mark.real_data
-def test_minmax_and_power_conventions_do_matter(ours_us46, peer):
+def test_minmax_and_power_conventions_do_matter(real_us46, peer, monkeypatch):
     """Without alpha101v's conventions these alphas differ in their NaN cells (documented)."""
+    _exact_float_rules(monkeypatch)
     for n in (92, 78):
-        a, b = np.isnan(ours_us46(n)), np.isnan(peer(n))
+        a, b = np.isnan(evaluate(parse_alpha(n), _unmemoised(real_us46))), np.isnan(peer(n))
         assert (a & ~b).sum() > 1000 and not (~a & b).any()
 
 
@@ -355,6 +369,7 @@ def test_industry_alphas_agree_with_alpha101v_given_one_sector_map(real_us46, pe
     fields.update(ind_sector=labels, ind_industry=labels, ind_subindustry=labels)
     minmax, power = (76, 82, 87), (67, 69, 70, 90)
     for n in INDUSTRY + CAP:
+        _exact_float_rules(monkeypatch)
         if n in minmax + power:
             _their_conventions(monkeypatch, MINMAX[0] if n in minmax else POWER[0])
         ours = evaluate(parse_alpha(n), rich)
@@ -371,8 +386,9 @@ def test_industry_alphas_agree_with_alpha101v_given_one_sector_map(real_us46, pe
 
 
 @pytest.mark.real_data
-def test_ops_on_real_data_against_alpha101v(real_us46, peer):
+def test_ops_on_real_data_against_alpha101v(real_us46, peer, monkeypatch):
     """Operators one by one on real fields (before whole alphas), and the precision finding."""
+    _exact_float_rules(monkeypatch)
     import pandas as pd
     from fractions import Fraction
     from alpha101v import operators as O

@@ -194,6 +194,8 @@ def ref_ts(name: str, *arrays: np.ndarray, d: int) -> np.ndarray:
         for t in range(d, a.shape[0]):
             out[t] = a[t] - a[t - d]
         return out
+    if d < ops.MIN_MOMENT_WINDOW.get(name, 0):  # degenerate statistic: a constant (or 0) up to rounding
+        return np.full(arrays[0].shape, np.nan)
     if name == "ts_corr":
         return _ts_ref(_ref_corr, *arrays, d=d)
     if name == "ts_cov":
@@ -805,11 +807,27 @@ def test_convention_rank_is_bit_identical_to_the_pandas_formula():
     assert np.array_equal(ops.rank(x), want, equal_nan=True)  # (r - 1) / (n - 1), a division
 
 
+def _tie_snapped(x: np.ndarray) -> np.ndarray:
+    """Each row with every value replaced by the smallest of its chain of sorted neighbours at most
+    `ops.TIE_ULPS` apart (as float64 bit patterns): what `rank` reads as one value, ranked by pandas."""
+    out = x.copy()
+    for t, row in enumerate(x):
+        ok = np.flatnonzero(~np.isnan(row))
+        order = ok[np.argsort(row[ok], kind="stable")]
+        keys = [int(v) for v in ops._order_keys(row[order])]
+        for i in range(1, len(order)):
+            if keys[i] - keys[i - 1] <= ops.TIE_ULPS:
+                out[t, order[i]] = out[t, order[i - 1]]
+    return out
+
+
 @pytest.mark.parametrize("case", ["ulps", "ulps_everywhere", "zeros_and_signs", "ties_and_nan", "extremes",
-                                  "distinct", "missing_stock", "few_values"])
+                                  "distinct", "missing_stock", "few_values", "tie_tolerance_edge",
+                                  "tie_tolerance_edge_everywhere"])
 def test_rank_packed_sort_is_exact_on_values_a_few_ulps_apart(case):
     """`rank` sorts int64 keys whose low bits hold the column (see ops._rank_packed); values that differ
-    only in those bits, ties, -0.0/0.0, NaN and +-inf must still rank exactly as pandas does, in
+    only in those bits, ties, -0.0/0.0, NaN and +-inf must still rank exactly as pandas does (on the
+    values with their near-ties within ops.TIE_ULPS made ties, `_tie_snapped`), in
     blocks with none of them, where they are rare, and where they are everywhere (whole-row ties;
     the argsort fallback)."""
     import pandas as pd
@@ -833,12 +851,17 @@ def test_rank_packed_sort_is_exact_on_values_a_few_ulps_apart(case):
         x = rng.standard_normal((T, N))
         x[:, 3] = np.nan
         x[::7, 10:14] = 0.1 + rng.integers(-3, 3, (len(x[::7]), 4)) * np.spacing(0.1)
+    elif case.startswith("tie_tolerance_edge"):  # neighbours TIE_ULPS apart (one value) or one ulp more (two)
+        steps = rng.integers(0, 6, (T, N)) * ops.TIE_ULPS + rng.integers(0, 6, (T, N))
+        x = 0.1 + steps * np.spacing(0.1)
+        if case == "tie_tolerance_edge":
+            x[:, 16:] = rng.standard_normal((T, N - 16))
     elif case == "few_values":  # ties in most cells (as rank(ts_argmax(x, d))), NaN in some rows
         x = rng.integers(0, 30, (T, N)).astype(float)
         x[rng.random((T, N)) < 0.01] = np.nan
     else:
         x = rng.choice([np.inf, -np.inf, np.nan, 1e308, -1e308, 1.0, np.nextafter(1.0, 2.0)], (T, N))
-    clean = np.where(np.isinf(x), np.nan, x)  # kernels read +-inf as missing
+    clean = _tie_snapped(np.where(np.isinf(x), np.nan, x))  # kernels read +-inf as missing
     df = pd.DataFrame(clean)
     want = ((df.rank(axis=1) - 1.0).div(df.notna().sum(axis=1) - 1.0, axis=0)).to_numpy()
     got = ops.rank(x)

@@ -64,6 +64,20 @@ MAX_WINDOW = 252
 #: so this threshold only guards against float noise, never a real window.
 ZERO_VAR_RTOL = 1e-11
 
+#: ``rank`` ties values whose float64 bit patterns are at most this many units in the last
+#: place apart (a relative tolerance of 2**-30 to 2**-31, about 1e-9), chained along the
+#: sorted row: rounding noise is not an order (docs/operators.md, "Constants up to rounding").
+TIE_ULPS = 1 << 22
+
+#: ``x + y`` (and ``x - y``, ``ts_delta``, the comparisons) is exactly 0 where it is at most this
+#: fraction of the larger operand: a difference of equal quantities computed two ways is
+#: rounding noise, whatever the operands' size.
+CANCEL_RTOL = 1e-9
+
+#: Shortest window with a non-degenerate statistic: skewness is identically 0 on 2 values,
+#: excess kurtosis is -2 on 2 and -1.5 on 3; shorter windows give NaN.
+MIN_MOMENT_WINDOW = {"ts_skew": 3, "ts_kurt": 4}
+
 
 # ---------------------------------------------------------------------------
 # plumbing
@@ -544,12 +558,14 @@ def delay(x, d):
 
 @_kernel
 def ts_delta(x, d):
-    """``x[t] - x[t - d]``; NaN for ``t < d``."""
+    """``x[t] - x[t - d]``; NaN for ``t < d``; exactly 0 where the two cancel (CANCEL_RTOL)."""
     a = _panel(x)
     d = _window(d)
     out = np.empty(a.shape)
     out[:d] = np.nan
-    np.subtract(a[d:], a[: max(a.shape[0] - d, 0)], out=out[d:])
+    now, then = a[d:], a[: max(a.shape[0] - d, 0)]
+    np.subtract(now, then, out=out[d:])
+    np.copyto(out[d:], 0.0, where=_cancelled(now, then, out[d:]))
     return out
 
 
@@ -594,14 +610,22 @@ def ts_std(x, d):
 
 @_kernel(sweep_inf=False)
 def ts_skew(x, d):
-    """Population skewness ``m3 / m2**1.5`` of the last ``d`` rows; NaN on zero variance."""
-    return _by_columns(_skew_core, (_panel(x, clean=False),), _window(d), k=3)
+    """Population skewness ``m3 / m2**1.5`` of the last ``d`` rows; NaN on zero variance, and
+    for ``d < 3`` (two values have skewness 0: only its rounding noise would be left)."""
+    a, d = _panel(x, clean=False), _window(d)
+    if d < MIN_MOMENT_WINDOW.get("ts_skew", 0):
+        return _nan_panel(a.shape)
+    return _by_columns(_skew_core, (a,), d, k=3)
 
 
 @_kernel(sweep_inf=False)
 def ts_kurt(x, d):
-    """Population excess kurtosis ``m4 / m2**2 - 3``; NaN on zero variance."""
-    return _by_columns(_kurt_core, (_panel(x, clean=False),), _window(d), k=4)
+    """Population excess kurtosis ``m4 / m2**2 - 3``; NaN on zero variance, and for ``d < 4``
+    (-2 on every 2 values, -1.5 on every 3: a constant whose rounding noise would be ranked)."""
+    a, d = _panel(x, clean=False), _window(d)
+    if d < MIN_MOMENT_WINDOW.get("ts_kurt", 0):
+        return _nan_panel(a.shape)
+    return _by_columns(_kurt_core, (a,), d, k=4)
 
 
 @_kernel(sweep_inf=False)
@@ -711,6 +735,8 @@ _CS_CHUNK_CELLS = 1 << 16
 
 #: xor mask that reverses the order of negative float64 bit patterns read as int64
 _NEGATIVE_FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+#: the order key of +inf: the NaN cells of a row (`rank` sorts them last as +inf)
+_INF_KEY = np.int64(0x7FF0_0000_0000_0000)
 
 
 def _order_keys(key: np.ndarray) -> np.ndarray:
@@ -723,18 +749,27 @@ def _order_keys(key: np.ndarray) -> np.ndarray:
     return full
 
 
+def _far(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    """Sorted neighbours ``prev <= cur`` (order keys) that are two values to `rank`: more than
+    TIE_ULPS apart, or a finite value before the row's NaN cells (+inf keys)."""
+    gap = cur.view(np.uint64) - prev.view(np.uint64)  # exact: 0 <= cur - prev < 2**64
+    far = gap > TIE_ULPS
+    far |= (cur == _INF_KEY) & (prev != _INF_KEY)
+    return far
+
+
 def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
     """`rank` of a block from one int64 sort per row; False (``out`` untouched) where it does not pay.
 
     numpy sorts int64 with x86-simd-sort but argsorts float64 with a scalar loop (3-4x
     slower), so each value becomes an int64 of the same order (:func:`_order_keys`) whose
-    lowest bits are replaced by its column, and those packed keys are sorted.  Cells that
-    agree with a neighbour above the column bits form *groups*: only there can two cells be
-    equal (a tie) or out of order (values a few ulps apart, as the same price difference
-    computed from other prices).  Everything else is read off the sorted keys without
+    lowest bits are replaced by its column, and those packed keys are sorted.  Cells within
+    TIE_ULPS of a neighbour above the column bits form *groups*: only there can two cells be
+    tied (equal, or within TIE_ULPS: rounding noise) or out of order (values a few ulps apart,
+    as the same price difference computed from other prices).  Everything else is read off the sorted keys without
     gathering the values: a cell's rank is its place / den.  The groups' cells are then put
-    in exact order by one more sort on (group, low bits, place), and their runs of equal
-    values get their average place.  Where out-of-order groups cover most of the block that
+    in exact order by one more sort on (equal high bits, low bits, place), and their runs of
+    values each within TIE_ULPS of the previous get their average place.  Where out-of-order groups cover most of the block that
     second sort does not pay (``rank(a) - rank(b)``): False, and the caller argsorts.
     Bit-identical to ranking from an argsort: the same places, the same divisions.
     """
@@ -748,9 +783,11 @@ def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
     srt = full & ~low_mask
     srt |= np.arange(N, dtype=np.int64)
     srt.sort(axis=1)
-    link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: sorted cell j agrees with cell j-1 above the low bits
+    link = np.zeros((T, N + 1), dtype=bool)  # link[:, j]: sorted cell j may tie cell j-1 (close above the low bits)
     high = srt >> bits
-    np.equal(high[:, 1:], high[:, :-1], out=link[:, 1:N])
+    gap = high[:, 1:] - high[:, :-1]  # >= 0: sorted (no overflow: high has lost `bits` >= 1 bits)
+    np.less_equal(gap, (TIE_ULPS >> bits) + 1, out=link[:, 1:N])
+    del gap
     order = np.bitwise_and(srt, low_mask, out=high)  # the column of each sorted cell
     order += (np.arange(T, dtype=np.int64) * N)[:, None]  # ... as a flat index into the block
     flat = order.reshape(-1)
@@ -767,9 +804,9 @@ def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
         exact = full.reshape(-1).take(flat).reshape(T, N)
         if (exact[:, 1:] < exact[:, :-1]).any():  # and some out of order: argsort instead
             return False
-        run = np.empty((T, N), dtype=bool)  # the first cell of each run of equal values (every row starts one)
+        run = np.empty((T, N), dtype=bool)  # the first cell of each run of tied values (every row starts one)
         run[:, 0] = True
-        np.not_equal(exact[:, 1:], exact[:, :-1], out=run[:, 1:])
+        run[:, 1:] = _far(exact[:, :-1], exact[:, 1:])
         first = np.flatnonzero(run.reshape(-1))
         lengths = _run_lengths(first, T * N)
         avg = first - (first // N) * N + 0.5 * (lengths - 1)
@@ -782,7 +819,10 @@ def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
     exact = full.reshape(-1)[flat[cells]]
     if (exact[1:] < exact[:-1])[~starts[1:]].any():  # a group out of order: sort those cells exactly
         place = max(1, int(cells.size - 1).bit_length())
-        group = np.cumsum(starts, dtype=np.int64)
+        hc = srt.reshape(-1)[cells] >> bits  # within a run of equal high bits the low bits give the order
+        equal_high = starts.copy()
+        equal_high[1:] |= hc[1:] != hc[:-1]
+        group = np.cumsum(equal_high, dtype=np.int64)
         group <<= bits + place
         group |= (exact & low_mask) << place
         group |= np.arange(cells.size, dtype=np.int64)
@@ -791,8 +831,8 @@ def _rank_packed(key: np.ndarray, den: np.ndarray, out: np.ndarray) -> bool:
         flat[cells] = flat[cells[group]]
         exact = exact[group]
     out.reshape(-1)[flat] = pos.reshape(-1)
-    run = np.ones(cells.size, dtype=bool)  # the first cell of each run of equal values
-    np.not_equal(exact[1:], exact[:-1], out=run[1:])
+    run = np.ones(cells.size, dtype=bool)  # the first cell of each run of tied values
+    run[1:] = _far(exact[:-1], exact[1:])
     run[1:] |= starts[1:]
     if not run.all():  # ties: each run of equal values gets its average place
         first = np.flatnonzero(run)
@@ -840,9 +880,11 @@ def _rank_rows(a: np.ndarray, out: np.ndarray, packed: bool = True) -> bool:
     if unpaid:
         order = np.argsort(key, axis=1) + (np.arange(T, dtype=np.int64) * N)[:, None]
         srt = key.reshape(-1).take(order)
-        is_start = np.empty((T, N), dtype=bool)  # first cell of a run of equal sorted values
+        is_start = np.empty((T, N), dtype=bool)  # first cell of a run of tied sorted values
         is_start[:, 0] = True
-        np.not_equal(srt[:, 1:], srt[:, :-1], out=is_start[:, 1:])
+        keys = _order_keys(srt)
+        is_start[:, 1:] = _far(keys[:, :-1], keys[:, 1:])
+        del keys
         pos = srt  # reuse: 0-based average position of every sorted cell
         starts = np.flatnonzero(is_start.reshape(-1))  # runs never cross rows (every row starts one)
         lengths = _run_lengths(starts, T * N)
@@ -860,6 +902,8 @@ def rank(x):
     """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
 
     NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
+    Values within TIE_ULPS of their sorted neighbour are ties (chained): rounding noise is
+    not an order, so a cross-section constant up to rounding is all ties (a flat book).
     One sort per row (:func:`_rank_packed`), the runs of equal values in rows that have them
     get their average position (run starts and lengths, one ``np.repeat``), and a flat
     scatter writes the ranks back; all of it on cache-sized blocks of rows.
@@ -924,14 +968,31 @@ def scale(x, a=1.0):
 # ---------------------------------------------------------------------------
 
 
+def _cancelled(xa: np.ndarray, ya: np.ndarray, diff: np.ndarray) -> np.ndarray:
+    """Where ``diff`` (``xa - ya`` or ``xa + ya``) is below CANCEL_RTOL of the larger operand:
+    the operands cancel and ``diff`` is their rounding noise."""
+    tol = np.maximum(np.abs(xa), np.abs(ya))
+    tol *= CANCEL_RTOL
+    return np.abs(diff) < tol  # strict: +-inf operands (tol = inf) never cancel
+
+
+def _exact_zero_where_cancelled(op: np.ufunc, x, y) -> np.ndarray:
+    xa, ya = _scalar_or_array(x), _scalar_or_array(y)
+    out = op(xa, ya, out=np.empty(np.broadcast_shapes(xa.shape, ya.shape)))
+    np.copyto(out, 0.0, where=_cancelled(xa, ya, out))
+    return out
+
+
 @_kernel
 def add(x, y):
-    return np.add(_scalar_or_array(x), _scalar_or_array(y))
+    """``x + y``; exactly 0 where the operands cancel (CANCEL_RTOL)."""
+    return _exact_zero_where_cancelled(np.add, x, y)
 
 
 @_kernel
 def sub(x, y):
-    return np.subtract(_scalar_or_array(x), _scalar_or_array(y))
+    """``x - y``; exactly 0 where the operands cancel (CANCEL_RTOL)."""
+    return _exact_zero_where_cancelled(np.subtract, x, y)
 
 
 @_kernel
@@ -1039,7 +1100,13 @@ def _as_float_out(op: np.ufunc, xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
 
 
 def _compare(op: np.ufunc, x, y) -> np.ndarray:
-    return _as_float_out(op, _scalar_or_array(x), _scalar_or_array(y))
+    """``op(x, y)`` as 0.0 / 1.0, with x and y equal where their difference cancels (CANCEL_RTOL):
+    a comparison of rounding noise is not a signal."""
+    xa, ya = _scalar_or_array(x), _scalar_or_array(y)
+    out = _as_float_out(op, xa, ya)
+    near = _cancelled(xa, ya, np.subtract(xa, ya))
+    np.copyto(out, float(op(0.0, 0.0)), where=near)  # what op says of two equal values
+    return out
 
 
 @_kernel(sweep_inf=False)
@@ -1120,6 +1187,49 @@ def where(c, a, b):
         out = np.array(np.broadcast_to(out, np.broadcast_shapes(out.shape, ca.shape)))
     np.copyto(out, np.nan, where=np.isnan(ca))
     return out
+
+
+# ---------------------------------------------------------------------------
+# windows constant up to rounding
+# ---------------------------------------------------------------------------
+
+def _near_constant_windows(a: np.ndarray, d: int) -> np.ndarray:
+    """Windows whose values are one value up to rounding but not bit for bit: their spread is
+    positive and at most _TIE_RTOL of their largest magnitude (as `rank` ties them)."""
+    hi, lo = ts_max(a, d), ts_min(a, d)
+    spread = hi - lo
+    np.maximum(np.abs(hi), np.abs(lo), out=hi)
+    hi *= TIE_ULPS * 2.0 ** -52  # the relative spread of TIE_ULPS ulps (its upper end)
+    return (spread > 0) & (spread <= hi)
+
+
+def _constant_up_to_rounding(value: Callable[[int], float]):
+    """A time-series kernel that gives, on a window constant up to rounding (in any of its inputs),
+    what it gives on an exactly constant window, `value(d)`: the order, the position of the maximum
+    and the spread of rounding noise are not a signal."""
+    def deco(f: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        @functools.wraps(f)
+        def wrapper(*args):
+            *arrays, d = args
+            out = f(*args)
+            d = _window(d)
+            with np.errstate(all="ignore"):
+                near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
+            np.copyto(out, value(d), where=near)
+            return out
+        return wrapper
+    return deco
+
+
+ts_std = _constant_up_to_rounding(lambda d: 0.0)(ts_std)
+ts_cov = _constant_up_to_rounding(lambda d: 0.0)(ts_cov)
+ts_slope = _constant_up_to_rounding(lambda d: 0.0 if d > 1 else np.nan)(ts_slope)
+ts_corr = _constant_up_to_rounding(lambda d: np.nan)(ts_corr)  # zero variance
+ts_skew = _constant_up_to_rounding(lambda d: np.nan)(ts_skew)
+ts_kurt = _constant_up_to_rounding(lambda d: np.nan)(ts_kurt)
+ts_rank = _constant_up_to_rounding(lambda d: 0.5 if d > 1 else np.nan)(ts_rank)  # all ties
+ts_argmax = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmax)  # ties -> the oldest
+ts_argmin = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmin)
 
 
 # ---------------------------------------------------------------------------
