@@ -24,11 +24,11 @@ def cmd_serve(args) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from alpha_gym.cli_args import add_data_args, add_settings_args
+    from alpha_gym.cli_args import add_data_args, add_settings_args, port_arg
     from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
     p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_arg, default=8000, help="TCP port, 1-65535 (default 8000)")
     p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest request body accepted (413 above)")
     p.add_argument("--max-answers", type=int, default=MAX_ANSWERS, help="most answers in one group request")
     p.add_argument("--concurrency", type=int, default=min(4, os.cpu_count() or 1),
