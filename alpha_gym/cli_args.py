@@ -30,6 +30,11 @@ class Parser(argparse.ArgumentParser):
                 return None  # a positional value or an option's value
         return super()._parse_optional(arg_string)
 
+    def error(self, message):
+        if "unrecognized arguments: --" in message:
+            message += " (a formula shaped like a flag goes after --, e.g. alpha-gym score -- --close)"
+        super().error(message)
+
 
 def iso_date(value: str) -> str:
     """argparse type of a date flag: YYYY-MM-DD, a real calendar day (argparse names the flag in its error)."""

@@ -33,7 +33,7 @@ from alpha_gym.service.http_json import RequestError, json_error_handlers, json_
 
 def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object]:
     """("answer" | "formula", TEXT) or ("answers", [TEXT, ...]); RequestError for anything else."""
-    payload = parsejson_response(body)
+    payload = parse_json(body)
     if not isinstance(payload, dict):
         raise RequestError(422, f"the body must be a JSON object, got {type(payload).__name__}")
     keys = [k for k in ("answer", "formula", "answers") if k in payload]
