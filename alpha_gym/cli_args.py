@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: Suffixes that mark a --universe value as a file name, never a ticker list.
+_UNIVERSE_FILE_SUFFIXES = (".txt", ".csv", ".lst", ".tsv", ".list")
 #: What a long flag looks like (`--max-bytes`, `--set=K=V`); any other word that starts with "--" is a value.
 _LONG_FLAG = re.compile(r"--[A-Za-z][A-Za-z0-9_-]*(=.*)?", re.S)
 
