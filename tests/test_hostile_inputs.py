@@ -500,6 +500,22 @@ def test_damaged_checkpoints_are_checkpoint_errors_naming_the_file(tmp_path):
         load_state(tmp_path / "cut.pt")
 
 
+def test_a_damaged_partial_stress_fit_is_a_stress_error(tmp_path):
+    pytest.importorskip("safetensors")
+    import torch
+    from safetensors.torch import save_file
+    from alpha_gym.stress import checkpoint as ck
+    from alpha_gym.stress.config import StressConfig, StressError
+    from alpha_gym.stress.fit import _load_partial
+    save_file({"rng.torch": torch.get_rng_state()}, str(tmp_path / ck.PARTIAL_FILE))
+    good = (tmp_path / ck.PARTIAL_FILE).read_bytes()
+    for json_text, tensors in (("{}", good[: len(good) // 2]), ('{"step": 1', good), ("[]", good)):
+        (tmp_path / ck.PARTIAL_JSON).write_text(json_text)
+        (tmp_path / ck.PARTIAL_FILE).write_bytes(tensors)
+        with pytest.raises(StressError, match="(damaged|another config).*--restart"):
+            _load_partial(tmp_path, None, None, StressConfig(), "fp")
+
+
 def test_trl_resume_checks_the_checkpoint_folder(tmp_path):
     pytest.importorskip("safetensors")
     import torch
