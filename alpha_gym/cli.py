@@ -22,7 +22,7 @@ DEMO_ANSWERS = [
 ]
 
 
-from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.cli_args import Parser, add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
 
 
@@ -137,7 +137,7 @@ def cmd_config_show(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="alpha-gym", description=__doc__)
+    parser = Parser(prog="alpha-gym", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
 

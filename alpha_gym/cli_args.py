@@ -14,6 +14,28 @@ from pathlib import Path
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 #: Suffixes that mark a --universe value as a file name, never a ticker list.
 _UNIVERSE_FILE_SUFFIXES = (".txt", ".csv", ".lst", ".tsv", ".list")
+#: What a long flag looks like (`--max-bytes`, `--set=K=V`); any other word that starts with "--" is a value.
+_LONG_FLAG = re.compile(r"--[A-Za-z][A-Za-z0-9_-]*(=.*)?", re.S)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reads a word starting with "-" as a value (`alpha-gym score "-rank(close)"`) unless it is
+    one of the parser's flags (`-h`) or shaped like a long flag (`--json`, `--typo`: still an error).
+
+    Every flag but -h is long, so a single-dash word is never a flag misread; `--` still ends the flags.
+    """
+
+    def _parse_optional(self, arg_string):
+        if arg_string.startswith("-") and arg_string != "--":
+            single = not arg_string.startswith("--") and arg_string.split("=", 1)[0] not in self._option_string_actions
+            if single or (arg_string.startswith("--") and not _LONG_FLAG.fullmatch(arg_string)):
+                return None  # a positional value or an option's value
+        return super()._parse_optional(arg_string)
+
+    def error(self, message):
+        if "unrecognized arguments: --" in message:
+            message += " (a formula shaped like a flag goes after --, e.g. alpha-gym score -- --close)"
+        super().error(message)
 
 
 def iso_date(value: str) -> str:
@@ -27,6 +49,17 @@ def iso_date(value: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a date (use YYYY-MM-DD, e.g. 2024-08-20)") from None
     return text
+
+
+def port_arg(value: str) -> int:
+    """argparse type of a --port flag: a TCP port 1-65535 (argparse names the flag in its error)."""
+    try:
+        port = int(value.strip())
+    except ValueError:
+        port = None
+    if port is None or not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (use 1-65535, e.g. 8000)")
+    return port
 
 
 def universe_arg(value):

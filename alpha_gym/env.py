@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 from gymnasium import spaces
+from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
@@ -18,6 +19,10 @@ from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
 from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+
+class EpisodeOverError(ResetNeeded, RuntimeError):
+    """`step()` with no episode running: before the first `reset()`, or after the episode terminated."""
+
 
 #: Characters of observations and actions: printable ASCII (letters, digits, punctuation, whitespace).
 CHARSET = string.printable
@@ -78,7 +83,10 @@ class AlphaFormulaEnv(gym.Env):
     limit, a book that trades less than 2% a day, in that order) score below
     every valid answer (`VerifierConfig.invalid_rewards`).
 
-    Termination: every episode is one step (`terminated=True`); there is no truncation.
+    Termination: every episode is one step (`terminated=True`); there is no truncation. A step
+    before the first `reset()`, or after the episode has terminated, raises `EpisodeOverError`
+    (Gymnasium's `ResetNeeded`, also a RuntimeError) instead of scoring again; vector envs
+    reset their sub-environments as they terminate, so they never see it.
 
     Info (after `step`): `valid`, `reason`, `channels` (raw values before
     priorities), `diagnostics` (the 15 CPCV slices, turnover, IC, Sharpe, ...),
@@ -139,6 +147,7 @@ class AlphaFormulaEnv(gym.Env):
         self.action_space = spaces.Text(max_length=MAX_ANSWER_CHARS, min_length=0, charset=CHARSET)
         self._brief: Brief | None = None
         self._last: Score | None = None
+        self._over = True  # no episode until reset()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -153,13 +162,17 @@ class AlphaFormulaEnv(gym.Env):
         else:
             self._brief = self.briefs[int(self.np_random.integers(len(self.briefs)))]
         self._last = None
+        self._over = False
         return self._brief.prompt(), {"brief_id": self._brief.id, "family": self._brief.family}
 
     def step(self, action: str):
-        if self._brief is None:
-            raise RuntimeError("call reset() before step()")
+        if self._over:
+            raise EpisodeOverError("call reset() before step()" if self._brief is None else
+                                   "the episode is over (terminated=True after its one answer): call reset() "
+                                   "before the next step")
         group = self.verifier.score_group([action], brief=self._brief)
         score = group.scores[0]
+        self._over = True
         if self.grow_archive:
             self.verifier.update_archive(group)
         self._last = score

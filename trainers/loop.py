@@ -42,6 +42,7 @@ from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import claim_run_dir, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
+from trainers.checkpoints import CheckpointError, load_state, load_tensors
 from trainers.config import OUTPUT_ONLY, TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
@@ -458,22 +459,22 @@ def latest_checkpoint(out: Path) -> Path | None:
 def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
     """Restore everything `save_checkpoint` wrote; returns the step it was taken after."""
     from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-    weights = load_file(str(Path(ckpt) / "adapter_model.safetensors"), device=str(next(policy.parameters()).device))
+    # both files read before anything is restored: a damaged one (CheckpointError) leaves the run untouched
+    weights = load_tensors(Path(ckpt) / "adapter_model.safetensors", device=str(next(policy.parameters()).device))
+    state = load_state(Path(ckpt) / "trainer_state.pt", keys=("step", "optimizer", "rng", "thermostat", "adapo"))
     result = set_peft_model_state_dict(policy, weights)
     mismatch = list(result.unexpected_keys) + [k for k in result.missing_keys if "lora_" in k]
     if mismatch:
-        raise ValueError(f"checkpoint {ckpt} does not match the model's adapters (e.g. {mismatch[:3]}): resume "
-                         "with the recipe and model the run started with")
-    state = torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)  # our own file: RNG states are tuples
+        raise CheckpointError(f"checkpoint {ckpt} does not match the model's adapters (e.g. {mismatch[:3]}): "
+                              "resume with the recipe and model the run started with")
     optimizer.load_state_dict(state["optimizer"])
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
     for controller, key in ((thermostat, "thermostat"), (adapo, "adapo")):
         if (controller is None) != (state[key] is None):
-            raise ValueError(f"checkpoint {ckpt} was written with {key} {'off' if state[key] is None else 'on'}; "
-                             "resume with the same config")
+            raise CheckpointError(f"checkpoint {ckpt} was written with {key} "
+                                  f"{'off' if state[key] is None else 'on'}; resume with the same config")
         if controller is not None:
             controller.load_state_dict(state[key])
     return int(state["step"])

@@ -251,8 +251,12 @@ class AlphaGRPOTrainer(_trainer_base()):
         if resume_from_checkpoint:
             import os
             from transformers.trainer_utils import get_last_checkpoint
+
+            from trainers.checkpoints import check_folder
             folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True \
                 else str(resume_from_checkpoint)
+            if folder and os.path.isdir(folder):
+                check_folder(folder)  # a damaged file is a CheckpointError naming it, before the Trainer reads it
             if folder and os.path.exists(os.path.join(folder, "archive.npz")):
                 self.scorer.verifier.load_archive(os.path.join(folder, "archive.npz"))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

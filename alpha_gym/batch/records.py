@@ -32,7 +32,7 @@ def read_items(path) -> list[tuple[str, str]]:
     items: list[tuple[str, str]] = []
     jsonl = path.suffix.lower() in (".jsonl", ".json")
     with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
+        for n, line in enumerate(_text_lines(fh, path), start=1):
             line = line.rstrip("\n")
             if not line.strip():
                 continue
@@ -52,6 +52,27 @@ def read_items(path) -> list[tuple[str, str]]:
     return items
 
 
+def _text_lines(fh, path):
+    """The lines of a text file; a file that is not UTF-8 text (a binary file, Latin-1) is a BatchError."""
+    try:
+        yield from fh
+    except UnicodeDecodeError as err:
+        raise BatchError(f"{path} is not UTF-8 text (byte 0x{err.object[err.start]:02x} is not valid UTF-8); give "
+                         "one formula per line, or JSONL") from None
+
+
+def _read_meta(path: Path) -> dict:
+    """The sidecar's JSON object; one that is damaged or not ours is a BatchError saying what to remove."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        old = err
+    if not isinstance(old, dict):
+        raise BatchError(f"{path} is damaged (not a JSON object: {str(old)[:120]}); remove it and the output "
+                         "beside it, or choose another --out")
+    return old
+
+
 def record(index: int, kind: str, text: str, score) -> str:
     """One output line (no newline)."""
     return json.dumps({"index": index, "kind": kind, "input": text, "score": score.to_dict()})
@@ -65,7 +86,7 @@ def check_meta(out, meta: dict) -> None:
     """Write the sidecar for a new output, or refuse an output made with another input, panel or config."""
     path = meta_path(out)
     if path.exists() and Path(out).exists():
-        old = json.loads(path.read_text())
+        old = _read_meta(path)
         diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
         if diff:
             raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "

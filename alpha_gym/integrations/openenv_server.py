@@ -12,9 +12,9 @@
 
 The bodies are OpenEnv's (`ResetRequest`, `StepRequest`, `serialize_observation`) plus a
 `session_id`, so an episode's step sees its reset. Errors are JSON `{"error"}`: 400 bad
-JSON, 404 unknown session, 409 step before reset or after the episode ended, 422 a
-malformed action. At most `max_sessions` live at once; the least recently used goes first.
-Binds 127.0.0.1 unless told otherwise.
+or too deeply nested JSON, 404 unknown session or path, 405 wrong method, 409 step before reset
+or after the episode ended, 413 a body over 128 KiB, 422 a malformed action or reset. At most
+`max_sessions` live at once; the least recently used goes first. Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -27,14 +27,22 @@ import threading
 import uuid
 from typing import Any
 
+from alpha_gym.service.http_json import RequestError
+
 MAX_SESSIONS = 1024
 MAX_BYTES = 1 << 17
 
 
-class SessionError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+def _reset_kwargs(payload: dict) -> dict:
+    """The keywords of `AlphaEnvironment.reset` a /reset body gives; RequestError 422 for a wrong type."""
+    kwargs = {k: payload[k] for k in ("seed", "episode_id", "brief_id") if payload.get(k) is not None}
+    seed = kwargs.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise RequestError(422, f'"seed" must be a non-negative integer, got {seed!r}')
+    wrong = [k for k in ("episode_id", "brief_id") if k in kwargs and not isinstance(kwargs[k], str)]
+    if wrong:
+        raise RequestError(422, f"{wrong} must be strings")
+    return kwargs
 
 
 def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
@@ -48,6 +56,7 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
     from starlette.routing import Route
 
     from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment
+    from alpha_gym.service.http_json import json_error_handlers, parse_json, read_body
     factory = env_factory or AlphaEnvironment
     sessions: collections.OrderedDict[str, Any] = collections.OrderedDict()
     lock = threading.Lock()
@@ -56,30 +65,22 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
         with lock:
             env = sessions.get(session_id) if isinstance(session_id, str) else None
             if env is None:
-                raise SessionError(404, f"unknown session_id {session_id!r}: POST /reset first (sessions end on "
+                raise RequestError(404, f"unknown session_id {session_id!r}: POST /reset first (sessions end on "
                                         "DELETE or when the least recently used of "
                                         f"{max_sessions} is dropped)")
             sessions.move_to_end(session_id)
             return env
 
     async def body(request: Request) -> dict:
-        raw = await request.body()
-        if len(raw) > MAX_BYTES:
-            raise SessionError(413, f"the body is over {MAX_BYTES} bytes")
-        try:
-            payload = json.loads(raw or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise SessionError(400, f"the body is not JSON: {err}") from None
+        payload = parse_json(await read_body(request, MAX_BYTES) or b"{}")
         if not isinstance(payload, dict):
-            raise SessionError(422, "the body must be a JSON object")
+            raise RequestError(422, "the body must be a JSON object")
         return payload
 
     def errors(handler):
         async def wrapped(request: Request):
             try:
                 return JSONResponse(await handler(request))
-            except SessionError as err:
-                return JSONResponse({"error": str(err)}, status_code=err.status)
             except ValidationError as err:
                 return JSONResponse({"error": json.loads(err.json(include_url=False))}, status_code=422)
             except ValueError as err:  # e.g. an unknown brief_id
@@ -88,6 +89,7 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
 
     async def reset(request: Request):
         payload = await body(request)
+        kwargs = _reset_kwargs(payload)  # checked first: a bad reset opens no session
         session_id = payload.pop("session_id", None)
         env = session(session_id) if session_id is not None else None
         if env is None:
@@ -97,7 +99,6 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
                 sessions[session_id] = env
                 while len(sessions) > max_sessions:
                     sessions.popitem(last=False)
-        kwargs = {k: payload[k] for k in ("seed", "episode_id", "brief_id") if payload.get(k) is not None}
         obs = await anyio.to_thread.run_sync(lambda: env.reset(**kwargs))
         return {"session_id": session_id, **serialize_observation(obs)}
 
@@ -105,12 +106,12 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
         payload = await body(request)
         env = session(payload.get("session_id"))
         if not isinstance(payload.get("action"), dict):
-            raise SessionError(422, 'give "action": {"answer": TEXT}')
+            raise RequestError(422, 'give "action": {"answer": TEXT}')
         action = deserialize_action(payload["action"], AlphaAction)
         try:
             obs = await anyio.to_thread.run_sync(env.step, action)
         except RuntimeError as err:  # step before reset, or after the episode ended
-            raise SessionError(409, str(err)) from None
+            raise RequestError(409, str(err)) from None
         return {"session_id": payload["session_id"], **serialize_observation(obs)}
 
     async def state(request: Request):
@@ -130,7 +131,8 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
                              Route("/step", errors(step), methods=["POST"]),
                              Route("/state", errors(state), methods=["GET"]),
                              Route("/sessions/{session_id}", errors(close), methods=["DELETE"]),
-                             Route("/health", health, methods=["GET"])])
+                             Route("/health", errors(health), methods=["GET"])],
+                     exception_handlers=json_error_handlers())
 
 
 class AlphaEnvClient:
@@ -178,9 +180,10 @@ class AlphaEnvClient:
 
 
 def main(argv=None) -> int:
+    from alpha_gym.cli_args import port_arg
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8001)
+    ap.add_argument("--port", type=port_arg, default=8001)
     ap.add_argument("--briefs", default="train")
     ap.add_argument("--data")
     ap.add_argument("--universe")

@@ -338,6 +338,8 @@ def _read_parquet(path: Path) -> _Raw:
     header = pq.read_schema(path).names
     columns = _normalise_header(header, path)
     df = _pd.read_parquet(path, columns=list(columns.values()))
+    if any(name in columns.values() for name in df.index.names):  # written from a (date, ticker)-indexed frame
+        df = df.reset_index()
     return _from_frame(df, columns, _row_label)
 
 
@@ -461,6 +463,18 @@ def _resolve_sectors(sectors, tickers: Sequence[str]) -> tuple[str, ...] | None:
 
 
 # --------------------------------------------------------------------------- loader
+def _not_a_source(obj) -> str:
+    """The message for a `load_panel` argument that is neither a path nor a DataFrame."""
+    kind = f"{type(obj).__module__.split('.')[0]}.{type(obj).__name__}".removeprefix("builtins.")
+    hint = ""
+    if type(obj).__name__ == "Series":
+        hint = " (a Series holds one column: build the long-format DataFrame, e.g. with series.reset_index())"
+    elif type(obj).__name__ == "ndarray":
+        hint = " (an array has no column names: wrap it in a DataFrame with the long-format columns)"
+    return (f"load_panel takes a path to a CSV, CSV.gz or Parquet file, or a pandas or polars DataFrame, in the "
+            f"long format {','.join(REQUIRED_COLUMNS)}; got {kind}{hint}")
+
+
 def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=None) -> Panel:
     """Load a long-format daily OHLCV file into a `Panel`.
 
@@ -488,6 +502,8 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
             raw = _from_frame(frame, columns, _row_label)
         except _ValueError as exc:
             raise DataError(f"{path}: {exc}") from None
+    elif not isinstance(path, (str, os.PathLike)):
+        raise DataError(_not_a_source(path))
     else:
         path = Path(path)
         if not path.is_file():

@@ -185,7 +185,17 @@ class Archive:
     @classmethod
     def load(cls, path: str | os.PathLike, fingerprint: str) -> "Archive":
         """Read an archive saved by `save`; refuse a corrupt or inconsistent file, or one computed on other data."""
-        path = Path(path)
+        try:
+            return cls._load(Path(path), fingerprint)
+        except ArchiveError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+            # a field of the wrong type (text where numbers belong, a number where a list does): not our file
+            raise ArchiveError(f"{path} is inconsistent: a field has the wrong type ({type(err).__name__}: "
+                               f"{str(err)[:200]})") from None
+
+    @classmethod
+    def _load(cls, path: Path, fingerprint: str) -> "Archive":
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))

@@ -7,8 +7,9 @@
 
 The verifier is built (and its archive warmed) in a background thread at start-up, so
 /health answers at once and says when scoring is possible. Requests are validated before
-any scoring: a body over `max_bytes` is 413, malformed JSON 400, a wrong shape 422, and
-scoring before the verifier is ready 503. Anything a model wrote inside a valid request is
+any scoring: a body over `max_bytes` is 413, malformed or too deeply nested JSON 400, a wrong
+shape 422, and scoring before the verifier is ready 503; every error, an unknown path (404) or
+method (405) included, is JSON `{"error"}` (`http_json`). Anything a model wrote inside a valid request is
 scored (an invalid answer gets the invalid-answer reward, never an error). Scores run in
 worker threads, at most `concurrency` at a time; the verifier is only read, never
 updated, so every response equals a direct call.
@@ -17,7 +18,6 @@ updated, so every response equals a direct call.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from typing import Callable
 
@@ -28,28 +28,12 @@ from starlette.routing import Route
 import anyio  # noqa: E402,I001  (starlette's own dependency)
 
 from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
-
-
-class RequestError(Exception):
-    """A request the service refuses, with its HTTP status."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _json(payload, status: int = 200) -> Response:
-    # json.dumps as `alpha-gym score --json` calls it, so both print the same text for the same score
-    # (`Score.to_dict` already maps non-finite diagnostics to null)
-    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+from alpha_gym.service.http_json import RequestError, json_error_handlers, json_response, parse_json, read_body
 
 
 def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object]:
     """("answer" | "formula", TEXT) or ("answers", [TEXT, ...]); RequestError for anything else."""
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RequestError(400, f"the body is not JSON: {err}") from None
+    payload = parse_json(body)
     if not isinstance(payload, dict):
         raise RequestError(422, f"the body must be a JSON object, got {type(payload).__name__}")
     keys = [k for k in ("answer", "formula", "answers") if k in payload]
@@ -94,35 +78,23 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
                         max_bytes=max_bytes)
         if state["error"]:
             body["error"] = state["error"]
-        return _json(body, 200 if state["status"] == "ready" else 503)
-
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
-            raise RequestError(413, f"the body is over {max_bytes} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():  # counted as it arrives: a missing or false length is no way round
-            size += len(chunk)
-            if size > max_bytes:
-                raise RequestError(413, f"the body is over {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return json_response(body, 200 if state["status"] == "ready" else 503)
 
     async def score(request: Request) -> Response:
         try:
-            key, value = parse_request(await read_body(request), max_answers)
+            key, value = parse_request(await read_body(request, max_bytes), max_answers)
             verifier = state["verifier"]
             if verifier is None:
                 raise RequestError(503, f"the verifier is {state['status']}" +
                                    (f": {state['error']}" if state["error"] else "; retry when GET /health is 200"))
         except RequestError as err:
-            return _json({"error": str(err)}, err.status)
+            return json_response({"error": str(err)}, err.status)
         if key == "answers":
             result = await anyio.to_thread.run_sync(verifier.score_group, value, limiter=limiter)
-            return _json([s.to_dict() for s in result.scores])
+            return json_response([s.to_dict() for s in result.scores])
         method = verifier.score if key == "answer" else verifier.score_formula
         result = await anyio.to_thread.run_sync(method, value, limiter=limiter)
-        return _json(result.to_dict())
+        return json_response(result.to_dict())
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -130,6 +102,6 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
         yield
 
     app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/score", score, methods=["POST"])],
-                    lifespan=lifespan)
+                    lifespan=lifespan, exception_handlers=json_error_handlers())
     app.state.scoring = state
     return app

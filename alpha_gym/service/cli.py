@@ -25,21 +25,21 @@ def cmd_serve(args) -> int:
 
 def _serve_ranges():
     from alpha_gym.ranges import ints
-    return {"port": ints(0, 65535), "max_bytes": ints(1, 2**31 - 1), "max_answers": ints(1, 1_000_000),
+    return {"port": ints(1, 65535), "max_bytes": ints(1, 2**31 - 1), "max_answers": ints(1, 1_000_000),
             "concurrency": ints(1, 1024)}
 
 
-#: The allowed range of each numeric `serve` flag (port 0: any free port).
+#: The allowed range of each numeric `serve` flag .
 SERVE_RANGES = _serve_ranges()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from alpha_gym.cli_args import add_data_args, add_settings_args
+    from alpha_gym.cli_args import add_data_args, add_settings_args, port_arg
     from alpha_gym.ranges import flag
     from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
     p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=flag(SERVE_RANGES["port"]), default=8000)
+    p.add_argument("--port", type=port_arg, default=8000, help="TCP port, 1-65535 (default 8000)")
     p.add_argument("--max-bytes", type=flag(SERVE_RANGES["max_bytes"]), default=MAX_BYTES,
                    help="largest request body accepted (413 above)")
     p.add_argument("--max-answers", type=flag(SERVE_RANGES["max_answers"]), default=MAX_ANSWERS,

@@ -190,15 +190,27 @@ def _save_partial(directory: Path, model, opt, step: int, cfg: StressConfig, fin
                                                "best": {k: v for k, v in (best or {}).items() if k != "state"}})
 
 
+def _read_partial(directory: Path) -> tuple[dict, dict]:
+    """The partial fit's JSON and tensors; files a killed fit left damaged are a StressError, not a traceback."""
+    from safetensors.torch import load_file
+    try:
+        meta = json.loads((directory / ck.PARTIAL_JSON).read_text(encoding="utf-8"))
+        tensors = load_file(str(directory / ck.PARTIAL_FILE))
+    except Exception as err:  # JSON, UTF-8 and safetensors errors: the files cannot be used either way
+        meta, tensors = err, None
+    if not isinstance(meta, dict):
+        raise StressError(f"the partial fit in {directory} is damaged ({type(meta).__name__}: {str(meta)[:200]}); "
+                          "rerun with --restart to fit afresh")
+    return meta, tensors
+
+
 def _load_partial(directory: Path, model, opt, cfg: StressConfig, fingerprint: str
                   ) -> tuple[int, list, float, dict]:
     """(step, log, seconds so far, best state) of a partial fit."""
-    from safetensors.torch import load_file
-    meta = json.loads((directory / ck.PARTIAL_JSON).read_text(encoding="utf-8"))
-    if meta["config_digest"] != cfg.digest() or meta["fingerprint"] != fingerprint:
+    meta, tensors = _read_partial(directory)
+    if meta.get("config_digest") != cfg.digest() or meta.get("fingerprint") != fingerprint:
         raise StressError(f"{directory} holds a partial fit of another config or other data; "
                           f"use a new directory or --restart")
-    tensors = load_file(str(directory / ck.PARTIAL_FILE))
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     state: dict = {}
     for k, v in tensors.items():
