@@ -13,7 +13,8 @@ Saved atomically (write to a temporary file, fsync, rename) as one `.npz` under
 an exclusive lock; `save(path, merge=True)` first unions the entries already in
 the file, so two processes saving to one path lose no entries. Versioned with
 the panel's fingerprint: loading against other data is refused, and a file
-whose arrays disagree with each other raises `ArchiveError`.
+whose arrays disagree with each other, or whose books are not standardised P&L
+(mean 0, mean square 1: rows of 1e308 or of zeros would score silently wrong), raises `ArchiveError`.
 """
 
 from __future__ import annotations
