@@ -380,6 +380,20 @@ def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 SETTINGS_FILE = "settings.toml"
 
 
+def refuse_other_settings(before: Mapping[str, Any], settings_tables: Mapping[str, Any], ignore: Collection[str] = (),
+                          who: str = "") -> None:
+    """ConfigError naming the keys where the recorded settings `before` (as read from a settings file) differ
+    from `settings_tables` (`ignore`: dotted keys that may differ). `who` starts the message ("runs/x was run")."""
+    now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
+    diff = [k for k in differing_keys(before, now) if k not in ignore]
+    if diff:
+        shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
+                          for k in diff[:8])
+        raise ConfigError(f"{who or 'this run'} with other settings: {shown}"
+                          + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
+                          + "; resume with the same settings, or start a new run folder")
+
+
 def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: bool,
                   ignore: Collection[str] = ()) -> None:
     """Write the effective settings into a run folder; on a resume, refuse settings that differ.
@@ -389,15 +403,8 @@ def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: b
     """
     path = Path(out) / SETTINGS_FILE
     if resume and path.is_file():
-        before = tomllib.loads(path.read_text(encoding="utf-8"))
-        now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
-        diff = [k for k in differing_keys(before, now) if k not in ignore]
-        if diff:
-            shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
-                              for k in diff[:8])
-            raise ConfigError(f"{out} was run with other settings: {shown}"
-                              + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
-                              + "; resume with the same settings, or start a new run folder")
+        refuse_other_settings(tomllib.loads(path.read_text(encoding="utf-8")), settings_tables, ignore,
+                              f"{out} was run")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(dumps(settings_tables, header=HEADER), encoding="utf-8")

@@ -217,6 +217,9 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
         again = loop.train(config, verifier.fork(), BRIEFS, resumed, model=fresh_policy(smollm, config), steps=2,
                            resume=True, progress=False)
     assert again["start_step"] == 1
+    # the copied folder had no settings.toml: the checkpoint's record was checked and the file rewritten from it
+    assert (resumed / "settings.toml").read_text() == (out / "checkpoint-1" / "settings.toml").read_text() \
+        == (out / "settings.toml").read_text()
     original, repeated = loop.read_log(out), loop.read_log(resumed)
     assert [r["step"] for r in repeated] == [1, 2]
     timing = {k for k in original[1] if k.startswith("seconds/")}

@@ -105,6 +105,19 @@ def briefs_from_args(value: str):
     return load_briefs(value)
 
 
+def lost_settings_record(args, out) -> Path | None:
+    """On --resume with no settings given (no --config, --set or setting flag) into a run folder whose
+    settings.toml was lost: the latest checkpoint's copy of it, else None."""
+    from alpha_gym.settings import SETTINGS_FILE
+    from trainers.loop import latest_checkpoint
+    given = _flag_overrides(args)
+    if (not args.resume or args.config is not None or args.settings or given["train"] or given["verifier"]
+            or (Path(out) / SETTINGS_FILE).is_file()):
+        return None
+    ckpt = latest_checkpoint(Path(out))
+    return ckpt / SETTINGS_FILE if ckpt is not None and (ckpt / SETTINGS_FILE).is_file() else None
+
+
 def cmd_train(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from trainers.loop import train
@@ -114,10 +127,19 @@ def cmd_train(args) -> int:
     except InputError as err:
         print(f"alpha-gym train: error: {err}", file=sys.stderr)
         return 2
+    out = args.out or str(Path("runs") / settings["train"].recipe)
+    recorded = lost_settings_record(args, out)
+    if recorded is not None:  # the run's settings.toml is gone: resume with what its checkpoint was trained with
+        print(f"alpha-gym train: {out}/settings.toml is missing; resuming with {recorded}", file=sys.stderr)
+        args.config = str(recorded)
+        try:
+            settings = settings_from_train_args(args)
+        except InputError as err:
+            print(f"alpha-gym train: error: {err}", file=sys.stderr)
+            return 2
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    out = args.out or str(Path("runs") / settings["train"].recipe)
     summary = train(settings["train"].config, Verifier(panel_from_args(args), settings.verifier), briefs, out,
                     model=args.model, steps=args.steps, resume=args.resume, progress=not args.no_progress)
     summary.pop("policy", None)

@@ -29,8 +29,9 @@ import json
 import random
 import shutil
 import time
+import tomllib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.jsonable import json_dumps
-from alpha_gym.settings import claim_run_dir, to_dict
+from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
 from trainers.config import OUTPUT_ONLY, TrainConfig
@@ -93,9 +94,13 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # the exact settings of the run, beside its log; a resume with other settings is refused, naming them
-    claim_run_dir(out, {"verifier": to_dict(verifier.config), "train": to_dict(config)}, resume=resume,
-                  ignore=tuple(f"train.{k}" for k in OUTPUT_ONLY))
+    # the exact settings of the run, beside its log and in each checkpoint; a resume with other settings
+    # than either is refused, naming them (settings.toml alone can be lost, and would then be rewritten)
+    tables = {"verifier": to_dict(verifier.config), "train": to_dict(config)}
+    ignore = tuple(f"train.{k}" for k in OUTPUT_ONLY)
+    if resume:
+        check_checkpoint_settings(out, tables, ignore)
+    claim_run_dir(out, tables, resume=resume, ignore=ignore)
 
     policy, tokenizer = _policy(model, config)
     policy.eval()  # no dropout anywhere: sampling, old and new log-probs come from one deterministic function
@@ -441,6 +446,8 @@ def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, 
                 "thermostat": thermostat.state_dict() if thermostat else None,
                 "adapo": adapo.state_dict() if adapo else None}, tmp / "trainer_state.pt")
     (tmp / "trainer_state.json").write_text(json_dumps({"step": step, "config": config.to_dict()}, indent=2))
+    if (out / SETTINGS_FILE).is_file():  # what the checkpoint was trained with, for a resume to check against
+        shutil.copyfile(out / SETTINGS_FILE, tmp / SETTINGS_FILE)
     if thermostat is not None:
         _write_jsonl(tmp / "thermostat.jsonl", thermostat.log)
     if verifier is not None:
@@ -448,6 +455,28 @@ def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, 
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target
+
+
+def check_checkpoint_settings(out: Path, tables: dict, ignore=()) -> None:
+    """Refuse to resume the latest checkpoint in `out` with other settings than it was trained with.
+
+    Its own settings.toml holds them; checkpoints written before that record have the TrainConfig in
+    trainer_state.json. No checkpoint: nothing to compare (`train` says so itself).
+    """
+    ckpt = latest_checkpoint(out)
+    if ckpt is None:
+        return
+    if (ckpt / SETTINGS_FILE).is_file():
+        recorded = tomllib.loads((ckpt / SETTINGS_FILE).read_text(encoding="utf-8"))
+    else:
+        state = json.loads((ckpt / "trainer_state.json").read_text()) if (ckpt / "trainer_state.json").is_file() else {}
+        if not isinstance(state.get("config"), dict):
+            return
+        known = {f.name for f in fields(TrainConfig)}
+        recorded = {"train": tomllib.loads(dumps({"t": to_dict(TrainConfig(
+            **{k: v for k, v in state["config"].items() if k in known}))}))["t"]}
+        tables = {"train": tables["train"]}
+    refuse_other_settings(recorded, tables, ignore, f"{ckpt} was trained")
 
 
 def latest_checkpoint(out: Path) -> Path | None:

@@ -15,7 +15,7 @@ def cmd_score_batch(args) -> int:
     try:
         summary = score_batch(panel_from_args(args), args.formulas, args.out, config=config, workers=args.workers,
                               ray_address=args.ray_address, chunk=args.chunk, progress=not args.quiet,
-                              limit=args.limit)
+                              limit=args.limit, restart=args.restart)
     except BatchError as err:
         print(f"alpha-gym score-batch: {err}", file=sys.stderr)
         return 2
@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help='a running cluster ("auto", "ray://HEAD:10001"); default: a local one')
     p.add_argument("--chunk", type=int, default=CHUNK, help="items per Ray task")
     p.add_argument("--limit", type=int, help="stop after this many new items (the output stays resumable)")
+    p.add_argument("--restart", action="store_true",
+                   help="discard what --out holds (made with other data, settings or alpha-gym) and score it all again")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_data_args(p)
     add_settings_args(p)

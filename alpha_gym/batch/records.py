@@ -4,15 +4,19 @@ Input: a text file with one formula per line (blank lines skipped), or JSONL who
 objects hold "formula" (scored with `Verifier.score_formula`) or "answer" (a raw model
 answer, scored with `Verifier.score`) — the rows of `alpha-gym sft-data` work as they are.
 
-Output: JSONL, one record per input item, `{"index", "kind", "input", "score"}`, where
-"score" is exactly the object `alpha-gym score --json` prints. A finished output is sorted
-by index, so the same input gives the same bytes however it was scored. A sidecar
-`OUT.meta.json` names the input, panel and config; resuming into an output made with
-others is refused.
+Output: JSONL, one record per input item, `{"index", "kind", "input", "score", "scored_with",
+"sha256"}`, where "score" is exactly the object `alpha-gym score --json` prints, "scored_with"
+the fingerprint of the panel, verifier config and alpha-gym version it was scored with, and
+"sha256" a hash of the rest of the record. A finished output is sorted by index, so the same
+input gives the same bytes however it was scored. A sidecar `OUT.meta.json` names the input,
+panel and config; resuming into an output made with others is refused, and so is resuming
+into one whose records (checked one by one, so a lost sidecar changes nothing) were scored
+with something else or edited since.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -73,9 +77,44 @@ def _read_meta(path: Path) -> dict:
     return old
 
 
-def record(index: int, kind: str, text: str, score) -> str:
-    """One output line (no newline)."""
-    return json.dumps({"index": index, "kind": kind, "input": text, "score": score.to_dict()})
+RESTART_HINT = "choose another --out, or rerun with --restart to score it again from scratch"
+
+
+def scored_with(panel_fingerprint: str, config_key: str) -> str:
+    """What a record was scored with: the panel, the verifier config and the alpha-gym version, as one hash."""
+    from alpha_gym._version import __version__
+    text = json.dumps({"panel": panel_fingerprint, "config": config_key, "alpha_gym": __version__}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _content_hash(rec: dict) -> str:
+    """Hash of a record without its own "sha256" (canonical JSON: key order and spacing do not count)."""
+    body = {k: v for k, v in rec.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def record(index: int, kind: str, text: str, score, stamp: str) -> str:
+    """One output line (no newline); `stamp` is `scored_with(...)` of the run."""
+    rec = {"index": index, "kind": kind, "input": text, "score": score.to_dict(), "scored_with": stamp}
+    rec["sha256"] = _content_hash(rec)
+    return json.dumps(rec)
+
+
+def check_paths(formulas, out) -> None:
+    """Refuse an --out that is the --formulas file (or would replace it: its sidecar, its sorting temp file)."""
+    src = Path(formulas)
+    for target in (Path(out), meta_path(out), Path(out).with_name(Path(out).name + ".tmp")):
+        same = target.resolve() == src.resolve()
+        if not same and target.exists() and src.exists():
+            same = os.path.samefile(target, src)  # a hard link or a bind mount: another name, the same file
+        if same:
+            raise BatchError(f"--out {out} would overwrite the --formulas file {formulas}; choose another --out")
+
+
+def discard_output(out) -> None:
+    """Remove an output and its sidecar (--restart): the next run scores everything again."""
+    for path in (Path(out), meta_path(out)):
+        path.unlink(missing_ok=True)
 
 
 def meta_path(out) -> Path:
@@ -95,30 +134,50 @@ def check_meta(out, meta: dict) -> None:
     path.write_text(json.dumps(meta, indent=1))
 
 
-def load_done(out, items: list[tuple[str, str]]) -> set[int]:
-    """The indices already in `out`; a torn last line (an interrupted run) is cut off first."""
+def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:
+    """The indices already in `out`; a torn last line (an interrupted run) is cut off first.
+
+    Every record must be for this input, scored with `stamp` and unedited (its "sha256"):
+    the sidecar alone can be lost, so each record carries what it was scored with.
+    """
     path = Path(out)
     if not path.exists():
         return set()
     done: set[int] = set()
     good_end = 0
     with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                rec = json.loads(raw)
-                index = rec["index"]
-                if not raw.endswith(b"\n"):
-                    raise ValueError("torn line")
-            except (ValueError, KeyError, TypeError):
-                break  # from here on the file was being written when the run stopped
+        for n, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                break  # only the last line can lack its newline: the run stopped while writing it
+            rec = _parse(out, n, raw)
+            index = rec["index"]
             if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input")) != items[index]:
-                raise BatchError(f"{out}: the record for item {index} is not for this input file")
+                raise BatchError(f"{out}: the record for item {index} is not for this input file; {RESTART_HINT}")
+            if rec.get("sha256") != _content_hash(rec):
+                raise BatchError(f"{out}: line {n} (item {index}) was edited after it was scored, or written by an "
+                                 f"older alpha-gym; {RESTART_HINT}")
+            if rec.get("scored_with") != stamp:
+                raise BatchError(f"{out}: item {index} was scored with another panel, verifier config or alpha-gym "
+                                 f"version than this run's; {RESTART_HINT}")
+            if index in done:
+                raise BatchError(f"{out}: item {index} appears twice; {RESTART_HINT}")
             done.add(index)
             good_end += len(raw)
     if good_end < path.stat().st_size:
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
     return done
+
+
+def _parse(out, n: int, raw: bytes) -> dict:
+    """One complete line of an output as a record (BatchError when it is not one)."""
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict) or type(rec.get("index")) is not int:
+        raise BatchError(f"{out}: line {n} is not a score-batch record; {RESTART_HINT}")
+    return rec
 
 
 def finish(out) -> None:

@@ -12,7 +12,8 @@ import os
 import time
 from pathlib import Path
 
-from alpha_gym.batch.records import check_meta, finish, load_done, read_items, record
+from alpha_gym.batch.records import (check_meta, check_paths, discard_output, finish, load_done, read_items,
+                                     record, scored_with)
 
 CHUNK = 64  # items per Ray task: large enough to hide scheduling, small enough to resume with little loss
 
@@ -22,14 +23,16 @@ class Scorer:
 
     def __init__(self, panel, config=None):
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per worker: BLAS threads would fight each other
-        from alpha_gym.integrations.cache import shared_verifier
+        from alpha_gym.integrations.cache import config_key, shared_verifier
         self.verifier = shared_verifier(panel, config)
+        # stamped where scored: a worker running another alpha-gym says so in its records
+        self.stamp = scored_with(panel.fingerprint(), config_key(config))
 
     def score(self, chunk: list[tuple[int, str, str]]) -> list[str]:
         from alpha_gym.stress._blas import blas_threads
         v = self.verifier
         with blas_threads(1):  # set after numpy loaded too (the environment variable only counts before)
-            return [record(i, kind, text, v.score_formula(text) if kind == "formula" else v.score(text))
+            return [record(i, kind, text, v.score_formula(text) if kind == "formula" else v.score(text), self.stamp)
                     for i, kind, text in chunk]
 
 
@@ -47,18 +50,23 @@ def _alpha_gym_root() -> str:
 
 
 def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | None = None, config=None,
-                chunk: int = CHUNK, progress: bool = True, limit: int | None = None) -> dict:
+                chunk: int = CHUNK, progress: bool = True, limit: int | None = None, restart: bool = False) -> dict:
     """Score every item of the `formulas` file not yet in `out`; returns counts and timings.
 
     workers=0 scores in this process (no Ray). Otherwise a local Ray cluster of `workers`
     CPUs is started (and stopped) unless `ray_address` names a running one ("auto" or
     "ray://host:10001"). `limit` stops after that many new items (a partial, resumable output).
+    `restart` discards what `out` holds and scores everything again.
     """
     from alpha_gym.integrations.cache import config_key
+    check_paths(formulas, out)
     items = read_items(formulas)
+    if restart:
+        discard_output(out)
+    key = config_key(config)
     check_meta(out, {"input": str(Path(formulas).resolve()), "items": len(items), "panel": panel.fingerprint(),
-                     "config": config_key(config)})
-    done = load_done(out, items)
+                     "config": key})
+    done = load_done(out, items, scored_with(panel.fingerprint(), key))
     pending = [(i, kind, text) for i, (kind, text) in enumerate(items) if i not in done]
     if limit is not None:
         pending = pending[:limit]
@@ -105,16 +113,20 @@ def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str |
     if ray_address is None or ray_address.split("://")[-1].startswith(("127.", "localhost")):
         loopback_only()  # a cluster on this machine's loopback: this driver must join it there too
     import ray
+    from alpha_gym.batch.reaper import Reaper
     t0 = time.perf_counter()
     started_here = not ray.is_initialized()
+    reaper = Reaper(None)
     if started_here:
         # workers import the same alpha_gym as this process (a source checkout need not be installed on them)
         runtime_env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
         if ray_address is None:
             runtime_env["env_vars"]["PYTHONPATH"] = os.pathsep.join(
                 p for p in (_alpha_gym_root(), os.environ.get("PYTHONPATH")) if p)
+            before = Reaper.snapshot()
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                      object_store_memory=max(100, 4 * _nbytes(panel) >> 20) << 20, runtime_env=runtime_env)
+            reaper = Reaper.start(before)  # the local cluster dies with this process, even on kill -9
         else:
             import alpha_gym
             runtime_env["py_modules"] = [str(Path(alpha_gym.__file__).resolve().parent)]
@@ -141,6 +153,7 @@ def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str |
     finally:
         if started_here:
             ray.shutdown()
+            reaper.stop()
 
 
 def _nbytes(panel) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
@@ -100,6 +101,50 @@ def _holdout_settings(args):
     return settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
 
 
+def universe_record(value, panel, data) -> dict:
+    """How a report names the universe it scored: where it came from, how many tickers, a hash of them."""
+    import hashlib
+    if value is None:
+        name = f"all tickers of {Path(data).name}"
+    elif isinstance(value, list):
+        name = ",".join(value[:8]) + (f",... ({len(value)} listed)" if len(value) > 8 else "")
+    else:
+        name = Path(value).name
+    tickers = sorted(panel.tickers)
+    return {"name": name, "size": len(tickers),
+            "tickers_sha256": hashlib.sha256("\n".join(tickers).encode()).hexdigest()[:16]}
+
+
+def answers_universe(formulas) -> tuple[Path, str | None] | None:
+    """(settings.json, its "universe") of the run that wrote the answers file: beside it or one folder up
+    (a comparison's `seed-S/RUNG.jsonl`); None when there is none to read."""
+    for folder in (Path(formulas).resolve().parent, Path(formulas).resolve().parent.parent):
+        path = folder / "settings.json"
+        if not path.is_file():
+            continue
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None
+        if isinstance(settings, dict) and "universe" in settings:
+            theirs = settings["universe"]
+            return path, (str(theirs) if theirs is not None else None)
+    return None
+
+
+def _universe_warning(universe: dict, value, formulas) -> str | None:
+    """A warning when the answers' run was trained on another universe than this report scores."""
+    found = answers_universe(formulas)
+    if found is None:
+        return None
+    path, theirs = found
+    ours = None if value is None else universe["name"]
+    if (Path(theirs).name if theirs is not None else None) == ours:
+        return None
+    return (f"warning: the answers in {formulas} come from a run on universe {theirs or 'all tickers'} ({path}); "
+            f"this report scores them on {universe['name']} ({universe['size']} tickers): pass --universe to match")
+
+
 def cmd_holdout_formulas(args) -> int:
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.market import load_panel
@@ -116,9 +161,15 @@ def cmd_holdout_formulas(args) -> int:
     if not args.no_train:
         from alpha_gym.scoring.verifier import Verifier
         verifier = Verifier(train, settings.verifier)
+    named = universe_record(universe, holdout, args.data)
+    warning = _universe_warning(named, universe, args.formulas)
+    if warning:
+        print(f"alpha-gym holdout-formulas: {warning}", file=sys.stderr)
+        named["answers_trained_on"] = answers_universe(args.formulas)[1] or "all tickers"
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
                               train_verifier=verifier, label=args.label or Path(args.formulas).stem,
                               baselines=not args.no_baselines)
+    report = replace(report, universe=named)
     if args.out:
         path = report.save(args.out)
         print(f"wrote {path}", file=sys.stderr)
@@ -133,6 +184,10 @@ def _print_report(report) -> None:
     s, b = report.summary(), report.book
     print(f"holdout {report.holdout_start}..{report.holdout_end} ({len(report.dates)} decision days), "
           f"training ends {report.train_end}")
+    if report.universe is not None:
+        u = report.universe
+        print(f"universe {u['name']}: {u['size']} tickers (sha256 {u['tickers_sha256']})"
+              + (f"; the answers' run used {u['answers_trained_on']}" if "answers_trained_on" in u else ""))
     for a in report.answers:
         score = f"{a.score:+.3f}" if a.valid else "invalid"
         train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "  n/a"
@@ -182,6 +237,7 @@ def cmd_holdout(args) -> int:
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
                               train_verifier=Verifier(train, settings.verifier), label=label,
                               baselines=not args.no_baselines)
+    report = replace(report, universe=universe_record(universe, holdout, args.data))
     if args.out:
         print(f"wrote {report.save(args.out, name=f'holdout-{label}.json' if args.name_by_label else 'holdout.json')}",
               file=sys.stderr)

@@ -368,6 +368,7 @@ class HoldoutReport:
     label: str = ""
     step: int | None = None
     baselines: tuple[dict, ...] = ()   # `baselines.score_baselines` rows on the same window and costs
+    universe: dict | None = None       # what was scored: name, size, tickers_sha256 (holdout-formulas, holdout)
 
     @property
     def valid(self) -> list[FormulaHoldout]:
@@ -408,6 +409,7 @@ class HoldoutReport:
                        "market": [finite_or_none(x) for x in self.market_returns]},
             "answers": [a.to_dict() for a in self.answers],
             "baselines": list(self.baselines),
+            **({"universe": dict(self.universe)} if self.universe is not None else {}),
         }
 
     def save(self, run_dir, name: str = "holdout.json") -> Path:

@@ -13,7 +13,8 @@ Saved atomically (write to a temporary file, fsync, rename) as one `.npz` under
 an exclusive lock; `save(path, merge=True)` first unions the entries already in
 the file, so two processes saving to one path lose no entries. Versioned with
 the panel's fingerprint: loading against other data is refused, and a file
-whose arrays disagree with each other raises `ArchiveError`.
+whose arrays disagree with each other, or whose books are not standardised P&L
+(mean 0, mean square 1: rows of 1e308 or of zeros would score silently wrong), raises `ArchiveError`.
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ class Archive:
             raise ArchiveError(f"{path} was computed on other data (panel fingerprint {meta.get('fingerprint', '?')[:12]}"
                                f" != {fingerprint[:12]}); rebuild it for this panel")
         _check_consistent(path, meta, z, ins, oos)
+        _check_books(path, meta, z)
         n = len(meta["forms"])
         out = cls(fingerprint, meta["n_days"], meta["capacity"], meta["admit_corr"])
         out.forms, out.texts = [str(f) for f in meta["forms"]], [str(t) for t in meta["texts"]]
@@ -248,6 +250,31 @@ def _check_consistent(path, meta: dict, z: np.ndarray, ins: np.ndarray, oos: np.
     if not (np.isfinite(z).all() and np.isfinite(ins).all() and np.isfinite(oos).all()
             and all(isinstance(c, (int, float)) and np.isfinite(c) for c in meta["cpcv"])):  # NaN is written null
         fail("non-finite values")
+
+
+#: how far a saved book may be from `standardise`'s output (mean 0, mean square 1); rounding is ~1e-15
+BOOK_TOLERANCE = 1e-6
+
+
+def _check_books(path, meta: dict, z: np.ndarray) -> None:
+    """Each saved book is a standardised P&L (mean 0, mean square 1) and each seed flag a JSON boolean.
+
+    Anything else would score silently wrong: rows of 1e308 overflow the correlations into NaN, and
+    rows of zeros correlate with nothing, paying full novelty to every answer.
+    """
+    bad_flags = [i for i, s in enumerate(meta["seed"]) if not isinstance(s, bool)]
+    if bad_flags:
+        raise ArchiveError(f"{path} is inconsistent: seed flag {meta['seed'][bad_flags[0]]!r} of entry "
+                           f"{bad_flags[0]} is not true or false")
+    if not len(z):
+        return
+    with np.errstate(all="ignore"):  # a row of 1e308 overflows here: it fails the test below, as it should
+        mean = np.abs(z.mean(axis=1))
+        square = np.abs((z * z).mean(axis=1) - 1.0)
+    off = np.flatnonzero(~((mean <= BOOK_TOLERANCE) & (square <= BOOK_TOLERANCE)))
+    if len(off):
+        raise ArchiveError(f"{path} is inconsistent: {len(off)} of {len(z)} books (first: entry {off[0]}, "
+                           f"{meta['forms'][off[0]][:60]!r}) are not standardised P&L (mean 0, mean square 1)")
 
 
 @contextmanager
