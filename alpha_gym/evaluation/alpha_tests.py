@@ -181,3 +181,19 @@ def summary_line(tests: dict[str, Any] | None) -> str:
     passed = sum(bool(tests[t]["pass"]) for t in ran)
     failed = tests.get("failed") or []
     return f"{passed}/{len(ran)}" + (f" (failed: {', '.join(failed)})" if failed else "")
+
+
+def format_alpha_tests(tests: dict[str, Any]) -> str:
+    """The readable block of `alpha-gym score`: one line per test with value, threshold, pass/FAIL
+    (or n/a and why it did not run) and the rule."""
+    def num(x):
+        return "n/a" if x is None else f"{x:+.4f}"
+    lines = [f"Alpha tests (WorldQuant BRAIN's submission tests; diagnostics, not rewards; {SOURCE}):"]
+    for name in TESTS:
+        t = tests[name]
+        verdict = {True: "pass", False: "FAIL", None: "n/a"}[t["pass"]]
+        extra = t.get("note") if t["pass"] is None else t.get("most_correlated")
+        lines.append(f"  {name:<18}{num(t['value']):>9}  {t['threshold']:<16}{verdict:<6}{t['rule']}"
+                     + (f"  [{extra}]" if extra else ""))
+    lines.append(f"  all that ran: {'pass' if tests['passed'] else 'FAIL'}")
+    return "\n".join(lines)

@@ -9,9 +9,8 @@ def _fmt(x, spec=".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def format_score(score, priorities: Mapping[str, float], alpha_tests: Mapping | None = None) -> str:
-    """Channels with priority and weighted contribution, the CPCV slices and the main diagnostics;
-    with `alpha_tests` (`evaluation.alpha_tests.score_alpha_tests`), the industry's tests below them."""
+def format_score(score, priorities: Mapping[str, float]) -> str:
+    """Channels with priority and weighted contribution, the CPCV slices and the main diagnostics."""
     d = score.diagnostics
     lines = [f"formula : {score.formula if score.formula is not None else '(none)'}",
              f"valid   : {'yes' if score.valid else 'NO'}  ({score.reason})",
@@ -30,20 +29,4 @@ def format_score(score, priorities: Mapping[str, float], alpha_tests: Mapping | 
                      f"Sharpe {_fmt(d.get('sharpe'), '+.2f')} net ({_fmt(d.get('sharpe_gross'), '+.2f')} gross)   "
                      f"return {_fmt(d.get('total_return'), '+.1%')}   max DD {_fmt(d.get('max_drawdown'), '.1%')}   "
                      f"beta {_fmt(d.get('beta'), '+.2f')}")
-    if alpha_tests:
-        lines += ["", format_alpha_tests(alpha_tests)]
-    return "\n".join(lines)
-
-
-def format_alpha_tests(tests: Mapping) -> str:
-    """One line per test: value, threshold, pass/FAIL (or why it did not run), and the rule."""
-    from alpha_gym.evaluation.alpha_tests import SOURCE, TESTS
-    lines = [f"Alpha tests (WorldQuant BRAIN's submission tests; diagnostics, not rewards; {SOURCE}):"]
-    for name in TESTS:
-        t = tests[name]
-        verdict = {True: "pass", False: "FAIL", None: "n/a"}[t["pass"]]
-        extra = t.get("note") if t["pass"] is None else t.get("most_correlated")
-        lines.append(f"  {name:<18}{_fmt(t['value'], '+.4f'):>9}  {t['threshold']:<16}{verdict:<6}{t['rule']}"
-                     + (f"  [{extra}]" if extra else ""))
-    lines.append(f"  all that ran: {'pass' if tests['passed'] else 'FAIL'}")
     return "\n".join(lines)
