@@ -35,10 +35,13 @@ def cmd_score(args) -> int:
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
     result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
+    # the industry's tests, reported beside the score (never a reward; they trade the formula a second time)
+    from alpha_gym.evaluation.alpha_tests import format_alpha_tests, score_alpha_tests
+    tests = score_alpha_tests(verifier, result.formula) if result.valid else None
     if args.json:
-        print(json_dumps(result.to_dict(), sort_keys=False))
+        print(json_dumps({**result.to_dict(), "alpha_tests": tests}, sort_keys=False))
     else:
-        print(format_score(result, verifier.config.priorities))
+        print(format_score(result, verifier.config.priorities) + ("\n\n" + format_alpha_tests(tests) if tests else ""))
     return 0
 
 

@@ -208,14 +208,21 @@ def keep_answers(results: Path, result: dict, probe_briefs) -> None:
 
 # ------------------------------------------------------------------------------ the report
 def _rescore(rows, train, holdout):
-    """Per-brief pseudo-holdout scores (NaN: invalid), the valid answers' daily net P&L, and the book."""
+    """Per-brief pseudo-holdout scores (NaN: invalid), the valid answers' daily net P&L, the book, and the
+    share of valid answers passing each industry test that ran (docs/alpha_tests.md) and all of them."""
     import numpy as np
     from alpha_gym.evaluation.holdout import evaluate_holdout
     report = evaluate_holdout([r["formula"] for r in rows], train, holdout)
     scores = np.array([a.score if a.valid and a.score is not None else np.nan for a in report.answers])
     nets = [a.net for a in report.answers if a.valid and a.net is not None]
     families = len({a.form for a in report.answers if a.valid})
-    return scores, nets, families, report.book
+    from alpha_gym.evaluation.alpha_tests import TESTS
+    tests = [a.alpha_tests for a in report.answers if a.valid and a.alpha_tests]
+    shares = {t: float(np.mean([x[t]["pass"] for x in tests])) if tests and all(x[t]["pass"] is not None
+                                                                            for x in tests) else None
+              for t in TESTS}
+    shares["all"] = float(np.mean([x["passed"] for x in tests])) if tests else None
+    return scores, nets, families, report.book, shares
 
 
 def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> dict:
@@ -236,11 +243,12 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> d
 
     def summarise(label, per_seed):
         """per_seed: {seed: answer rows in brief order}."""
-        tables, valid, families, corrs, bets, books, extra = [], [], [], [], [], [], {}
+        tables, valid, families, corrs, bets, books, tests, extra = [], [], [], [], [], [], [], {}
         for seed, rs in per_seed.items():
             if [r["brief_id"] for r in rs] != briefs:
                 raise SystemExit(f"{label} seed {seed}: the answers are not for the same probe briefs as step 0")
-            scores, nets, fams, book = _rescore(rs, train, holdout)
+            scores, nets, fams, book, shares = _rescore(rs, train, holdout)
+            tests.append(shares)
             tables.append(scores)
             valid.append(sum(bool(r["train_valid"]) for r in rs))
             families.append(fams)
@@ -260,7 +268,8 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000) -> d
                 "book_market_corr": avg([b.market_correlation for b in books]),
                 "book_max_drawdown": avg([b.max_drawdown for b in books]),
                 "book_down_day": avg([b.down_day_return for b in books]),
-                "book_sharpe": avg([b.sharpe for b in books]), **extra}
+                "book_sharpe": avg([b.sharpe for b in books]),
+                "alpha_tests_pass": {k: avg([s[k] for s in tests]) for k in tests[0]} if tests else {}, **extra}
 
     rows["step-0"] = summarise("step 0", {s: step0 for s in (seeds or [0])})
     previous = "step-0"

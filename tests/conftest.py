@@ -56,3 +56,20 @@ def small_synthetic():
     """A small synthetic market (12 stocks x 400 sessions) for fast tests."""
     from alpha_gym.market import synthetic_panel
     return synthetic_panel(n_stocks=12, n_days=400, seed=3)
+
+
+#: A non-default setting for the integrations' parity tests: a changed priority and a changed threshold.
+CHANGED_SETTINGS = "[verifier]\nturnover_cap = 0.4\n\n[verifier.priorities]\ncpcv = 1.0\n"
+CHANGED_SETS = ("verifier.turnover_cap=0.4", "verifier.priorities.cpcv=1.0")
+
+
+@pytest.fixture(scope="session")
+def changed_settings(tmp_path_factory):
+    """(a settings TOML, the same as --set items, the VerifierConfig both give): every path must score with it."""
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.settings import load
+    path = tmp_path_factory.mktemp("settings") / "changed.toml"
+    path.write_text(CHANGED_SETTINGS)
+    config = load(path).verifier
+    assert config == load(None, CHANGED_SETS).verifier != VerifierConfig()
+    return path, CHANGED_SETS, config

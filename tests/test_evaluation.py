@@ -188,14 +188,15 @@ def test_no_holdout_value_reaches_the_training_path(small_synthetic, monkeypatch
     real_evaluate = Verifier.evaluate
 
     def spy(self, formula, *a, **k):
-        seen.append((self.panel.dates[0], self.panel.dates[-1], self.panel.n_days))
+        seen.append((formula, self.panel.dates[-1], self.panel.n_days))
         return real_evaluate(self, formula, *a, **k)
 
     monkeypatch.setattr(Verifier, "evaluate", spy)
     verifier = Verifier(train)
     rep = evaluate_holdout(FORMULAS, train, hold, train_verifier=verifier)
     # 1. the training verifier only ever evaluated on its own panel, which ends before the holdout
-    assert len(seen) == len(FORMULAS)
+    # (each answer once; the alpha tests' self-correlation may seed its archive, on the same panel)
+    assert [f for f, _, _ in seen if f in {a.formula for a in rep.answers}] == [a.formula for a in rep.answers]
     assert all(last < hold.dates[0] and n == train.n_days for _, last, n in seen)
     assert not set(verifier.panel.dates.tolist()) & set(hold.dates.tolist())
     assert train.fingerprint() == fingerprint               # the training panel is untouched

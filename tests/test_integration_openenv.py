@@ -113,3 +113,22 @@ def test_concurrent_sessions(server, direct):
     for t in threads:
         t.join(60)
     assert not errors and results == [True] * 3
+
+
+def test_settings_reach_the_environment_and_the_server(changed_settings):
+    from alpha_gym.env import default_panel
+    from alpha_gym.integrations.openenv_server import main
+    toml, sets, config = changed_settings
+    want = Verifier(default_panel(), config).score(GOOD)
+    assert want.reward != Verifier(default_panel()).score(GOOD).reward
+    for env in (AlphaEnvironment(briefs="probe", config=str(toml)), AlphaEnvironment(briefs="probe", settings=sets),
+                AlphaEnvironment(briefs="probe", config=config)):
+        env.reset(seed=1)
+        obs = env.step(AlphaAction(answer=GOOD))
+        assert obs.reward == want.reward and obs.channels == want.channels
+    with BackgroundServer(app=create_app(lambda: AlphaEnvironment(briefs="probe", config=str(toml)))) as url:
+        with AlphaEnvClient(url) as client:
+            client.reset(seed=1)
+            assert client.step(GOOD).reward == want.reward
+    # the server's own --config/--set: a bad one is one clear line before anything listens
+    assert main(["--set", "verifier.nope=1"]) == 2

@@ -42,3 +42,16 @@ def test_rows_carry_the_briefs():
     assert len(rows) == 50 and rows[4]["brief_id"] == briefs[4].id
     assert rows[4]["prompt"][0]["content"] == briefs[4].prompt() and rows[4]["env_class"] == "alpha_gym"
     assert AlphaSkyRLEnv(extras={"extra_info": {"brief_id": briefs[4].id}}).brief == briefs[4]
+
+
+def test_env_config_settings_give_the_changed_reward(changed_settings):
+    from omegaconf import OmegaConf
+    toml, sets, config = changed_settings
+    row = dataset_rows("probe")[0]
+    direct, default = Verifier(default_panel(), config), Verifier(default_panel())
+    for env_config in ({"config": str(toml)}, {"settings": list(sets)}, OmegaConf.create({"settings": list(sets)})):
+        env = skyrl_gym.make(register_env(), env_config=env_config, extras=row)
+        assert env.verifier.config == direct.config  # ("auto" R3 resolved, as the direct verifier does)
+        env.init(row["prompt"])
+        out = env.step(ANSWERS[0])
+        assert out["reward"] == direct.score(ANSWERS[0]).reward != default.score(ANSWERS[0]).reward

@@ -85,3 +85,25 @@ def test_priorities_reach_both_the_weights_and_the_verifier():
     assert trace.reward == pytest.approx(want.reward, abs=1e-12)
     with pytest.raises(ValueError, match="unknown channels"):
         av.load_environment(priorities={"sharpe": 1.0})
+
+
+def test_settings_reach_both_the_weights_and_the_verifier(changed_settings):
+    toml, sets, config = changed_settings
+    want = Verifier(default_panel(), config).score(ANSWERS[0])
+    assert want.reward != Verifier(default_panel()).score(ANSWERS[0]).reward
+    for taskset in (av.load_environment(briefs="fixed", config=str(toml)),
+                    av.load_environment(briefs="fixed", settings=sets),
+                    av.load_environment(briefs="fixed", config=config)):
+        task = next(iter(taskset))
+        trace = _trace(task, ANSWERS[0])
+        asyncio.run(task.score(trace))
+        assert {k: trace.rewards[k].weight for k in CHANNELS} == config.priorities
+        assert trace.metrics["verifier_reward"] == want.reward
+        assert trace.reward == pytest.approx(want.reward, abs=1e-12)
+    # priorities= still overrides after the settings
+    task = next(iter(av.load_environment(briefs="fixed", config=str(toml), priorities={"cpcv": 2.0})))
+    trace = _trace(task, ANSWERS[0])
+    asyncio.run(task.score(trace))
+    assert trace.rewards["cpcv"].weight == 2.0
+    assert trace.metrics["verifier_reward"] == Verifier(
+        default_panel(), config.with_(priorities={**config.priorities, "cpcv": 2.0})).score(ANSWERS[0]).reward

@@ -125,3 +125,23 @@ def test_verls_external_module_hook_installs_the_guard():
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # importing verl is slow on a busy machine
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("True")
+
+
+def test_settings_reach_compute_score_through_reward_kwargs(market, changed_settings):
+    """A settings file, or --set items, in reward_kwargs: the changed reward, and GDPO weights that match it."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    panel, path = market
+    toml, sets, config = changed_settings
+    direct, default = Verifier(panel, config), Verifier(panel)
+    for kwargs in ({"data": path, "config": str(toml)}, {"data": path, "settings": list(sets)}):
+        fn = get_custom_reward_fn(OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": str(ROOT / "alpha_gym" / "integrations" / "verl.py"), "name": "compute_score",
+            "reward_kwargs": kwargs}}}))
+        for answer in ANSWERS[:2]:
+            got = fn(data_source="alpha_gym", solution_str=answer, ground_truth="", extra_info={"index": 0})
+            want = direct.score(answer)
+            assert got["score"] == want.reward != default.score(answer).reward
+            assert {k: got[k] for k in CHANNELS} == want.channels
+    assert av.gdpo_weights(config=str(toml)) == av.gdpo_weights(settings=sets) == [config.priorities[k] for k in CHANNELS]
+    assert av.gdpo_weights(config=str(toml))[0] == 1.0

@@ -324,3 +324,31 @@ def test_no_render_fps_warning(small_synthetic):
         check_env(AlphaFormulaEnv(panel=small_synthetic, render_mode="ansi"))
     assert not [w for w in caught if "render fps" in str(w.message)]
     assert math.isfinite(AlphaFormulaEnv.metadata["render_fps"])
+
+
+def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_path(small_synthetic, changed_settings,
+                                                                                  tmp_path):
+    """A settings file (or its --set items) through the env, the shared verifier and batch scoring: one reward."""
+    from alpha_gym.batch.runner import score_batch
+    from alpha_gym.integrations.cache import shared_verifier
+    toml, sets, config = changed_settings
+    answers = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"]
+    direct, default = Verifier(small_synthetic, config), Verifier(small_synthetic)
+    want = [direct.score(a) for a in answers]
+    assert [w.reward for w in want] != [default.score(a).reward for a in answers]
+    for w in want:  # the contract holds under the changed priorities too
+        assert w.reward == weighted_sum(w.channels, config.priorities)
+    env = AlphaFormulaEnv(panel=small_synthetic, config=str(toml), archive="frozen")
+    for a, w in zip(answers, want):
+        env.reset(seed=0)
+        _, reward, _, _, info = env.step(a)
+        assert reward == w.reward and info["channels"] == w.channels
+    for v in (shared_verifier(small_synthetic, str(toml)), shared_verifier(small_synthetic, settings=sets),
+              shared_verifier(small_synthetic, {"verifier": {"turnover_cap": 0.4, "priorities": {"cpcv": 1.0}}})):
+        assert [v.score(a).reward for a in answers] == [w.reward for w in want]
+    pool = tmp_path / "pool.txt"
+    pool.write_text("\n".join(a.removeprefix("<alpha>").removesuffix("</alpha>") for a in answers) + "\n")
+    out = tmp_path / "scored.jsonl"
+    score_batch(small_synthetic, pool, out, workers=0, progress=False, config=config)
+    import json
+    assert [json.loads(line)["score"]["reward"] for line in out.read_text().splitlines()] == [w.reward for w in want]

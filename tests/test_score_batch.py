@@ -178,3 +178,17 @@ def test_ray_workers_give_the_serial_bytes_and_resume(local_ray, panel, pool, se
     second = score_batch(panel, pool, out, workers=2, progress=False, chunk=8)
     assert second["already_done"] == 30 and second["complete"]
     assert out.read_bytes() == serial.read_bytes()
+
+
+def test_cli_score_batch_takes_the_settings_file(tmp_path, changed_settings):
+    from alpha_gym.cli import main
+    from alpha_gym.env import default_panel
+    toml, sets, config = changed_settings
+    pool = tmp_path / "pool.txt"
+    pool.write_text("rank(-ts_delta(close, 5))\n")
+    direct = Verifier(default_panel(), config).score_formula("rank(-ts_delta(close, 5))")
+    for flags in (["--config", str(toml)], [x for s in sets for x in ("--set", s)]):
+        out = tmp_path / f"out{len(flags)}.jsonl"
+        assert main(["score-batch", "--formulas", str(pool), "--out", str(out), "--workers", "0", "--quiet",
+                     *flags]) == 0
+        assert json.loads(out.read_text())["score"] == json.loads(json.dumps(direct.to_dict()))

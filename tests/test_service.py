@@ -183,7 +183,9 @@ def test_cli_serve_starts_scores_like_cli_score_and_stops_on_sigterm():
         served = client.score(ANSWERS[1])
         printed = subprocess.run([sys.executable, "-m", "alpha_gym.cli", "score", "--answer", ANSWERS[1], "--json"],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True)
-        assert served == json.loads(printed.stdout)
+        printed = json.loads(printed.stdout)
+        assert printed.pop("alpha_tests")["fitness"]["source"] == "docs/alpha_tests.md"  # the CLI's report only
+        assert served == printed
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -194,3 +196,22 @@ def test_cli_serve_starts_scores_like_cli_score_and_stops_on_sigterm():
     assert "Traceback" not in out
     with pytest.raises(OSError):  # nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_cli_serve_takes_the_settings_file(changed_settings):
+    from alpha_gym.env import default_panel
+    toml, sets, config = changed_settings
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", "serve", "--port", str(port), "--config", str(toml),
+                             "--set", sets[0]], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        client = ScoringClient(f"http://127.0.0.1:{port}")
+        client.wait_ready(240)
+        want = Verifier(default_panel(), config).score(ANSWERS[0])
+        assert client.score(ANSWERS[0]) == _roundtrip(want.to_dict())
+        assert want.reward != Verifier(default_panel()).score(ANSWERS[0]).reward
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -42,6 +42,7 @@ on the same days.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -53,7 +54,7 @@ from alpha_gym.book import metrics
 from alpha_gym.book.book import daily_turnover, gross_pnl, open_to_open_returns, weights_from_signal
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
 from alpha_gym.errors import InputError
-from alpha_gym.jsonable import finite_or_none, json_dumps
+from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
@@ -181,6 +182,7 @@ class FormulaHoldout:
     n_days: int = 0
     train_cpcv: float | None = None      # the same formula on the training window (None if not scored)
     train_turnover: float | None = None
+    alpha_tests: dict | None = None      # `alpha_tests.alpha_tests` of the holdout book (a diagnostic)
     net: np.ndarray | None = field(default=None, repr=False)
     weights: np.ndarray | None = field(default=None, repr=False)  # on the context + holdout days
 
@@ -192,7 +194,8 @@ class FormulaHoldout:
                 "slice_sharpes": [finite_or_none(s) for s in self.slice_sharpes],
                 **{k: finite_or_none(getattr(self, k)) for k in numbers[2:]},
                 "form": self.form, "n_days": self.n_days,
-                "train_cpcv": finite_or_none(self.train_cpcv), "train_turnover": finite_or_none(self.train_turnover)}
+                "train_cpcv": finite_or_none(self.train_cpcv), "train_turnover": finite_or_none(self.train_turnover),
+                **({} if self.alpha_tests is None else {"alpha_tests": jsonable(self.alpha_tests)})}
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,42 @@ class HoldoutEvaluator:
             total_return=metrics.total_return(net), turnover=to, mean_cost=float(cost.mean()),
             max_drawdown=metrics.max_drawdown(net), beta=beta, market_correlation=corr, form=form,
             n_days=self.n_days, net=net, weights=w_all)
+
+    def subset(self, columns: np.ndarray) -> "HoldoutEvaluator":
+        """The same window and costs on some of the stocks (the arrays' columns, the market of those stocks)."""
+        sub = copy.copy(self)
+        cols = np.asarray(columns)
+        sub.panel = self.panel.select([self.panel.tickers[i] for i in cols])
+        sub.returns_all, sub.returns = self.returns_all[:, cols], self.returns[:, cols]
+        sub.market = metrics.equal_weight_market(sub.returns)
+        sub._dv, sub._sigma = self._dv[:, cols], self._sigma[:, cols]
+        return sub
+
+    def alpha_tests(self, result: FormulaHoldout, archive=None, train_net: np.ndarray | None = None) -> dict | None:
+        """The industry's tests of a valid result's holdout book (None for an invalid one).
+
+        Sub-universe: the formula re-scored on the more liquid half by mean dollar volume over the holdout
+        days. Self-correlation: the formula's TRAINING-window P&L (`train_net`) against the training
+        verifier's `archive`, when both are given (the archive holds training-window books only).
+        """
+        from alpha_gym.evaluation import alpha_tests as T
+        if not result.valid or result.net is None or result.weights is None:
+            return None
+        idx = T.liquid_half(np.asarray(self.panel.field("dollar_volume"))[self.rows])
+        sub_sharpe, note = None, {}
+        if len(idx) >= self.config.min_valid_stocks:
+            sub = self.subset(idx).score(result.formula)
+            sub_sharpe = sub.sharpe if sub.valid else 0.0  # a half that never trades earns nothing
+        else:
+            note["sub_universe"] = f"the liquid half has {len(idx)} stocks, under min_valid_stocks"
+        corr, with_ = None, None
+        if archive is not None and train_net is not None:
+            corr, k = T.self_correlation(train_net, archive)
+            with_ = None if k is None else archive.texts[k]
+        else:
+            note["self_correlation"] = "no training verifier given: the archive is on the training window"
+        return T.alpha_tests(result.sharpe, result.net, result.turnover, T.max_abs_weight(result.weights[self.rows]),
+                             sub_sharpe, len(idx), self.panel.n_stocks, corr, with_, note=note)
 
     def book(self, results: Sequence[FormulaHoldout]) -> tuple[BookStats, np.ndarray]:
         """The equal-weight book of the valid results: (stats, daily net returns on the kept days)."""
@@ -437,7 +476,7 @@ def load_holdout(path) -> dict[str, Any]:
 def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout_panel: Panel,
                      costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig | None = None,
                      train_verifier=None, label: str = "", step: int | None = None,
-                     baselines: bool = False) -> HoldoutReport:
+                     baselines: bool = False, alpha_tests: bool = True) -> HoldoutReport:
     """Score every formula on the holdout and build the equal-weight book of the valid ones.
 
     `formulas`: formula texts or raw answers (None for a missing answer: invalid).
@@ -446,7 +485,8 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     holdout numbers. It must end before the holdout (HoldoutOverlapError);
     it only ever evaluates on its own panel. `config` None: the training verifier's rules
     (`HoldoutConfig.from_verifier`), or the defaults without one. `baselines`: also score the
-    model-free baselines of `alpha_gym.evaluation.baselines` on the same window and costs.
+    model-free baselines of `alpha_gym.evaluation.baselines` on the same window and costs. `alpha_tests`:
+    each valid answer's industry tests (`HoldoutEvaluator.alpha_tests`; the sub-universe test scores it again).
     """
     if config is None:
         config = HoldoutConfig.from_verifier(train_verifier.config) if train_verifier is not None else HoldoutConfig()
@@ -459,12 +499,17 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     n_members = 0
     for f in formulas:
         r = ev.score(f, cache)
+        train_net = None
         if train_verifier is not None and r.form is not None:   # parsed: score it on the training window too
             try:
                 tr = train_verifier.evaluate(r.formula)
                 r = replace(r, train_cpcv=float(tr.cpcv), train_turnover=float(tr.turnover))
+                train_net = tr.net
             except (FormulaError, DataError, ValueError, FloatingPointError):
                 pass
+        if alpha_tests and r.valid:
+            archive = train_verifier.archive if train_verifier is not None else None
+            r = replace(r, alpha_tests=ev.alpha_tests(r, archive, train_net))
         if r.valid:
             total += r.weights
             n_members += 1

@@ -12,7 +12,8 @@ holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(..
      "series": {"dates": ["YYYY-MM-DD", ...], "book": [daily net return], "market": [daily return]},
      "answers": [{"formula", "valid", "reason", "score", "cpcv", "slice_sharpes": [15 floats], "sharpe",
                   "total_return", "turnover", "mean_cost", "max_drawdown", "beta", "market_correlation",
-                  "form", "n_days", "train_cpcv", "train_turnover"}, ...]}
+                  "form", "n_days", "train_cpcv", "train_turnover",
+                  "alpha_tests" (valid answers: `alpha_tests.alpha_tests`, the industry's tests)}, ...]}
     -> growth of $1 (book vs market), book vs market daily returns with the beta line,
        the 15 CPCV slice Sharpes of every valid answer, and the answers table.
 holdout-*.json   the same format, e.g. one per checkpoint: their books are added to the growth plot.
@@ -41,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from alpha_gym.errors import InputError
+from alpha_gym.evaluation.alpha_tests import summary_line
 from alpha_gym.evaluation.report_html import arr as _arr, fmt as _fmt, img as _img, kv_table as _kv_table
 from alpha_gym.evaluation.report_html import mpl as _mpl, page, png as _png, table as _table, write_page
 from alpha_gym.evaluation.report_training import read_jsonl, training_section
@@ -172,13 +174,36 @@ def _holdout_section(h: dict, others: list[dict]) -> list[str]:
         rows.append([f"<code>{html.escape(a['formula'])}</code>", "yes" if a["valid"] else "no",
                      _fmt(a.get("score")), _fmt(a.get("train_cpcv")), _fmt(a.get("turnover"), ".1%"),
                      _fmt(a.get("sharpe"), "+.2f"), _fmt(a.get("total_return"), "+.1%"),
+                     html.escape(summary_line(a.get("alpha_tests"))) if a["valid"] else "",
                      html.escape(a["reason"]) if not a["valid"] else ""])
         classes.append("")
     out += _baselines_part(h)
     out.append("<h3>Answers</h3>")
+    out.append('<p class="note">Alpha tests: WorldQuant BRAIN\'s submission tests on the holdout book (fitness '
+               ">= 1, sub-universe Sharpe, self-correlation &lt; 0.7 on the training window, largest weight &lt; 10%, "
+               "turnover 1-70%), diagnostics beside the score, never a reward (docs/alpha_tests.md).</p>")
     out.append(_table(["formula", "valid", "holdout score", "train CPCV", "turnover/day", "holdout Sharpe",
-                       "holdout return", "reason"], rows, left={0, 7}))
+                       "holdout return", "alpha tests passed", "reason"], rows, left={0, 7, 8}))
+    out += _alpha_tests_part(h)
     return out
+
+
+def _alpha_tests_part(h: dict) -> list[str]:
+    """Each valid answer's five tests: value and pass/fail (n/a where a test did not run)."""
+    from alpha_gym.evaluation.alpha_tests import TESTS
+    answers = [a for a in h["answers"] if a.get("valid") and a.get("alpha_tests")]
+    if not answers:
+        return []
+    mark = {True: "pass", False: "FAIL", None: "n/a"}
+    fmts = {"fitness": "+.2f", "sub_universe": "+.2f", "self_correlation": ".2f", "max_weight": ".1%",
+            "turnover": ".1%"}
+    rows = [[f"<code>{html.escape(a['formula'])}</code>"]
+            + [f"{_fmt(a['alpha_tests'][t]['value'], fmts[t])} {mark[a['alpha_tests'][t]['pass']]}" for t in TESTS]
+            for a in sorted(answers, key=lambda a: -(a.get("score") or 0.0))]
+    first = answers[0]["alpha_tests"]
+    head = ["formula"] + [f"{t.replace('_', ' ')} ({html.escape(first[t]['threshold'])})"
+                          if t != "sub_universe" else "sub-universe Sharpe" for t in TESTS]
+    return ["<h3>Alpha tests per answer</h3>", _table(head, rows, left={0})]
 
 
 def _baselines_part(h: dict) -> list[str]:

@@ -4,7 +4,8 @@ Reads, all optional but at least one run or the table:
 
 report.json                   the rung table with intervals and the baselines (`report_json` there):
                               {"seeds", "briefs", "rows": {rung: {"label", "score", "lo", "hi", "valid",
-                              "families", "effective_bets", "vs_previous", "above_baselines", ...}},
+                              "families", "effective_bets", "vs_previous", "above_baselines",
+                              "alpha_tests_pass": {test: share of valid answers passing, "all"}, ...}},
                               "baselines": [{"name", "kind", "score", "lo", "hi", "book", ...}]}
 seed-S/RUNG/                  one training run per rung and seed (log.jsonl, probe-step-N.json, ...)
 step-0/probe-step-0.json      the start model's probe answers
@@ -162,10 +163,10 @@ def rung_table(report: dict) -> str:
                      fmt(r.get("families"), ".1f"), fmt(r.get("effective_bets"), ".1f"),
                      fmt(r.get("mean_abs_corr"), ".2f"), fmt(r.get("clipped_share"), ".3f"),
                      fmt(r.get("book_sharpe"), "+.2f"), fmt(r.get("book_beta"), "+.2f"),
-                     fmt(r.get("book_max_drawdown"), ".1%")])
+                     fmt(r.get("book_max_drawdown"), ".1%"), fmt((r.get("alpha_tests_pass") or {}).get("all"), ".0%")])
     return table(["rung", "seeds", "valid", "pseudo-holdout [95% CI]", "vs previous [95% CI]", "above all baselines",
                   "above motifs", "families", "eff. bets", "mean |corr|", "clipped/capped", "book Sharpe", "beta",
-                  "max DD"], rows, left={0})
+                  "max DD", "pass alpha tests"], rows, left={0})
 
 
 def baseline_table(report: dict) -> str:
@@ -192,7 +193,9 @@ def comparison_section(out: Path, links: dict[Path, Path]) -> list[str]:
                   f'<p class="note">Seeds {esc(seeds)}; {report.get("briefs")} probe briefs; pseudo-holdout = the '
                   "last year of the train window. Intervals resample briefs and seeds; * = the paired difference "
                   "with the rung before excludes 0. A rung counts as learning only where its interval lies above "
-                  "the best baseline.</p>", rung_table(report), img(plot_intervals(report), "rung intervals")]
+                  "the best baseline. Pass alpha tests: the share of valid answers passing every WorldQuant BRAIN "
+                  "submission test that ran on the pseudo-holdout (docs/alpha_tests.md; a diagnostic, never a "
+                  "reward; n/a for a table built before it existed).</p>", rung_table(report), img(plot_intervals(report), "rung intervals")]
         if report.get("baselines"):
             parts += ["<h3>Baselines on the same window and costs (no model)</h3>", baseline_table(report)]
     if (out / "seeds.png").is_file():  # drawn by the comparison itself, from the kept answers

@@ -44,12 +44,15 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # sessions share only the verifier, which scoring never changes
 
-    def __init__(self, briefs: str = "train", data: str | None = None, universe=None, start=None, end=None):
+    def __init__(self, briefs: str = "train", data: str | None = None, universe=None, start=None, end=None,
+                 config=None, settings=()):
+        """`config`/`settings`: a VerifierConfig, a settings TOML or a mapping, and --set items (`cache.resolve_config`)."""
         super().__init__()
         from alpha_gym.env import brief_set
         from alpha_gym.integrations.cache import shared_verifier
         self.briefs = brief_set(briefs)
-        self.verifier = shared_verifier(data=data, universe=universe, start=start, end=end)
+        self.verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config,
+                                        settings=settings)
         self._rng = np.random.default_rng()
         self._brief = None
         self._state = State(episode_id=None, step_count=0)

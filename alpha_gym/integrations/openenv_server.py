@@ -1,6 +1,6 @@
 """An OpenEnv-style HTTP server for `AlphaEnvironment` whose episodes live in sessions, and its client.
 
-    python -m alpha_gym.integrations.openenv_server --port 8001 [--data ... --universe ...]
+    python -m alpha_gym.integrations.openenv_server --port 8001 [--data ... --universe ...] [--config F --set K=V]
 
     POST /reset   {"seed"?, "episode_id"?, "brief_id"?, "session_id"?}
                   -> {"session_id", "observation", "reward", "done"}    (a new session, or that one reset)
@@ -187,11 +187,20 @@ def main(argv=None) -> int:
     ap.add_argument("--briefs", default="train")
     ap.add_argument("--data")
     ap.add_argument("--universe")
+    from alpha_gym.cli_args import add_settings_args, settings_from_args
+    add_settings_args(ap)
     args = ap.parse_args(argv)
+    from alpha_gym.errors import InputError
+    try:
+        config = settings_from_args(args).verifier  # read before listening: a bad file fails at once
+    except InputError as err:
+        print(f"openenv_server: error: {err}", file=sys.stderr)
+        return 2
     import uvicorn
 
     from alpha_gym.integrations.openenv import AlphaEnvironment
-    app = create_app(lambda: AlphaEnvironment(briefs=args.briefs, data=args.data, universe=args.universe))
+    app = create_app(lambda: AlphaEnvironment(briefs=args.briefs, data=args.data, universe=args.universe,
+                                              config=config))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

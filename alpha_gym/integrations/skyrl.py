@@ -10,7 +10,8 @@ takes the process's shared one (`cache.shared_verifier`), so a new env costs mic
     prompt, _ = env.init(row["prompt"])
     out = env.step("<alpha>rank(-ts_delta(close, 5))</alpha>")   # reward = Verifier.score(...).reward
 
-`env_config` may hold `data`, `universe`, `start`, `end` (as `--data`); one answer per episode
+`env_config` may hold `data`, `universe`, `start`, `end` (as `--data`), `config` (a settings TOML's path,
+or a mapping of its tables) and `settings` (--set items), as `alpha-gym score --config F --set K=V`; one answer per episode
 (done after the step); `metadata` carries valid, reason, formula and the 12 channels.
 """
 
@@ -38,7 +39,8 @@ class AlphaSkyRLEnv(BaseTextEnv):
         super().__init__()
         from alpha_gym.integrations.cache import brief_by_id, shared_verifier
         self.verifier = shared_verifier(data=_get(env_config, "data"), universe=_get(env_config, "universe"),
-                                        start=_get(env_config, "start"), end=_get(env_config, "end"))
+                                        start=_get(env_config, "start"), end=_get(env_config, "end"),
+                                        config=_get(env_config, "config"), settings=_get(env_config, "settings") or ())
         self.extras = dict(extras or {})
         brief_id = self.extras.get("brief_id") or (self.extras.get("extra_info") or {}).get("brief_id")
         self.brief = None if brief_id is None else brief_by_id(brief_id)

@@ -15,7 +15,8 @@ is `Verifier.score(answer).reward` up to the rounding of verifiers' own float su
 reward itself, bit for bit, is the metric `verifier_reward`. `valid` is a metric. The answer is `trace.last_reply`.
 
 The module exports one Taskset subclass in `__all__`, as verifiers' plugin loader wants.
-Market data comes from the task config (`data`, `universe`, `start`, `end`, as `--data`);
+Market data comes from the task config (`data`, `universe`, `start`, `end`, as `--data`), the settings
+from `load_environment(config=..., settings=[...])` (as `--config` and `--set`);
 one Verifier per process and data is shared by every task (`cache.shared_verifier`).
 """
 
@@ -41,6 +42,8 @@ class AlphaTaskConfig(vf.TaskConfig):
     priorities: dict[str, float] = {}
     """Channel priorities for the verifier (defaults: the reference's); `load_environment` sets the reward
     weights to match."""
+    verifier: dict = {}
+    """The verifier's settings as a [verifier] table (`alpha-gym config show`); empty: the defaults."""
 
 
 class AlphaTasksetConfig(vf.TasksetConfig):
@@ -66,11 +69,12 @@ class AlphaTask(vf.Task[AlphaData, vf.State, AlphaTaskConfig]):
     """One brief; scoring runs the shared verifier once per trace and reads every reward off it."""
 
     def verifier(self):
-        from alpha_gym.integrations.cache import shared_verifier
-        from alpha_gym.scoring.config import VerifierConfig
+        from alpha_gym.integrations.cache import resolve_config, shared_verifier
         c = self.config
-        return shared_verifier(config=VerifierConfig(priorities=dict(c.priorities)), data=c.data,
-                               universe=c.universe, start=c.start, end=c.end)
+        config = resolve_config({"verifier": dict(c.verifier)} if c.verifier else None)
+        if c.priorities:
+            config = config.with_(priorities={**config.priorities, **c.priorities})
+        return shared_verifier(config=config, data=c.data, universe=c.universe, start=c.start, end=c.end)
 
     def verdict(self, trace) -> dict:
         """The verifier's score of `trace.last_reply`, computed once and kept in `trace.info["alpha_gym"]`."""
@@ -128,13 +132,23 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
 
 
 def load_environment(briefs: str = "train", data: str | None = None, universe: str | None = None,
-                     start: str | None = None, end: str | None = None, priorities=None) -> AlphaTaskset:
-    """The alpha-gym taskset. `priorities` overrides channel weights ({channel: weight}), through
-    verifiers' own per-reward weight config, so traces record the weights they were scored with."""
+                     start: str | None = None, end: str | None = None, priorities=None, config=None,
+                     settings=()) -> AlphaTaskset:
+    """The alpha-gym taskset. `config` (a VerifierConfig, a settings TOML's path or a mapping of its
+    tables) and `settings` (--set items) set the verifier as `--config`/`--set` do; `priorities`
+    overrides channel weights ({channel: weight}) after them. Every priority that differs from the
+    default goes through verifiers' own per-reward weight config, so traces record the weights they
+    were scored with."""
+    from alpha_gym.integrations.cache import resolve_config
+    from alpha_gym.settings import to_dict
     unknown = set(priorities or {}) - set(CHANNELS)
     if unknown:
         raise ValueError(f"unknown channels {sorted(unknown)}; channels are {list(CHANNELS)}")
-    rewards = {name: vf.RewardFunctionConfig(weight=float(w)) for name, w in (priorities or {}).items()}
+    given = config is not None or bool(settings)
+    resolved = resolve_config(config, settings)
+    prios = {**resolved.priorities, **{k: float(v) for k, v in (priorities or {}).items()}}
+    changed = {k: float(prios[k]) for k in CHANNELS if prios[k] != DEFAULT_PRIORITIES[k] or k in (priorities or {})}
+    rewards = {name: vf.RewardFunctionConfig(weight=w) for name, w in changed.items()}
     task = AlphaTaskConfig(data=data, universe=universe, start=start, end=end, rewards=rewards,
-                           priorities={k: float(v) for k, v in (priorities or {}).items()})
+                           priorities=changed, verifier=to_dict(resolved) if given else {})
     return AlphaTaskset(AlphaTasksetConfig(briefs=briefs, task=task))

@@ -6,13 +6,15 @@ Reward function (verl config):
     reward.custom_reward_function.name=compute_score
     +reward.custom_reward_function.reward_kwargs.data=/path/us_daily_train.csv.gz   # optional, like --data
     +reward.custom_reward_function.reward_kwargs.universe=/path/universe_us46.txt    # optional
+    +reward.custom_reward_function.reward_kwargs.config=/path/run.toml               # optional settings file
+    "+reward.custom_reward_function.reward_kwargs.settings=[verifier.priorities.cpcv=1]"   # optional --set items
 
 `compute_score` returns {"score": reward, "valid": bool, <the 12 channels>}: verl puts every key in
 `reward_extra_info`, so its GDPO estimator can normalise each channel on its own:
 
     algorithm.adv_estimator=gdpo
     algorithm.gdpo_reward_keys=[cpcv,pbo,...]        (GDPO_KEYS)
-    algorithm.gdpo_reward_weights=[3.0,1.0,...]      (gdpo_weights(): the verifier's priorities)
+    algorithm.gdpo_reward_weights=[3.0,1.0,...]      (gdpo_weights(config=, settings=): the priorities)
 
 verl has no rule that keeps an invalid answer (no <alpha> block, no parse, a static book)
 from a positive advantage: GDPO normalises each channel within the group and then whitens
@@ -38,23 +40,28 @@ DATA_SOURCE = "alpha_gym"
 GDPO_KEYS = list(CHANNELS)
 
 
-def gdpo_weights(priorities=None) -> list[float]:
-    """The GDPO weights for GDPO_KEYS: the verifier's priorities (its defaults unless given)."""
-    prios = dict(DEFAULT_PRIORITIES, **(priorities or {}))
+def gdpo_weights(priorities=None, config=None, settings=()) -> list[float]:
+    """The GDPO weights for GDPO_KEYS: the verifier's priorities (its defaults, or those of the `config`
+    and `settings` that `compute_score` is given; `priorities` overrides some)."""
+    from alpha_gym.integrations.cache import resolve_config
+    base = resolve_config(config, settings).priorities if (config is not None or settings) else DEFAULT_PRIORITIES
+    prios = dict(base, **(priorities or {}))
     return [float(prios[k]) for k in GDPO_KEYS]
 
 
 def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground_truth: Any = None,
                   extra_info: dict | None = None, *, data: str | None = None, universe=None, start=None,
-                  end=None, **_: Any) -> dict:
+                  end=None, config=None, settings=(), **_: Any) -> dict:
     """verl's reward function: score one decoded response with the process's shared verifier.
 
     `ground_truth` is unused (the verifier needs no reference answer); `data`, `universe`, `start`,
-    `end` (from `reward_kwargs`) choose the market as `alpha-gym score --data ...` does.
+    `end` (from `reward_kwargs`) choose the market as `alpha-gym score --data ...` does; `config` (a settings
+    TOML's path, or a mapping of its tables) and `settings` (--set items) choose the settings as
+    `--config` and `--set` do (`cache.resolve_config`).
     Never raises for model output: an invalid answer gets the verifier's invalid-answer reward.
     """
     from alpha_gym.integrations.cache import shared_verifier
-    verifier = shared_verifier(data=data, universe=universe, start=start, end=end)
+    verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config, settings=settings)
     score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
     guarded = score.valid and score.channels["motif_guard"] < 0  # R10 fired (GroupScore.guarded)
     return {"score": float(score.reward), "valid": bool(score.valid),

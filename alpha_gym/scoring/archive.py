@@ -78,6 +78,12 @@ class Archive:
             return np.zeros(len(z))
         return np.abs(self._z @ z.T).max(axis=0) / self.n_days
 
+    def abs_corrs(self, pnl: np.ndarray) -> np.ndarray:
+        """|Pearson correlation| of a daily P&L with each archived book, in archive order ((0,) when empty)."""
+        if not len(self):
+            return np.zeros(0)
+        return np.abs(self._z @ standardise(pnl)) / self.n_days
+
     def count_form(self, form: str) -> int:
         return self.forms.count(form)
 
