@@ -172,6 +172,7 @@ def test_the_key_comes_from_the_named_variable_and_is_never_written(scripted, tm
     monkeypatch.delenv("EVAL_TEST_KEY")
     assert main(_eval_args(server.url, tmp_path / "r2", "--limit", "1", "--api-key-env", "EVAL_TEST_KEY")) == 2
     assert "EVAL_TEST_KEY: that environment variable is not set" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()
 
 
 def test_other_settings_into_the_same_folder_are_refused(scripted, tmp_path, capsys):
@@ -181,6 +182,24 @@ def test_other_settings_into_the_same_folder_are_refused(scripted, tmp_path, cap
     assert main(_eval_args(server.url, out, "--limit", "1", "--temperature", "0.7")) == 2
     assert "temperature differ" in capsys.readouterr().err
     assert len(server.requests) == 1
+
+
+def test_report_only_asks_nothing_and_a_torn_last_line_is_asked_again(scripted, tmp_path, capsys):
+    server = scripted([], then="ok")
+    out = tmp_path / "run"
+    assert main(_eval_args(server.url, out, "--limit", "2")) == 0
+    assert len(server.requests) == 2
+    rescored = ["eval", "--model", "m", "--out", str(out), "--limit", "2", "--end", "2016-12-30", "--report-only"]
+    assert main(rescored) == 0 and len(server.requests) == 2
+    # a run killed while writing its last line: that item is asked again, the torn text is dropped
+    raw = out / "endpoint.jsonl"
+    lines = raw.read_text().splitlines()
+    raw.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
+    assert main(_eval_args(server.url, out, "--limit", "2")) == 0
+    assert len(server.requests) == 3
+    assert [json.loads(x)["ok"] for x in raw.read_text().splitlines()] == [True, True]
+    assert main(["eval", "--model", "m", "--out", str(tmp_path / "none"), "--report-only"]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "none").exists()
 
 
 def test_the_client_parses_and_classifies_without_a_server():

@@ -392,17 +392,20 @@ def cmd_eval(args) -> int:
     out = Path(args.out)
     briefs = _briefs(args)
     settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
+    raw_path = out / "endpoint.jsonl"
+    if args.report_only and not raw_path.is_file():
+        raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
+    if not args.report_only and not args.base_url:
+        raise InputError("--base-url is required (or --report-only to re-score the kept answers)")
+    api_key = None if args.report_only else _api_key(args.api_key_env)
     train, holdout = _eval_panels(args)  # bad data flags fail before any request
     _claim_eval_dir(out, {"model": args.model, "temperature": args.temperature, "max_tokens": args.max_tokens,
-                 "seed": args.seed})
-    raw_path = out / "endpoint.jsonl"
+                          "seed": args.seed})
     keys = [f"{b.id}#{s}" for b in briefs for s in range(args.samples)]
     run = {"asked": 0, "reused": len(keys), "total": len(keys)}
     if not args.report_only:
-        if not args.base_url:
-            raise InputError("--base-url is required (or --report-only to re-score the kept answers)")
         client = EndpointClient(EndpointConfig(
-            base_url=args.base_url, model=args.model, api_key=_api_key(args.api_key_env), max_tokens=args.max_tokens,
+            base_url=args.base_url, model=args.model, api_key=api_key, max_tokens=args.max_tokens,
             temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
             seed=args.seed))
         items = [(b.id, s, [{"role": "user", "content": b.prompt()}]) for b in briefs for s in range(args.samples)]
@@ -412,8 +415,6 @@ def cmd_eval(args) -> int:
             print(f"alpha-gym eval: interrupted; the answers so far are in {raw_path}: rerun to go on",
                   file=sys.stderr)
             return 130
-    elif not raw_path.is_file():
-        raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
     raw = read_raw(raw_path)
     verifier = Verifier(train, settings.verifier)
     rows = score_rows(raw, briefs, args.samples, verifier)
