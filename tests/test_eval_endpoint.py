@@ -39,7 +39,8 @@ def _ok_body(text=GOOD) -> bytes:
 class ScriptedServer:
     """Replies in the order of `script` (then `then` for ever); records each request's time and body.
 
-    Steps: an int (that HTTP status, empty JSON error), "malformed", "empty", ("slow", seconds), "ok".
+    Steps: an int (that HTTP status, empty JSON error), "malformed", "empty", "truncated" (the connection
+    closes mid-body), ("slow", seconds), "ok".
     """
 
     def __init__(self, script, then="ok", retry_after=None):
@@ -70,6 +71,13 @@ class ScriptedServer:
         if isinstance(step, tuple) and step[0] == "slow":
             time.sleep(step[1])
             step = "ok"
+        if step == "truncated":
+            h.send_response(200)
+            h.send_header("Content-Length", "500")
+            h.end_headers()
+            h.wfile.write(_ok_body()[:20])
+            h.close_connection = True
+            return
         if isinstance(step, int):
             body, status = b'{"error": {"message": "scripted"}}', step
         else:
@@ -106,24 +114,26 @@ def _eval_args(url, out, *more):
 
 
 def test_every_error_kind_is_counted_retried_with_backoff_and_never_scored(scripted, tmp_path, capsys):
-    server = scripted([500, 429, "malformed", "empty", ("slow", 1.5)], then="ok")
+    server = scripted([500, 429, "malformed", "empty", "truncated", ("slow", 1.5)], then="ok")
     out = tmp_path / "run"
-    rc = main(_eval_args(server.url, out, "--limit", "1", "--retries", "5", "--backoff", "0.1", "--timeout", "0.5"))
+    rc = main(_eval_args(server.url, out, "--limit", "1", "--retries", "6", "--backoff", "0.05", "--timeout", "0.5"))
     assert rc == 0
     summary = json.loads((out / "eval.json").read_text())
-    assert summary["errors"] == {"empty_choices": 1, "http_429": 1, "http_500": 1, "malformed_json": 1, "timeout": 1}
+    assert summary["errors"] == {"empty_choices": 1, "http_429": 1, "http_500": 1, "malformed_json": 1,
+                                 "protocol": 1, "timeout": 1}
     assert summary["answered"] == 1 and summary["failed"] == 0
     times = [t for t, *_ in server.requests]
-    assert len(times) == 6
+    assert len(times) == 7
     gaps = [b - a for a, b in zip(times, times[1:])]
-    # waits of 0.1, 0.2, 0.4, 0.8 s (+ up to 25% jitter) before retries 1-4; the 5th also waits out the time-out
-    for k, gap in enumerate(gaps[:4]):
-        assert 0.1 * 2 ** k <= gap < 0.1 * 2 ** k * 1.25 + 0.4, gaps
-    assert gaps[4] >= 0.5 + 1.6
+    # waits of 0.05, 0.1, 0.2, 0.4, 0.8 s (+ up to 25% jitter) before retries 1-5; the 6th also waits out
+    # the 0.5 s time-out
+    for k, gap in enumerate(gaps[:5]):
+        assert 0.05 * 2 ** k <= gap < 0.05 * 2 ** k * 1.25 + 0.4, gaps
+    assert gaps[5] >= 0.5 + 1.6
     rows = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
     assert [r["formula"] for r in rows] == ["rank(-ts_delta(close, 5))"] and rows[0]["train_valid"]
     raw = read_raw(out / "endpoint.jsonl")
-    assert raw["{}#0".format(rows[0]["brief_id"])]["attempts"] == 6
+    assert raw["{}#0".format(rows[0]["brief_id"])]["attempts"] == 7
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -301,7 +311,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
             "--temperature", "0.8", "--seed", "7", "--concurrency", "2", "--holdout-start", "2024-03-01"]
     r = _cli(*args, "--base-url", llama_server)
     assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "] 6/6  failed 0  errors 0" in r.stderr  # the progress bar
     raw = read_raw(out / "endpoint.jsonl")
     assert len(raw) == 6 and all(x["ok"] and isinstance(x["completion"], str) for x in raw.values())
     rows = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]

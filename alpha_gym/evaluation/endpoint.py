@@ -14,11 +14,13 @@ Raw JSONL line (one per item, the last line for a key wins):
     {"key": "BRIEF#SAMPLE", "brief_id", "sample", "ok": bool, "completion": str | null,
      "finish_reason", "usage", "error": kind | null, "detail": str | null, "attempts": int,
      "attempt_errors": [kind, ...], "seconds": float}
-Error kinds: "http_NNN" (status), "timeout", "connection", "malformed_json", "empty_choices".
+Error kinds: "http_NNN" (status), "timeout", "connection", "protocol" (a cut-off or garbled HTTP
+response), "malformed_json", "empty_choices".
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -142,6 +144,8 @@ class EndpointClient:
             raise _AttemptError("connection", f"cannot reach the endpoint: {err.reason}", retry=True) from None
         except (ConnectionError, OSError) as err:  # reset or closed mid-response
             raise _AttemptError("connection", f"connection failed: {err}", retry=True) from None
+        except http.client.HTTPException as err:  # a cut-off body, a garbled status line
+            raise _AttemptError("protocol", f"broken HTTP response: {type(err).__name__}", retry=True) from None
         return parse_completion(body)
 
     def backoff(self, retry: int, hint: float | None) -> float:
