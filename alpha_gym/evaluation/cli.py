@@ -397,17 +397,16 @@ def cmd_eval(args) -> int:
         raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
     if not args.report_only and not args.base_url:
         raise InputError("--base-url is required (or --report-only to re-score the kept answers)")
-    api_key = None if args.report_only else _api_key(args.api_key_env)
+    client = None if args.report_only else EndpointClient(EndpointConfig(
+        base_url=args.base_url, model=args.model, api_key=_api_key(args.api_key_env), max_tokens=args.max_tokens,
+        temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
+        seed=args.seed))
     train, holdout = _eval_panels(args)  # bad data flags fail before any request
     _claim_eval_dir(out, {"model": args.model, "temperature": args.temperature, "max_tokens": args.max_tokens,
                           "seed": args.seed})
     keys = [f"{b.id}#{s}" for b in briefs for s in range(args.samples)]
     run = {"asked": 0, "reused": len(keys), "total": len(keys)}
-    if not args.report_only:
-        client = EndpointClient(EndpointConfig(
-            base_url=args.base_url, model=args.model, api_key=api_key, max_tokens=args.max_tokens,
-            temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
-            seed=args.seed))
+    if client is not None:
         items = [(b.id, s, [{"role": "user", "content": b.prompt()}]) for b in briefs for s in range(args.samples)]
         try:
             run = run_requests(client, items, raw_path, concurrency=args.concurrency, progress=not args.no_progress)
