@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_serve(sub)
     from alpha_gym.batch.cli import register as register_score_batch  # issue 12: batch scoring on Ray
     register_score_batch(sub)
+    from alpha_gym.evaluation.cli import register_eval  # issue 30: a model behind an endpoint
+    register_eval(sub)
     return parser
 
 

@@ -2,8 +2,9 @@
 R3 scenarios' validation.
 
 Exports the holdout evaluator and the selection rules; `baselines`, `report` (the page; its parts in
-`report_html`, `report_training`, `report_comparison`) and `stress_validation` (scenario AUCs) are
-imported where used.
+`report_html`, `report_training`, `report_comparison`), `stress_validation` (scenario AUCs) and
+`endpoint` (a model behind an OpenAI-compatible endpoint; `alpha-gym eval` in `cli`) are imported
+where used.
 """
 
 from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutConfig, HoldoutError, HoldoutEvaluator,
