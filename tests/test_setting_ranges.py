@@ -193,11 +193,6 @@ def _refuse(name):
     raise AssertionError(f"bare {name} in JSON")
 
 
-#: Writers another branch owns at the moment (the HTTP service and the batch scorer); each must move to
-#: json_dumps when they merge, and this list shrinks to nothing then (the test fails while a file is listed
-#: that no longer calls json.dumps).
-PENDING = {"alpha_gym/service/app.py", "alpha_gym/service/client.py", "alpha_gym/batch/cli.py",
-           "alpha_gym/batch/records.py"}
 _RAW = re.compile(r"\bjson\.dumps?\(|from json import|\bJSONEncoder\b")
 
 
@@ -207,8 +202,7 @@ def test_every_json_writer_goes_through_json_dumps():
         rel = py.relative_to(REPO).as_posix()
         if rel != "alpha_gym/jsonable.py" and _RAW.search(py.read_text(encoding="utf-8")):
             offenders.add(rel)
-    assert offenders - PENDING == set(), "write JSON with alpha_gym.jsonable.json_dumps"
-    assert PENDING <= offenders, f"converted: drop {sorted(PENDING - offenders)} from PENDING"
+    assert offenders == set(), "write JSON with alpha_gym.jsonable.json_dumps"
 
 
 def test_json_dumps_never_writes_a_bare_nan():

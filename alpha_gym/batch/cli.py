@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+
+from alpha_gym.jsonable import json_dumps
 import sys
 
 
@@ -19,7 +21,7 @@ def cmd_score_batch(args) -> int:
     except BatchError as err:
         print(f"alpha-gym score-batch: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(summary))
+    print(json_dumps(summary))
     return 0
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+
+from alpha_gym.jsonable import json_dumps
 import os
 from pathlib import Path
 
@@ -83,21 +85,21 @@ RESTART_HINT = "choose another --out, or rerun with --restart to score it again 
 def scored_with(panel_fingerprint: str, config_key: str) -> str:
     """What a record was scored with: the panel, the verifier config and the alpha-gym version, as one hash."""
     from alpha_gym._version import __version__
-    text = json.dumps({"panel": panel_fingerprint, "config": config_key, "alpha_gym": __version__}, sort_keys=True)
+    text = json_dumps({"panel": panel_fingerprint, "config": config_key, "alpha_gym": __version__}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _content_hash(rec: dict) -> str:
     """Hash of a record without its own "sha256" (canonical JSON: key order and spacing do not count)."""
     body = {k: v for k, v in rec.items() if k != "sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(json_dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def record(index: int, kind: str, text: str, score, stamp: str) -> str:
     """One output line (no newline); `stamp` is `scored_with(...)` of the run."""
     rec = {"index": index, "kind": kind, "input": text, "score": score.to_dict(), "scored_with": stamp}
     rec["sha256"] = _content_hash(rec)
-    return json.dumps(rec)
+    return json_dumps(rec)
 
 
 def check_paths(formulas, out) -> None:
@@ -131,7 +133,7 @@ def check_meta(out, meta: dict) -> None:
             raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "
                              f"choose another --out")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(meta, indent=1))
+    path.write_text(json_dumps(meta, indent=1))
 
 
 def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:

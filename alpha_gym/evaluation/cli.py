@@ -387,7 +387,7 @@ def _claim_eval_dir(out: Path, stamp: dict) -> None:
                              "pass another --out or delete the folder")
     else:
         out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
+        path.write_text(json_dumps(stamp, indent=1), encoding="utf-8")
 
 
 def _eval_panels(args):
@@ -475,7 +475,7 @@ def cmd_eval(args) -> int:
     verifier = Verifier(train, settings.verifier)
     rows = score_rows(raw, briefs, args.samples, verifier)
     tmp = out / "answers.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.write_text("".join(json_dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out / "answers.jsonl")
     attempts, failed = error_counts(raw, keys)
     missing = sum(k not in raw for k in keys)
@@ -498,7 +498,7 @@ def cmd_eval(args) -> int:
                                   baselines=not args.no_baselines)
         report.save(out)
         summary["holdout"] = report.summary()
-    (out / "eval.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    (out / "eval.json").write_text(json_dumps(summary, indent=1, default=str), encoding="utf-8")
     _print_eval(summary, out)
     return 0 if summary["failed"] == 0 and missing == 0 else 3
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import http.client
 import json
+
+from alpha_gym.jsonable import json_dumps
 import os
 import random
 import socket
@@ -160,7 +162,7 @@ class EndpointClient:
                 "temperature": self.config.temperature, "n": 1, "stream": False}
         if self.config.seed is not None:
             body["seed"] = self.config.seed + sample
-        payload = json.dumps(body).encode()
+        payload = json_dumps(body).encode()
         t0 = time.perf_counter()
         errors: list[str] = []
         for attempt in range(self.config.retries + 1):
@@ -243,7 +245,7 @@ def run_requests(client: EndpointClient, items: list[tuple[str, int, list[dict]]
     have = read_raw(raw_path)
     # rewrite without a torn last line before appending to it
     tmp = raw_path.with_name(raw_path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in have.values()), encoding="utf-8")
+    tmp.write_text("".join(json_dumps(r) + "\n" for r in have.values()), encoding="utf-8")
     tmp.replace(raw_path)
     todo = [(b, s, m) for b, s, m in items if not have.get(item_key(b, s), {}).get("ok")]
     bar = Progress(len(items), len(items) - len(todo), enabled=progress)
@@ -262,7 +264,7 @@ def run_requests(client: EndpointClient, items: list[tuple[str, int, list[dict]]
                 if got is None:
                     continue
                 row = _raw_row(got[0], got[1], got[2])
-                out.write(json.dumps(row) + "\n")
+                out.write(json_dumps(row) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
                 bar.update(row)

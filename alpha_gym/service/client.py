@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+
+from alpha_gym.jsonable import json_dumps
 import time
 import urllib.error
 import urllib.request
@@ -10,7 +12,7 @@ import urllib.request
 
 def request_json(method: str, url: str, payload=None, timeout: float = 120.0):
     """One JSON request with the standard library; an error status raises ServiceError with the server's message."""
-    data = None if payload is None else json.dumps(payload).encode()
+    data = None if payload is None else json_dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -10,6 +10,8 @@ bounded before it is decoded: a body of 100,000 `[` costs one linear scan, not a
 from __future__ import annotations
 
 import json
+
+from alpha_gym.jsonable import json_dumps
 import re
 
 import numpy as np
@@ -69,7 +71,7 @@ async def read_body(request, max_bytes: int) -> bytes:
 def json_response(payload, status: int = 200, headers=None):
     # json.dumps as `alpha-gym score --json` calls it, so both print the same text for the same score
     from starlette.responses import Response
-    return Response(json.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+    return Response(json_dumps(payload), status_code=status, media_type="application/json", headers=headers)
 
 
 def _routes(app) -> str:
