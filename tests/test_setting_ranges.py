@@ -178,11 +178,8 @@ def test_no_accepted_setting_gives_a_non_finite_reward(panel, config):
     HoldoutConfig.from_verifier(config)  # the holdout accepts whatever the verifier does
     assert math.isfinite(config.invalid_reward("unparseable"))
     group = Verifier(panel, config).score_group(ANSWERS)
-    bound = config.valid_reward_bound() if config.invalid_rewards == "below_valid" else None
     for s in group.scores:
         assert math.isfinite(s.reward), (s.reason, s.channels)
-        if bound is not None:  # no invalid answer outranks a valid one (a tie where reward_invalid_book = 0)
-            assert s.reward >= bound - 1e-9 * max(1.0, abs(bound)) if s.valid else s.reward <= bound
         assert all(math.isfinite(v) for v in s.channels.values()), s.channels
         assert s.reward == weighted_sum(s.channels, config.priorities)
         json.loads(json_dumps(s.to_dict()), parse_constant=_refuse)
