@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
 from alpha_gym.jsonable import json_dumps
-import sys
 
 
 def cmd_score_batch(args) -> int:

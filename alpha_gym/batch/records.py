@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-
-from alpha_gym.jsonable import json_dumps
 import os
 from pathlib import Path
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.errors import InputError
 
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import http.client
 import json
-
-from alpha_gym.jsonable import json_dumps
 import os
 import random
 import socket
@@ -36,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.errors import InputError
 
 #: Statuses worth asking again: rate limits, time-outs and server faults (other 4xx are the request's fault).

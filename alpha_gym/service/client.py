@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-
-from alpha_gym.jsonable import json_dumps
 import time
 import urllib.error
 import urllib.request
+
+from alpha_gym.jsonable import json_dumps
 
 
 def request_json(method: str, url: str, payload=None, timeout: float = 120.0):

@@ -10,11 +10,11 @@ bounded before it is decoded: a body of 100,000 `[` costs one linear scan, not a
 from __future__ import annotations
 
 import json
-
-from alpha_gym.jsonable import json_dumps
 import re
 
 import numpy as np
+
+from alpha_gym.jsonable import json_dumps
 
 #: The deepest JSON nesting a request may have (the bodies both servers accept are 1-3 deep).
 MAX_DEPTH = 32
