@@ -96,6 +96,17 @@ def test_least_recently_used_sessions_are_dropped(server):
     assert clients[3].step(GOOD).done
 
 
+def test_a_failed_reset_opens_no_session(server):
+    clients = [AlphaEnvClient(server) for _ in range(3)]  # max_sessions=3: the server is full
+    for c in clients:
+        c.reset(seed=0)
+    for _ in range(2):  # were these to open sessions, they would push the first client out
+        with pytest.raises(ServiceError) as err:
+            AlphaEnvClient(server).reset(brief_id="no-such-brief")
+        assert err.value.status == 422 and "no-such-brief" in str(err.value)
+    assert all(c.step(GOOD).done for c in clients)
+
+
 def test_concurrent_sessions(server, direct):
     results, errors = [], []
 

@@ -92,14 +92,17 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
         kwargs = _reset_kwargs(payload)  # checked first: a bad reset opens no session
         session_id = payload.pop("session_id", None)
         env = session(session_id) if session_id is not None else None
-        if env is None:
-            env = await anyio.to_thread.run_sync(factory)
-            session_id = uuid.uuid4().hex
-            with lock:
-                sessions[session_id] = env
-                while len(sessions) > max_sessions:
-                    sessions.popitem(last=False)
+        if env is not None:
+            obs = await anyio.to_thread.run_sync(lambda: env.reset(**kwargs))
+            return {"session_id": session_id, **serialize_observation(obs)}
+        env = await anyio.to_thread.run_sync(factory)
+        # reset before registering: a reset that fails (an unknown brief_id) leaves no empty session behind
         obs = await anyio.to_thread.run_sync(lambda: env.reset(**kwargs))
+        session_id = uuid.uuid4().hex
+        with lock:
+            sessions[session_id] = env
+            while len(sessions) > max_sessions:
+                sessions.popitem(last=False)
         return {"session_id": session_id, **serialize_observation(obs)}
 
     async def step(request: Request):
