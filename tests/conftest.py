@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 
@@ -73,3 +74,18 @@ def changed_settings(tmp_path_factory):
     config = load(path).verifier
     assert config == load(None, CHANGED_SETS).verifier != VerifierConfig()
     return path, CHANGED_SETS, config
+
+
+@pytest.fixture(scope="session")
+def write_market_csv():
+    """A function that writes a panel as the long-format CSV (date,ticker,OHLCV) the loaders read."""
+    def write(panel, path: Path) -> Path:
+        with gzip.open(path, "wt") as f:
+            f.write("date,ticker,open,high,low,close,volume\n")
+            for t in range(panel.n_days):
+                for i, tk in enumerate(panel.tickers):
+                    f.write(f"{panel.dates[t]},{tk}," + ",".join(repr(float(panel.field(k)[t, i]))
+                                                                 for k in ("open", "high", "low", "close", "volume"))
+                            + "\n")
+        return path
+    return write

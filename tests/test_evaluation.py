@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gzip
 import json
 import math
 from itertools import combinations
@@ -398,7 +397,7 @@ def _cli(argv):
     return args.func(args)
 
 
-def test_cli_briefs_holdout_and_report(tmp_path, small_synthetic, capsys):
+def test_cli_briefs_holdout_and_report(tmp_path, small_synthetic, write_market_csv, capsys):
     out = tmp_path / "briefs.jsonl"
     assert _cli(["briefs", "generate", "--n", "40", "--seed", "1", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 40
@@ -407,13 +406,7 @@ def test_cli_briefs_holdout_and_report(tmp_path, small_synthetic, capsys):
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 4
     # a long-format CSV of the small synthetic market; the last 100 sessions are the holdout
     p = small_synthetic
-    data = tmp_path / "m.csv.gz"
-    with gzip.open(data, "wt") as f:
-        f.write("date,ticker,open,high,low,close,volume\n")
-        for t in range(p.n_days):
-            for i, tk in enumerate(p.tickers):
-                f.write(f"{p.dates[t]},{tk}," + ",".join(repr(float(p.field(k)[t, i]))
-                                                         for k in ("open", "high", "low", "close", "volume")) + "\n")
+    data = write_market_csv(p, tmp_path / "m.csv.gz")
     formulas = tmp_path / "f.txt"
     formulas.write_text("# two formulas and a broken one\n" + "\n".join(FORMULAS[:2]) + "\nrank(close -)\n")
     capsys.readouterr()

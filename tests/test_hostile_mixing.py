@@ -9,7 +9,6 @@ universe it scored. New names are imported inside the tests, so on the old code 
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import signal
@@ -295,15 +294,8 @@ def test_archive_seed_flags_must_be_json_booleans(tmp_path):
 
 # ------------------------------------------------------------------ (f) holdout reports name their universe
 @pytest.fixture
-def market_csv(tmp_path, panel):
-    data = tmp_path / "m.csv.gz"
-    with gzip.open(data, "wt") as f:
-        f.write("date,ticker,open,high,low,close,volume\n")
-        for t in range(panel.n_days):
-            for i, tk in enumerate(panel.tickers):
-                f.write(f"{panel.dates[t]},{tk}," + ",".join(repr(float(panel.field(k)[t, i]))
-                                                             for k in ("open", "high", "low", "close", "volume")) + "\n")
-    return data
+def market_csv(tmp_path, panel, write_market_csv):
+    return write_market_csv(panel, tmp_path / "m.csv.gz")
 
 
 def test_holdout_formulas_names_the_universe_and_warns_on_another(tmp_path, panel, market_csv, capsys):
