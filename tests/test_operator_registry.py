@@ -132,3 +132,12 @@ def test_the_docs_table_is_current():
     assert with_operator_table(page) == page, "run python tests/make_operator_docs.py"
     table = operator_table_markdown()
     assert all(f"`{s.signature()}`".replace("|", "\\|") in table for s in SPECS)
+
+
+def test_the_environment_prompts_with_its_verifiers_limits(small_synthetic):
+    from alpha_gym.env import AlphaFormulaEnv
+    from alpha_gym.scoring.config import VerifierConfig
+    env = AlphaFormulaEnv(panel=small_synthetic, config=VerifierConfig(limits=Limits(max_depth=9)),
+                          briefs=list(FIXED_BRIEFS))
+    prompt, _ = env.reset(seed=0)
+    assert prompt.endswith(dsl_reference(Limits(max_depth=9))) and "depth <= 9." in prompt
