@@ -141,3 +141,12 @@ def test_the_environment_prompts_with_its_verifiers_limits(small_synthetic):
                           briefs=list(FIXED_BRIEFS))
     prompt, _ = env.reset(seed=0)
     assert prompt.endswith(dsl_reference(Limits(max_depth=9))) and "depth <= 9." in prompt
+
+
+def test_the_readme_language_table_names_every_operator():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## The formula language"):text.index("## From formula to book")].replace("\\|", "|")
+    for spec in SPECS:
+        spellings = (spec.name, *spec.aliases) if spec.form == "call" else (spec.symbol or "",)
+        if spec.form in ("call", "infix"):
+            assert any(re.search(rf"(?<![\w_]){re.escape(s)}(?![\w_])", section) for s in spellings), spec.name
