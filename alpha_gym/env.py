@@ -139,8 +139,9 @@ class AlphaFormulaEnv(gym.Env):
         if not self.briefs:
             raise ValueError("the environment needs at least one brief")
         for b in self.briefs:
-            bad = set(b.prompt()) - set(CHARSET)
-            if bad or len(b.prompt()) > MAX_PROMPT_CHARS:
+            prompt = b.prompt(verifier.config.limits)  # the prompt states the limits this verifier applies
+            bad = set(prompt) - set(CHARSET)
+            if bad or len(prompt) > MAX_PROMPT_CHARS:
                 raise ValueError(f"brief {b.id} has characters outside printable ASCII ({sorted(bad)[:5]}) "
                                  f"or is longer than {MAX_PROMPT_CHARS}")
         self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=CHARSET)
@@ -163,7 +164,8 @@ class AlphaFormulaEnv(gym.Env):
             self._brief = self.briefs[int(self.np_random.integers(len(self.briefs)))]
         self._last = None
         self._over = False
-        return self._brief.prompt(), {"brief_id": self._brief.id, "family": self._brief.family}
+        prompt = self._brief.prompt(self.verifier.config.limits)
+        return prompt, {"brief_id": self._brief.id, "family": self._brief.family}
 
     def step(self, action: str):
         if self._over:
@@ -179,7 +181,7 @@ class AlphaFormulaEnv(gym.Env):
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
                 "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id,
                 "archive_size": len(self.verifier.archive)}
-        return self._brief.prompt(), float(score.reward), True, False, info
+        return self._brief.prompt(self.verifier.config.limits), float(score.reward), True, False, info
 
     def render(self):
         if self.render_mode == "ansi":

@@ -28,8 +28,7 @@ DATA = ROOT.parent / "shared/data/us_equities"
 def main() -> None:
     from alpha_gym.language.cost import node_work
     from alpha_gym.language.nodes import Field, Op
-    from alpha_gym.language.ops import KERNELS
-    from alpha_gym.language.operators import OPERATORS
+    from alpha_gym.language.operators import KERNELS, OPERATORS
     from alpha_gym.market import load_panel, load_universe
 
     ap = argparse.ArgumentParser()

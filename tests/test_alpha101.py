@@ -23,6 +23,7 @@ from alpha_gym.alpha101 import ALPHAS, PAPER_LIMITS, formula, formulas, parse_al
 from alpha_gym.language import DEFAULT_LIMITS, FormulaError, Op, canonical, lookback, parse, to_text, walk
 from alpha_gym.language import ops
 from alpha_gym.language.evaluate import DataUnavailableError, evaluate
+from alpha_gym.language.operators import KERNELS
 from alpha_gym.market import Panel
 
 INDUSTRY = (48, 58, 59, 63, 67, 69, 70, 76, 79, 80, 82, 87, 89, 90, 91, 93, 97, 100)
@@ -300,10 +301,10 @@ def _their_conventions(monkeypatch, n):
         return kernel
 
     if n in MINMAX:
-        monkeypatch.setitem(ops.KERNELS, "min", wrap(elemwise.minimum))
-        monkeypatch.setitem(ops.KERNELS, "max", wrap(elemwise.maximum))
+        monkeypatch.setitem(KERNELS, "min", wrap(elemwise.minimum))
+        monkeypatch.setitem(KERNELS, "max", wrap(elemwise.maximum))
     if n in POWER:
-        monkeypatch.setitem(ops.KERNELS, "power", wrap(elemwise.power))
+        monkeypatch.setitem(KERNELS, "power", wrap(elemwise.power))
 
 
 @pytest.mark.real_data

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alpha_gym.language import ops
-from alpha_gym.language.operators import OPERATORS
+from alpha_gym.language.operators import KERNELS, OPERATORS
 from alpha_gym.market import synthetic_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.verifier import Verifier
@@ -107,7 +107,7 @@ def test_every_operator_and_window_plus_one_minus_itself_is_flat(op, d):
     and its rank is all ties on every day, for every operator and window (x of order 1: on
     ts_product(close, 5) ~ 1e10 the 1 cancels on some stocks, a size threshold, see above)."""
     x = synthetic_panel(n_stocks=20, n_days=200, seed=7).field("close") / 100
-    v = ops.KERNELS[op](x, d)
+    v = KERNELS[op](x, d)
     r = ops.rank(ops.sub(ops.add(v, 1.0), v))
     finite = r[np.isfinite(r)]
     assert (finite == 0.5).all()
@@ -122,7 +122,7 @@ def test_every_operator_of_a_series_constant_up_to_rounding_is_flat(op, d):
     rng = np.random.default_rng(d)
     x = -1.5 + rng.integers(-1000, 1001, (120, 20)) * np.spacing(1.5)
     args = (x, synthetic_panel(n_stocks=20, n_days=120, seed=1).field("close")) if op in PAIR_OPS else (x,)
-    r = ops.rank(ops.KERNELS[op](*args, d))
+    r = ops.rank(KERNELS[op](*args, d))
     assert (r[np.isfinite(r)] == 0.5).all()
 
 

@@ -169,7 +169,7 @@ def test_limits_are_configurable():
 
 
 def test_every_operator_has_a_kernel():
-    from alpha_gym.language.ops import KERNELS
+    from alpha_gym.language.operators import KERNELS
     assert set(OPERATORS) - {"adv"} <= set(KERNELS)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from alpha_gym.language import ops
+from alpha_gym.language.operators import KERNELS
 
 WINDOWS = (1, 2, 3, 5, 7, 20)
 
@@ -245,7 +246,7 @@ def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 1e-9, atol: flo
 def call(name: str, *args):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = ops.KERNELS[name](*args)
+        out = KERNELS[name](*args)
     assert isinstance(out, np.ndarray) and out.dtype == np.float64
     assert not np.isinf(out).any()
     return out
@@ -271,14 +272,14 @@ def test_registry_names():
                 "ts_skew", "ts_kurt", "ts_slope", "ts_argmax", "ts_argmin", "rank", "scale",
                 "ind_neutralize", "add", "sub", "mul", "div", "neg", "abs", "log", "sign", "power",
                 "signed_power", "min", "max", "lt", "gt", "le", "ge", "eq", "ne", "or", "and", "where"}
-    assert set(ops.KERNELS) == expected
-    assert all(callable(f) for f in ops.KERNELS.values())
+    assert set(KERNELS) == expected
+    assert all(callable(f) for f in KERNELS.values())
 
 
 def test_registry_covers_the_language():
     """Every operator of the formula language has a kernel (``adv`` is ts_mean of dollar volume)."""
-    operators = pytest.importorskip("alpha_gym.language.operators")
-    assert set(operators.OPERATORS) - {"adv"} <= set(ops.KERNELS)
+    from alpha_gym.language.operators import OPERATORS
+    assert set(OPERATORS) - {"adv"} <= set(KERNELS)
 
 
 # ---------------------------------------------------------------------------
@@ -520,14 +521,14 @@ def test_scalar_only_elementwise():
 def _all_calls(x, y, c):
     for name in TS_UNARY:
         for d in (1, 2, 5, 16):
-            yield f"{name}/{d}", (lambda a, b, cc, n=name, d=d: ops.KERNELS[n](a, d))
+            yield f"{name}/{d}", (lambda a, b, cc, n=name, d=d: KERNELS[n](a, d))
     for name in TS_BINARY:
         for d in (1, 2, 5, 16):
-            yield f"{name}/{d}", (lambda a, b, cc, n=name, d=d: ops.KERNELS[n](a, b, d))
+            yield f"{name}/{d}", (lambda a, b, cc, n=name, d=d: KERNELS[n](a, b, d))
     for name in CS + EW_UNARY:
-        yield name, (lambda a, b, cc, n=name: ops.KERNELS[n](a))
+        yield name, (lambda a, b, cc, n=name: KERNELS[n](a))
     for name in EW_BINARY:
-        yield name, (lambda a, b, cc, n=name: ops.KERNELS[n](a, b))
+        yield name, (lambda a, b, cc, n=name: KERNELS[n](a, b))
     yield "where", (lambda a, b, cc: ops.where(cc, a, b))
 
 

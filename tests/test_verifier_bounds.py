@@ -15,7 +15,7 @@ import pytest
 from alpha_gym.book.book import build_book, weights_from_signal
 from alpha_gym.language import Limits, parse
 from alpha_gym.language.evaluate import evaluate, peak_arrays, uses
-from alpha_gym.language.ops import KERNELS
+from alpha_gym.language.operators import KERNELS
 from alpha_gym.market import synthetic_panel
 from alpha_gym.scoring import seed_cache
 from alpha_gym.scoring.config import VerifierConfig

@@ -17,7 +17,7 @@ import numpy as np
 
 from alpha_gym.book import metrics
 from alpha_gym.book.blocks import row_blocks
-from alpha_gym.language.ops import KERNELS
+from alpha_gym.language.operators import KERNELS
 
 
 def _weight_rows(signal: np.ndarray, min_valid: int, ranked: bool, out: np.ndarray) -> np.ndarray:

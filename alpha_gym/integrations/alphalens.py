@@ -19,7 +19,7 @@ import numpy as np
 
 from alpha_gym.language import parse
 from alpha_gym.language.evaluate import evaluate
-from alpha_gym.language.ops import KERNELS
+from alpha_gym.language.operators import KERNELS
 
 
 def alphalens_inputs(verifier, formula: str, values: str = "rank"):

@@ -69,7 +69,8 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
         else:
             self._brief = self.briefs[int(self._rng.integers(len(self.briefs)))]
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
-        return AlphaObservation(prompt=self._brief.prompt(), brief_id=self._brief.id, done=False, reward=None)
+        return AlphaObservation(prompt=self._brief.prompt(self.verifier.config.limits), brief_id=self._brief.id,
+                                done=False, reward=None)
 
     def step(self, action: AlphaAction, timeout_s: Optional[float] = None, **kwargs: Any) -> AlphaObservation:
         if self._brief is None:
@@ -78,8 +79,8 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
             raise RuntimeError("the episode is over (one answer per episode): call reset() for the next")
         score = self.verifier.score(action.answer, brief=self._brief)
         self._state = State(episode_id=self._state.episode_id, step_count=1)
-        return AlphaObservation(prompt=self._brief.prompt(), brief_id=self._brief.id, done=True,
-                                reward=float(score.reward), valid=score.valid, reason=score.reason,
+        return AlphaObservation(prompt=self._brief.prompt(self.verifier.config.limits), brief_id=self._brief.id,
+                                done=True, reward=float(score.reward), valid=score.valid, reason=score.reason,
                                 formula=score.formula, channels=dict(score.channels))
 
     @property

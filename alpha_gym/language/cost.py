@@ -19,41 +19,25 @@ from __future__ import annotations
 from functools import lru_cache
 
 from alpha_gym.language.nodes import Field, Node, Num, Op
+from alpha_gym.language.operators import OPERATORS
 
-#: Element-wise operators that cost more than one plain pass (a three-way select, libm calls, bool results).
-_HEAVY_ELEM = {"where": 14.0, "log": 10.0, **{name: 6.0 for name in ("lt", "gt", "le", "ge", "eq", "ne", "or", "and",
-                                                                    "sign")}}
-#: Any other element-wise operator: one pass in, one out.
-_ELEM = 4.0
-#: A power with a general exponent calls libm's pow per cell (35-80 ns); the constant exponents
-#: `ops._pow` special-cases (x*x, sqrt, 1/x, ...) cost a pass or two.
-_POW_GENERAL, _POW_FAST = 90.0, 8.0
-_FAST_EXPONENTS = frozenset({0.0, 0.5, 1.0, 2.0, 3.0, 4.0, -0.5, -1.0, -2.0})
-#: Per-cell work of rolling kernels: base + d * slope (cache effects grow with the window; ts_rank is O(d)).
-_ROLLING = {name: (12.0, 1 / 40) for name in ("ts_sum", "ts_mean", "ts_max", "ts_min", "ts_product", "adv")}
-_ROLLING.update({"ts_ema": (20.0, 1 / 40)})
-_ROLLING.update({name: (24.0, 1 / 14) for name in ("ts_argmax", "ts_argmin", "ts_slope")})
-_ROLLING.update({name: (24.0, 1 / 8) for name in ("ts_std", "ts_decay_linear")})
-_ROLLING.update({"ts_cov": (40.0, 1 / 6), "ts_corr": (45.0, 1 / 3)})
-_ROLLING.update({name: (45.0, 1 / 8) for name in ("ts_skew", "ts_kurt")})
-_ROLLING.update({"delay": (3.0, 0.0), "ts_delta": (4.0, 0.0), "ts_rank": (10.0, 0.8)})
-_CROSS = {"rank": 50.0, "scale": 10.0, "ind_neutralize": 10.0}
+# Each operator's units are declared with it (`operators.SPECS`, field `cost`): element-wise passes about 4,
+# comparisons 6, log 10, a three-way select 14; rolling kernels base + d * slope; rank 50.
+#: The constant exponents `ops._pow` special-cases (x*x, sqrt, 1/x, ...): a pass or two, not libm's pow
+#: per cell (35-80 ns), which a general exponent costs.
+FAST_EXPONENTS = frozenset({0.0, 0.5, 1.0, 2.0, 3.0, 4.0, -0.5, -1.0, -2.0})
 
 
 def node_work(node: Node) -> float:
     """Work units per cell of one node on its own (its arguments not included)."""
     if isinstance(node, (Num, Field)):
         return 0.0  # constants stay scalar; fields are read from the panel, derived ones once per panel
-    if node.name in _ROLLING:
-        base, slope = _ROLLING[node.name]
-        return base + slope * (node.window or 0)
-    if node.name in _CROSS:
-        return _CROSS[node.name]
-    if node.name in ("power", "signed_power"):
+    units = OPERATORS[node.name].cost
+    if units.general_exponent is not None:
         exponent = node.args[1]
-        fast = isinstance(exponent, Num) and exponent.value in _FAST_EXPONENTS
-        return (_POW_FAST if fast else _POW_GENERAL) + (2.0 if node.name == "signed_power" else 0.0)
-    return _HEAVY_ELEM.get(node.name, _ELEM)
+        fast = isinstance(exponent, Num) and exponent.value in FAST_EXPONENTS
+        return units.base if fast else units.general_exponent
+    return units.base + units.per_window * (node.window or 0)
 
 
 @lru_cache(maxsize=65536)

@@ -18,8 +18,7 @@ import numpy as np
 
 from alpha_gym.language.errors import UnknownNameError
 from alpha_gym.language.nodes import Field, Node, Num, Op
-from alpha_gym.language.ops import KERNELS
-from alpha_gym.language.operators import OPERATORS
+from alpha_gym.language.operators import KERNELS, OPERATORS
 
 
 class DataUnavailableError(UnknownNameError):

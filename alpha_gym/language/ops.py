@@ -10,7 +10,8 @@ Every panel is a float64 array of shape ``(T, N)`` = (days, stocks).  Every kern
 
 The conventions (strict NaN rule, ``ddof=0``, rank scales, argmax direction and ties,
 decay weights, finite-window EMA, zero-variance handling) and the differences from
-the peer implementation ``alpha101v`` are documented in ``docs/operators.md``.
+the peer implementation ``alpha101v`` are documented in ``docs/operators.md``. The operator
+registry (``operators.py``) names each kernel under its language name (``KERNELS`` there).
 
 Time-series kernels expect 2-D arrays and an integer window ``1 <= d <= 252``;
 element-wise kernels also accept Python / numpy scalars (constants) and broadcast.
@@ -44,7 +45,6 @@ from typing import Callable
 import numpy as np
 
 __all__ = [
-    "KERNELS",
     "MAX_WINDOW",
     "delay", "ts_delta", "ts_sum", "ts_mean", "ts_std", "ts_max", "ts_min", "ts_product",
     "ts_rank", "ts_corr", "ts_cov", "ts_decay_linear", "ts_ema", "ts_skew", "ts_kurt",
@@ -1230,53 +1230,3 @@ ts_kurt = _constant_up_to_rounding(lambda d: np.nan)(ts_kurt)
 ts_rank = _constant_up_to_rounding(lambda d: 0.5 if d > 1 else np.nan)(ts_rank)  # all ties
 ts_argmax = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmax)  # ties -> the oldest
 ts_argmin = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmin)
-
-
-# ---------------------------------------------------------------------------
-# registry
-# ---------------------------------------------------------------------------
-
-KERNELS: dict[str, Callable[..., np.ndarray]] = {
-    "delay": delay,
-    "ts_delta": ts_delta,
-    "ts_sum": ts_sum,
-    "ts_mean": ts_mean,
-    "ts_std": ts_std,
-    "ts_max": ts_max,
-    "ts_min": ts_min,
-    "ts_product": ts_product,
-    "ts_rank": ts_rank,
-    "ts_corr": ts_corr,
-    "ts_cov": ts_cov,
-    "ts_decay_linear": ts_decay_linear,
-    "ts_ema": ts_ema,
-    "ts_skew": ts_skew,
-    "ts_kurt": ts_kurt,
-    "ts_slope": ts_slope,
-    "ts_argmax": ts_argmax,
-    "ts_argmin": ts_argmin,
-    "rank": rank,
-    "scale": scale,
-    "ind_neutralize": ind_neutralize,
-    "add": add,
-    "sub": sub,
-    "mul": mul,
-    "div": div,
-    "neg": neg,
-    "abs": abs_,
-    "log": log,
-    "sign": sign,
-    "power": power,
-    "signed_power": signed_power,
-    "min": minimum,
-    "max": maximum,
-    "lt": lt,
-    "gt": gt,
-    "le": le,
-    "ge": ge,
-    "eq": eq,
-    "ne": ne,
-    "or": logical_or,
-    "and": logical_and,
-    "where": where,
-}

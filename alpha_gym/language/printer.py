@@ -13,10 +13,10 @@ import math
 from functools import lru_cache
 
 from alpha_gym.language.nodes import Field, Node, Num, Op
-from alpha_gym.language.operators import INFIX, OPERATORS
+from alpha_gym.language.operators import COMPARISON, OPERATORS
 
 WINDOW_BUCKETS = (5, 21, 63, 126, 252)
-_PREC_NEG = 6
+_PREC_NEG = OPERATORS["neg"].precedence  # a negative constant binds like unary minus
 _PREC_ATOM = 7
 
 
@@ -33,12 +33,9 @@ def _number(v: float) -> str:
 
 def _prec(node: Node) -> int:
     if isinstance(node, Op):
-        if node.name in INFIX:
-            return INFIX[node.name][1]
-        if node.name == "neg":
-            return _PREC_NEG
-        if node.name == "where":
-            return 0
+        spec = OPERATORS[node.name]
+        if spec.precedence is not None:  # infix, prefix and ternary forms (operators.SPECS)
+            return spec.precedence
     if isinstance(node, Num) and node.value < 0:
         return _PREC_NEG
     return _PREC_ATOM
@@ -60,26 +57,27 @@ def to_text(node: Node) -> str:
     if isinstance(node, Field):
         return node.name
     name, args = node.name, node.args
-    if name in INFIX:
-        symbol, p = INFIX[name]
+    spec = OPERATORS[name]
+    if spec.form == "infix":
+        p = spec.precedence
         # The grammar is left-associative and comparisons do not chain: a right
         # operand of equal strength (and any comparison operand) needs brackets.
-        left = _wrap(args[0], p, strict=(p == 3))
+        left = _wrap(args[0], p, strict=(p == COMPARISON))
         right = _wrap(args[1], p, strict=True)
-        return f"{left} {symbol} {right}"
-    if name == "neg":
-        return f"-{_wrap(args[0], _PREC_NEG, strict=False)}"
-    if name == "where":
-        return f"{_wrap(args[0], 1, strict=False)} ? {to_text(args[1])} : {to_text(args[2])}"
-    if name == "adv":
-        return f"adv{node.window}"
+        return f"{left} {spec.symbol} {right}"
+    if spec.form == "prefix":
+        return f"{spec.symbol}{_wrap(args[0], spec.precedence, strict=False)}"
+    if spec.form == "ternary":  # the condition binds tighter; the branches nest to the right
+        return f"{_wrap(args[0], spec.precedence + 1, strict=False)} ? {to_text(args[1])} : {to_text(args[2])}"
+    if spec.form == "window_name":
+        return f"{name}{node.window}"
     parts = [to_text(a) for a in args]
     if name in ("min", "max") and _reads_as_window(args):
         # `min(x, 5)` would parse as the paper's ts_min(x, 5): `5.0` keeps it element-wise
         parts[1] = repr(float(args[1].value))
     if node.window is not None:
         parts.append(str(node.window))
-    if node.const is not None and node.const != OPERATORS[name].optional_const:
+    if node.const is not None and node.const != spec.optional_const:
         parts.append(_number(node.const))
     return f"{name}({', '.join(parts)})"
 

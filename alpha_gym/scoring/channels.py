@@ -3,16 +3,22 @@
 Values are the RAW channel values (the reference's formulas include their own
 scale, e.g. R7 = 0.2 * clip(20 * IC, -1, 1)); GDPO standardises each channel
 within a group and multiplies it by its priority, and `Score.reward` is the
-priority-weighted sum.
+priority-weighted sum. Which function is which channel, with which inputs and
+config fields, is the channel table's (`channel_table.CHANNEL_TABLE`);
+`channel_values` runs it for the verifier.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from alpha_gym.language.nodes import Field, Node, Num, Op, walk
 from alpha_gym.language.operators import OPERATORS
+from alpha_gym.scoring.channel_table import CHANNEL_TABLE, Channel, GroupMeasures
 from alpha_gym.scoring.config import VerifierConfig as _D  # every default below is a VerifierConfig field
+from alpha_gym.scoring.config import weighted_sum
 
 
 def cpcv_channel(cpcv_score: float, clip: float | None = None) -> float:
@@ -68,6 +74,15 @@ def pbo_channel(in_sample: np.ndarray, out_of_sample: np.ndarray, ref_in: np.nda
         return np.zeros(g)
     drop = np.maximum(0.0, _group_ranks(oos) - _group_ranks(is_))[:g]
     return floor * drop.mean(axis=1)
+
+
+def stress_channel(stress: float) -> float:
+    """R3 (priority 0.4): -min(1, stress_weight x log(1 + mean scenario CPCV drop)) on world-model scenarios.
+
+    `alpha_gym.stress` computes it (its provider reads `stress_checkpoint` and `stress_weight`); 0 when no
+    world model is configured. Closes: books that only work in the regime they were fitted on.
+    """
+    return float(stress)
 
 
 def factor_neutrality_channel(raw_sharpe: float, residual_sharpe: float, weight: float = _D.neutrality_weight,
@@ -219,3 +234,52 @@ def complexity_channel(n_nodes: int, free_nodes: int = _D.complexity_free_nodes,
 def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = _D.format_bonus) -> float:
     """R12 (priority 1.0): +0.05 for a non-empty <think>...</think> block before the answer (switchable)."""
     return bonus if (enabled and has_reasoning) else 0.0
+
+
+def motif_guard_settle(raw: float, rest: float, priority: float) -> float:
+    """R10's final value from its raw value (below 0: fired) and the rest of the reward (`motif_guard_value`)."""
+    return motif_guard_value(raw < 0, rest, priority)
+
+
+# ------------------------------------------------------------- the channel table
+def _function(name: str | None) -> Callable | None:
+    if name is None:
+        return None
+    fn = globals().get(name)
+    if not callable(fn):
+        raise ImportError(f"the channel table names {name!r}, which alpha_gym/scoring/channels.py does not define")
+    return fn
+
+
+#: Each channel's function and settle function, resolved once (a misspelt name fails at import).
+_FUNCTIONS: dict[str, tuple[Callable, Callable | None]] = {
+    c.name: (_function(c.function), _function(c.settle)) for c in CHANNEL_TABLE}
+
+
+def _raw(channel: Channel, group: GroupMeasures, config) -> list[float]:
+    """One channel's raw value for each answer of the group."""
+    fn = _FUNCTIONS[channel.name][0]
+    constants = [getattr(config, f) for f in channel.fields]
+    if channel.per_group:
+        return [float(v) for v in fn(*(getattr(group, i) for i in channel.inputs), *constants)]
+    return [fn(*(getattr(m, i) for i in channel.inputs), *constants) for m in group.answers]
+
+
+def channel_values(group: GroupMeasures, config) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
+    """The channels of each answer of a group, R1..R12, and the notes of the channels that fired.
+
+    Each channel's function runs on the measures (`config`, the verifier's `VerifierConfig`, gives its
+    fields); then the settling channels (R10) get their final value from the weighted rest of the reward,
+    the other channels' priority-weighted sum (every settling channel counted as 0 in it).
+    """
+    raw = {c.name: _raw(c, group, config) for c in CHANNEL_TABLE}
+    settling = [c for c in CHANNEL_TABLE if c.settle is not None]
+    values, notes = [], []
+    for k in range(len(group.answers)):
+        ch = {c.name: 0.0 if c.settle is not None else raw[c.name][k] for c in CHANNEL_TABLE}
+        rest = weighted_sum(ch, config.priorities)
+        for c in settling:
+            ch[c.name] = _FUNCTIONS[c.name][1](raw[c.name][k], rest, config.priorities[c.name])
+        values.append(ch)
+        notes.append({c.name: c.fired_note for c in CHANNEL_TABLE if c.fired_note is not None and raw[c.name][k] < 0})
+    return values, notes

@@ -10,24 +10,9 @@ from alpha_gym.errors import ConfigError  # noqa: F401  (defined there so every 
 from alpha_gym.language.parser import Limits
 from alpha_gym.language.printer import WINDOW_BUCKETS
 from alpha_gym.ranges import Range, SettingError, above, check_fields, check_value, closed, ints
+# The channels, their default priorities and minima are declared once, in the channel table.
+from alpha_gym.scoring.channel_table import CHANNEL_TABLE, CHANNELS, DEFAULT_PRIORITIES
 from alpha_gym.scoring.cpcv import CPCVConfig
-
-#: GDPO priorities of the reference's best run, in channel order R1..R12.
-DEFAULT_PRIORITIES: dict[str, float] = {
-    "cpcv": 3.0,
-    "pbo": 1.0,
-    "jepa_stress": 0.4,
-    "factor_neutrality": 0.4,
-    "turnover": 1.0,
-    "min_turnover": 0.5,
-    "ic": 0.2,
-    "novelty_pnl": 0.4,
-    "novelty_syntax": 0.2,
-    "motif_guard": 0.3,
-    "complexity": 0.2,
-    "format": 1.0,
-}
-CHANNELS = tuple(DEFAULT_PRIORITIES)
 
 #: A priority's range. Bounded so that the weighted sum of 12 bounded channels stays a finite number.
 PRIORITY = closed(0.0, 1e3)
@@ -140,26 +125,13 @@ class VerifierConfig:
         return cls(invalid_rewards="reference", cpcv_clip=None, **changes)
 
     def channel_minima(self) -> dict[str, float]:
-        """The lowest value each channel can take for a VALID answer (each channel's docstring in channels.py).
+        """The lowest value each channel can take for a VALID answer (each entry's `minimum` in the channel table).
 
         R10 is -1 here: when the guard fires with a lower value, the whole reward is min(rest - priority, 0),
         never below the bound. Turnover is at most 2 a day (a gross-1 book that flips every position).
         Unseen books and forms earn >= 0 in R8/R9; their minima are the duplicate penalties.
         """
-        return {
-            "cpcv": -self.cpcv_clip if self.cpcv_clip is not None else -float("inf"),
-            "pbo": min(0.0, self.pbo_floor),
-            "jepa_stress": -1.0,
-            "factor_neutrality": -self.neutrality_weight * self.neutrality_max_gap,
-            "turnover": -self.turnover_penalty * max(0.0, 2.0 - self.turnover_cap),
-            "min_turnover": -1.0,
-            "ic": -self.ic_weight,
-            "novelty_pnl": min(0.0, self.duplicate_pnl_penalty),
-            "novelty_syntax": self.syntax_duplicate_penalty * self.syntax_duplicates_counted,
-            "motif_guard": -1.0,
-            "complexity": self.complexity_per_node * max(0, self.limits.max_tokens - self.complexity_free_nodes),
-            "format": 0.0,
-        }
+        return {c.name: c.minimum(self) for c in CHANNEL_TABLE}
 
     def valid_reward_bound(self) -> float:
         """The lowest scalar reward a valid answer can get: sum of priority x each channel's minimum."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from alpha_gym.book.book import weights_from_signal
 from alpha_gym.book.metrics import equal_weight_market, sharpe
-from alpha_gym.language.ops import KERNELS
+from alpha_gym.language.operators import KERNELS
 
 FACTOR_NAMES = ("market", "size", "momentum_12_1", "reversal_5d", "low_volatility")
 

@@ -27,6 +27,7 @@ from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
 from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
+from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
 from alpha_gym.scoring.seed_cache import seed_books
@@ -290,62 +291,47 @@ class Verifier:
 
     # -------------------------------------------------------------- channels
     def _channel_scores(self, evs: list[Evaluated]) -> list[Score]:
-        """The 12 channels of the tradable answers of one group (invalid ones are already scored)."""
+        """The 12 channels of the tradable answers of one group (invalid ones are already scored): this measures
+        each answer once, and the channel table (`channel_table.CHANNEL_TABLE`) turns measures into channels."""
         cfg = self.config
+        group = self._measures(evs)
+        values, notes = channels.channel_values(group, cfg)
+        out = []
+        for ev, m, ch, fired in zip(evs, group.answers, values, notes):
+            diag = self._diagnostics(ev)
+            diag.update(cpcv=ev.cpcv, residual_sharpe=m.residual_sharpe, max_pnl_corr=m.max_corr,
+                        form_duplicates=m.form_duplicates, channel_state={"jepa_stress": m.stress_state, **fired},
+                        has_reasoning=ev.has_reasoning)
+            out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
+                             diagnostics=diag, formula=ev.text))
+        return out
+
+    def _measures(self, evs: list[Evaluated]) -> GroupMeasures:
+        """What the channels read of a group's tradable answers: each against the archive and the others."""
         archive = self.archive
         # R2: rank stability within the group; with fewer than two tradable answers there is nothing to rank
         # against inside the group, so the answer is ranked among the archive's books instead
-        ins = np.array([ev.train_sharpes for ev in evs])
-        oos = np.array([ev.test_sharpes for ev in evs])
         ref_in, ref_out = archive.sharpe_rows() if len(evs) < 2 else (None, None)
-        pbo = channels.pbo_channel(ins, oos, ref_in, ref_out, cfg.pbo_floor)
         # R8/R9: correlation and form duplicates against the archive and each other
         z = np.array([standardise(ev.net) for ev in evs])
         archive_corr = archive.max_abs_corrs(z)
         group_corr = np.abs(z @ z.T) / z.shape[1]
         np.fill_diagonal(group_corr, 0.0)
         forms = [ev.form for ev in evs]
-        out = []
+        answers = []
         for k, ev in enumerate(evs):
-            max_corr = max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0)))
-            n_dup = archive.count_form(ev.form) + forms.count(ev.form) - 1
-            raw_sr = ev.sharpe
-            res_sr = residual_sharpe(ev.net, self.factors)
-            ch = {
-                "cpcv": channels.cpcv_channel(ev.cpcv, cfg.cpcv_clip),
-                "pbo": float(pbo[k]),
-                "jepa_stress": 0.0,
-                "factor_neutrality": channels.factor_neutrality_channel(raw_sr, res_sr, cfg.neutrality_weight,
-                                                                        cfg.neutrality_max_gap),
-                "turnover": channels.turnover_channel(ev.turnover, cfg.turnover_cap, cfg.turnover_penalty),
-                "min_turnover": channels.min_turnover_channel(ev.turnover, cfg.min_turnover_free,
-                                                              cfg.min_turnover_invalid),
-                "ic": channels.ic_channel(ev.ic, ev.cpcv, cfg.ic_cap_when_unprofitable, cfg.ic_weight, cfg.ic_scale),
-                "novelty_pnl": channels.novelty_pnl_channel(max_corr, cfg.duplicate_corr, cfg.duplicate_pnl_penalty,
-                                                            cfg.novelty_pnl_weight),
-                "novelty_syntax": channels.novelty_syntax_channel(n_dup, max_corr, cfg.syntax_duplicate_penalty,
-                                                                  cfg.syntax_duplicates_counted,
-                                                                  cfg.novelty_syntax_weight),
-                "motif_guard": 0.0,
-                "complexity": channels.complexity_channel(size(ev.node), cfg.complexity_free_nodes,
-                                                          cfg.complexity_per_node),
-                "format": channels.format_channel(ev.has_reasoning, cfg.format_enabled, cfg.format_bonus),
-            }
-            state = {"jepa_stress": self._stress_off}
+            stress, stress_state = 0.0, self._stress_off
             if self.stress is not None:
-                ch["jepa_stress"], state["jepa_stress"] = self.stress.channel(ev.text, ev.cpcv)
-            # R10 last: when it fires its value cancels any positive rest, so the weighted sum is <= 0
-            fired = channels.motif_guard_channel(ev.node, ev.ic, cfg.motif_min_ic) < 0
-            rest = weighted_sum(ch, cfg.priorities)
-            ch["motif_guard"] = channels.motif_guard_value(fired, rest, cfg.priorities["motif_guard"])
-            if fired:
-                state["motif_guard"] = "fired: bare motif or price-only formula with IC below the minimum"
-            diag = self._diagnostics(ev)
-            diag.update(cpcv=ev.cpcv, residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
-                        channel_state=state, has_reasoning=ev.has_reasoning)
-            out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
-                             diagnostics=diag, formula=ev.text))
-        return out
+                stress, stress_state = self.stress.channel(ev.text, ev.cpcv)
+            answers.append(Measures(
+                node=ev.node, cpcv=ev.cpcv, sharpe=ev.sharpe, residual_sharpe=residual_sharpe(ev.net, self.factors),
+                turnover=ev.turnover, ic=ev.ic,
+                max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
+                form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
+                has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state))
+        return GroupMeasures(answers=tuple(answers), train_sharpes=np.array([ev.train_sharpes for ev in evs]),
+                             test_sharpes=np.array([ev.test_sharpes for ev in evs]),
+                             reference_train_sharpes=ref_in, reference_test_sharpes=ref_out)
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:
         beta, corr = metrics.beta_and_correlation(ev.net, self.market)
