@@ -261,3 +261,31 @@ def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, t
         else:
             assert r["train_cpcv"] is None and not verifier.score(r["answer"]).valid
     assert (out / "seed-42" / "best_of_n" / "holdout-step-2.json").exists()
+
+
+# ------------------------------------------------------------------------------------- the variations
+def test_variations_keep_kind_and_arity_and_move_one_thing():
+    from alpha_gym.language.nodes import Field, Op, walk
+    from alpha_gym.language.operators import OPERATORS
+    from alpha_gym.search.tree import crossover, mutate_field, mutate_number, mutate_operator, subtrees
+    a = parse("rank(ts_corr(close, volume, 10)) - ts_mean(returns, 5) * 2")
+    b = parse("ts_std(vwap, 21)")
+    rng = np.random.default_rng(0)
+    shape = [(p, type(n), n.name if isinstance(n, Op) else None) for p, n in subtrees(a)]
+    for _ in range(50):
+        child = mutate_operator(a, rng)
+        diff = [(p, n, m) for (p, n), (_, m) in zip(subtrees(a), subtrees(child)) if n != m]
+        changed = [(n, m) for _, n, m in diff if isinstance(n, Op) and n.name != m.name]
+        assert len(changed) == 1  # one operator swapped, nothing else moved
+        old, new = changed[0]
+        assert (OPERATORS[old.name].kind, OPERATORS[old.name].n_series) == (OPERATORS[new.name].kind,
+                                                                             OPERATORS[new.name].n_series)
+        assert old.args == new.args and old.window == new.window
+        f = mutate_field(a, rng)
+        assert [(p, t) for p, t, _ in shape] == [(p, type(n)) for p, n in subtrees(f)]
+        assert sum(isinstance(n, Field) and n != m for (_, n), (_, m) in zip(subtrees(a), subtrees(f))) == 1
+        w = mutate_number(a, rng)
+        assert [o for _, _, o in shape] == [n.name if isinstance(n, Op) else None for _, n in subtrees(w)]
+        assert w != a
+        x = crossover(a, b, rng)
+        assert x != a and any(n in set(walk(b)) for n in walk(x))
