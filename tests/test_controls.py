@@ -209,6 +209,9 @@ def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
         if r["train_valid"]:  # the kept train CPCV is the R1 a rung's probe scoring reports
             assert r["train_cpcv"] == pytest.approx(verifier.score_formula(r["formula"]).channels["cpcv"])
     assert (out / "seed-42" / "search" / "holdout-step-4.json").exists()
+    grown = verifier.fork()
+    grown.load_archive(out / "seed-42" / "search" / "archive.npz")
+    assert len(grown.archive) >= len(verifier.archive)
     from alpha_gym.evaluation.cli import read_formulas
     assert read_formulas(results / "seed-42" / "search.jsonl") == [r["formula"] for r in rows]
     # a rerun reuses the saved search and writes the same answers
@@ -261,6 +264,7 @@ def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, t
         else:
             assert r["train_cpcv"] is None and not verifier.score(r["answer"]).valid
     assert (out / "seed-42" / "best_of_n" / "holdout-step-2.json").exists()
+    assert (out / "seed-42" / "best_of_n" / "archive.npz").exists()
 
 
 # ------------------------------------------------------------------------------------- the variations

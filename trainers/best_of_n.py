@@ -98,7 +98,8 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     Writes `results/seed-S/NAME.jsonl` (brief_id, step, answer, formula, train_cpcv, train_valid, and k,
     reward, sample: the chosen sample's index) and `results/seed-S/NAME.json` (a rung's numbers; selected_step
     is the scale's steps: the calls of that many training steps), and, when `out` is given,
-    `out/seed-S/NAME/samples.json` (every sample and reward) and `holdout-step-N.json`. A rerun with the same
+    `out/seed-S/NAME/samples.json` (every sample and reward), `archive.npz` (the novelty archive the
+    samples grew) and `holdout-step-N.json`. A rerun with the same
     settings reuses samples.json instead of sampling again. Returns the numbers written to NAME.json.
     """
     budget = scale_budget(scale)
@@ -114,10 +115,12 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     if picked is None:
         from trainers.answers import load_for_inference
         model, tokenizer = load_for_inference(start_model)
-        picked = sample_and_pick(model, tokenizer, verifier.fork(), probe, sampling, seed)
+        grown = verifier.fork()
+        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed)
         del model
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
+            grown.save_archive(run_dir / "archive.npz")  # the archive the samples grew, as a checkpoint keeps it
             tmp = run_dir / "samples.json.tmp"
             tmp.write_text(json_dumps({"settings": settings, "briefs": picked}, indent=1), encoding="utf-8")
             tmp.replace(run_dir / "samples.json")

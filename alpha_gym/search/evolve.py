@@ -80,7 +80,7 @@ class Candidate:
     text: str
     node: Node = field(repr=False, compare=False)
     generation: int                 # 0: a seed
-    origin: str                     # "step0", "alpha101", "crossover", "operator", "field", "number", "subtree", "random"
+    origin: str                     # step0 alpha101 crossover operator field number subtree random
     valid: bool
     reward: float
     cpcv: float | None              # the R1 channel (train-window CPCV, clipped) when valid
@@ -226,7 +226,8 @@ def _history_row(generation: int, calls: int, population: list[Candidate]) -> di
             "valid_share": float(np.mean([c.valid for c in population])) if population else None}
 
 
-def pick_answers(result: SearchResult, briefs: Sequence, pool: str = "population") -> list[tuple[Candidate | None, bool]]:
+def pick_answers(result: SearchResult, briefs: Sequence,
+                 pool: str = "population") -> list[tuple[Candidate | None, bool]]:
     """(formula, complies) per brief: the best formula of `pool` that meets all of the brief's constraints
     (`alpha_gym.tasks.compliance`), else the best of `pool` overall with complies False.
 

@@ -45,9 +45,9 @@ def run_search_rung(scale, seed: int, verifier, train, holdout, probe: Sequence,
     Writes `results/seed-S/NAME.jsonl` (brief_id, step, answer, formula, train_cpcv, train_valid, and
     complies, reward, origin, generation) and `results/seed-S/NAME.json` (a rung's numbers; selected_step is
     the scale's steps: the calls of that many training steps), and, when `out` is given,
-    `out/seed-S/NAME/search.json` (every scored formula, the population, per-generation history) and
-    `holdout-step-N.json`. A rerun with the same settings reuses search.json instead of searching again.
-    Returns the numbers written to NAME.json.
+    `out/seed-S/NAME/search.json` (every scored formula, the population, per-generation history),
+    `archive.npz` (the novelty archive the search grew) and `holdout-step-N.json`. A rerun with the same
+    settings reuses search.json instead of searching again. Returns the numbers written to NAME.json.
     """
     config = config or scale_search_config(scale)
     budget = scale_budget(scale)
@@ -57,9 +57,11 @@ def run_search_rung(scale, seed: int, verifier, train, holdout, probe: Sequence,
     t0 = time.perf_counter()
     result = _cached(run_dir, settings, verifier) if run_dir is not None else None
     if result is None:
-        result = search(verifier.fork(), step0_formulas, budget, config, seed=seed)
+        grown = verifier.fork()
+        result = search(grown, step0_formulas, budget, config, seed=seed)
         if run_dir is not None:
             _save(run_dir, settings, result)
+            grown.save_archive(run_dir / "archive.npz")  # the archive the search grew, as a checkpoint keeps it
     picks = pick_answers(result, probe, pool)
     step = scale.steps
     rows, formulas, cpcvs = [], [], []
