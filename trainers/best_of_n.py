@@ -1,0 +1,153 @@
+"""The `best_of_n` control of the trainer comparison: the start model, sampled, with the verifier picking.
+
+No weight is updated. The budget is a rung's training calls (`alpha_gym.search.rung.scale_budget`: steps x
+prompts_per_step x num_generations, 480 at `--scale cpu`), spent as k = budget // n_probe samples on each
+probe brief's own prompt, each brief's k samples scored on the train window as one group (the archive updated
+after it, as in training); the brief is answered with its best sample by reward (the first of equal ones).
+At `--scale cpu`: k = 480 // 50 = 9, 450 calls (the 30 left over would not give every brief one more sample).
+
+Why samples on the probe brief's own prompt, not on the training briefs: the issue asks that "each probe
+brief is answered with the start model's best-of-k sample", and a sample written for another brief is not an
+answer to this one; what training buys is then compared with the same calls spent directly on the question
+asked. The start model's answers to the training briefs, pooled and matched to the probe briefs by
+compliance, is the `search` control's rule over model-free formulas (`alpha_gym.search`).
+
+Sampling as a rung samples (`trainers.loop.sample_group`): the scale's temperature and max_completion_length,
+plain multinomial (top_k=0, top_p=1), seeded per brief from the run's seed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_numbers, write_kept
+from alpha_gym.jsonable import json_dumps
+from alpha_gym.language.answer import formula_or_none
+from alpha_gym.search.rung import scale_budget
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling settings `sample_group` reads: k answers a prompt, at the rung's temperature and length."""
+
+    num_generations: int
+    temperature: float
+    max_completion_length: int
+
+
+def samples_per_brief(budget: int, n_briefs: int) -> int:
+    """k = budget // n_briefs: the most samples per brief with k x n_briefs <= budget (ValueError below one)."""
+    if n_briefs < 1:
+        raise ValueError("best_of_n needs at least one probe brief")
+    if budget < n_briefs:
+        raise ValueError(f"a budget of {budget} verifier calls cannot sample each of {n_briefs} briefs once")
+    return budget // n_briefs
+
+
+def best_sample(rewards: Sequence[float]) -> int:
+    """The index of the highest reward (the first of equal ones)."""
+    return int(np.argmax(np.asarray(rewards, dtype=np.float64)))
+
+
+def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Sampling, seed: int) -> list[dict]:
+    """Per brief: k sampled answers, their rewards (scored as one group, archive updated after it), the best.
+
+    Returns one dict a brief: brief_id, answers, rewards, valid, cpcv (R1 when valid, else None), best.
+    """
+    from trainers.loop import _eos_ids, _prompt_ids, sample_group
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = next(model.parameters()).device
+    eos_ids = _eos_ids(model, tokenizer)
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for i, brief in enumerate(briefs):
+            torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
+            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, brief.prompt(), device), sampling,
+                                       eos_ids)
+            group = verifier.score_group(texts)
+            verifier.update_archive(group)
+            out.append({"brief_id": brief.id, "answers": list(texts), "rewards": group.rewards.tolist(),
+                        "valid": group.valid.tolist(),
+                        "cpcv": [float(s.channels["cpcv"]) if s.valid else None for s in group.scores],
+                        "best": best_sample(group.rewards)})
+    finally:
+        model.train(was_training)
+    return out
+
+
+def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, probe: Sequence, results: Path,
+                       out: Path | None = None, name: str = "best_of_n") -> dict:
+    """Run the best-of-N control for one seed and keep its answers as a rung's.
+
+    Inputs as a rung gets them: the comparison's `scale` (budget and sampling settings: `scale.train_config`
+    of any recipe, as the difficulty filter reads them), the training `seed` (seeds the sampling), the start
+    model (a folder, hub id or None for the built-in default), the comparison's train `verifier` (forked here,
+    so the control grows its own archive from the seeded one), the train and pseudo-holdout panels and the
+    `probe` briefs. k = budget // len(probe) samples per probe brief; see the module docstring.
+
+    Writes `results/seed-S/NAME.jsonl` (brief_id, step, answer, formula, train_cpcv, train_valid, and k,
+    reward, sample: the chosen sample's index) and `results/seed-S/NAME.json` (a rung's numbers; selected_step
+    is the scale's steps: the calls of that many training steps), and, when `out` is given,
+    `out/seed-S/NAME/samples.json` (every sample and reward), `archive.npz` (the novelty archive the
+    samples grew) and `holdout-step-N.json`. A rerun with the same
+    settings reuses samples.json instead of sampling again. Returns the numbers written to NAME.json.
+    """
+    budget = scale_budget(scale)
+    k = samples_per_brief(budget, len(probe))
+    config = scale.train_config("dapo")
+    sampling = Sampling(k, float(config.temperature), int(config.max_completion_length))
+    settings = {"budget": budget, "k": k, "seed": int(seed), "model": None if start_model is None else str(start_model),
+                "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
+                "briefs": [b.id for b in probe]}
+    run_dir = None if out is None else Path(out) / f"seed-{seed}" / name
+    t0 = time.perf_counter()
+    picked = _cached(run_dir, settings)
+    if picked is None:
+        from trainers.answers import load_for_inference
+        model, tokenizer = load_for_inference(start_model)
+        grown = verifier.fork()
+        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed)
+        del model
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            grown.save_archive(run_dir / "archive.npz")  # the archive the samples grew, as a checkpoint keeps it
+            tmp = run_dir / "samples.json.tmp"
+            tmp.write_text(json_dumps({"settings": settings, "briefs": picked}, indent=1), encoding="utf-8")
+            tmp.replace(run_dir / "samples.json")
+    step = scale.steps
+    rows, formulas, cpcvs = [], [], []
+    for brief, p in zip(probe, picked):
+        b = p["best"]
+        formula, cpcv = formula_or_none(p["answers"][b]), p["cpcv"][b]
+        formulas.append(formula)
+        cpcvs.append(cpcv)
+        rows.append(answer_row(brief.id, step, p["answers"][b], formula, cpcv, k=k, reward=p["rewards"][b], sample=b))
+    checkpoint = checkpoint_row(step, cpcvs, train, holdout, verifier, formulas, run_dir, label=name)
+    n_samples = sum(len(p["answers"]) for p in picked)
+    numbers = control_numbers(
+        name, "best_of_n", seed, time.perf_counter() - t0, step, checkpoint,
+        {"k": k, "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
+         "model": settings["model"]},
+        steps=0, budget=budget, verifier_calls=n_samples, k=k,
+        valid_share=sum(sum(p["valid"]) for p in picked) / n_samples if n_samples else None)
+    write_kept(results, seed, name, rows, numbers)
+    return numbers
+
+
+def _cached(run_dir: Path | None, settings: dict) -> list[dict] | None:
+    """The saved samples when run_dir/samples.json was made with these settings, else None."""
+    path = None if run_dir is None else run_dir / "samples.json"
+    if path is None or not path.exists():
+        return None
+    d = json.loads(path.read_text(encoding="utf-8"))
+    return d["briefs"] if d["settings"] == json.loads(json_dumps(settings)) else None
