@@ -7,6 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (CI passes or fails on the code, not on the draw);
+# HYPOTHESIS_PROFILE=explore draws fresh ones.
+settings.register_profile("deterministic", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 # The verifier caches seed books on disk (alpha_gym/scoring/seed_cache.py): keep the tests' files
 # out of the user's cache folder, in a folder removed when the session ends.

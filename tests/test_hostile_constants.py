@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from alpha_gym.language import ops
@@ -177,6 +177,7 @@ def test_honest_formulas_stay_valid(verifier, formula):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2 ** 32 - 1))
+@example(seed=7662)  # underflow: 1e-322 beside exact zeros
 def test_random_formulas_keep_their_book_unless_near_constant(seed):
     """A random formula's weights are unchanged by the rules wherever its cross-section is not
     constant up to rounding: compared with the same formula ranked without tolerance (a row whose
@@ -189,8 +190,12 @@ def test_random_formulas_keep_their_book_unless_near_constant(seed):
     signal = evaluate(parse(f), panel)
     srt = np.sort(np.where(np.isfinite(signal), signal, np.inf), axis=1)
     with np.errstate(invalid="ignore"):
-        gap = np.diff(srt, axis=1) / np.maximum(np.abs(srt[:, 1:]), np.abs(srt[:, :-1]))
-    clear = ~((gap > 0) & (gap < 1e-6)).any(axis=1)
+        diff = np.diff(srt, axis=1)
+        size = np.maximum(np.abs(srt[:, 1:]), np.abs(srt[:, :-1]))
+        # close: within 1e-6 relative, or within TIE_ULPS ulps (near 0 that is the absolute floor of the
+        # subnormals: 1e-322 next to 0 is underflow, a tie; seed 7662's signed_power(high * low, 10 - low))
+        close = (diff > 0) & ((diff < 1e-6 * size) | (diff <= ops.TIE_ULPS * np.spacing(size)))
+    clear = ~close.any(axis=1)
     import pandas as pd
     df = pd.DataFrame(np.where(np.isfinite(signal), signal, np.nan))
     want = ((df.rank(axis=1) - 1.0).div(df.notna().sum(axis=1) - 1.0, axis=0)).to_numpy()
