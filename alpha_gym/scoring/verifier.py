@@ -172,8 +172,20 @@ class Verifier:
         offered = sorted((ev for ev, s in zip(group.evaluated, group.scores)
                           if ev is not None and s.valid and ev.cpcv > self.config.archive_min_core),
                          key=lambda ev: (ev.form, ev.text))
-        return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
-                   for ev in offered)
+        if self.config.self_corr_gate is None:
+            return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
+                       for ev in offered)
+        # the diversity gate: best CPCV first, so of two near-copies the better one enters and refuses the other
+        joined = 0
+        for ev in sorted(offered, key=lambda ev: -ev.cpcv):  # stable: ties keep the canonical order
+            if self._gate(self.archive.abs_corrs(ev.net), ev.cpcv) is None:
+                joined += self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
+        return joined
+
+    def _gate(self, abs_corrs: np.ndarray, cpcv: float) -> int | None:
+        """The archive entry that refuses a book under the diversity gate (`channels.diversity_gate`), or None."""
+        return channels.diversity_gate(abs_corrs, self.archive.cpcv, cpcv, self.config.self_corr_gate,
+                                       self.config.self_corr_margin)
 
     def fork(self) -> "Verifier":
         """A verifier on the same panel and config (sharing its data and factors) with its own copy of the
@@ -305,6 +317,7 @@ class Verifier:
         group_corr = np.abs(z @ z.T) / z.shape[1]
         np.fill_diagonal(group_corr, 0.0)
         forms = [ev.form for ev in evs]
+        gate_corrs = archive.abs_corr_matrix(z) if cfg.self_corr_gate is not None else None
         out = []
         for k, ev in enumerate(evs):
             max_corr = max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0)))
@@ -332,6 +345,14 @@ class Verifier:
                 "format": channels.format_channel(ev.has_reasoning, cfg.format_enabled, cfg.format_bonus),
             }
             state = {"jepa_stress": self._stress_off}
+            gate = None
+            if gate_corrs is not None:  # off by default: then neither the channel nor the diagnostics change
+                gate = self._gate_verdict(gate_corrs[:, k], ev.cpcv)
+                if gate["refused"]:
+                    ch["novelty_pnl"] = cfg.duplicate_pnl_penalty  # R8's duplicate verdict: the contract holds
+                    state["novelty_pnl"] = (f"duplicate (diversity gate): |corr| {gate['corr']:.2f} >= "
+                                            f"{cfg.self_corr_gate} with {gate['entry']!r} and CPCV "
+                                            f"{ev.cpcv:.3f} < {gate['needed_cpcv']:.3f}")
             if self.stress is not None:
                 ch["jepa_stress"], state["jepa_stress"] = self.stress.channel(ev.text, ev.cpcv)
             # R10 last: when it fires its value cancels any positive rest, so the weighted sum is <= 0
@@ -343,9 +364,21 @@ class Verifier:
             diag = self._diagnostics(ev)
             diag.update(cpcv=ev.cpcv, residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
                         channel_state=state, has_reasoning=ev.has_reasoning)
+            if gate is not None:
+                diag["diversity_gate"] = gate
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
                              diagnostics=diag, formula=ev.text))
         return out
+
+    def _gate_verdict(self, abs_corrs: np.ndarray, cpcv: float) -> dict[str, Any]:
+        """The diversity gate's verdict on one book, for the diagnostics: refused, and by which entry."""
+        j = self._gate(abs_corrs, cpcv)
+        if j is None:
+            return {"refused": False, "gate": self.config.self_corr_gate, "margin": self.config.self_corr_margin}
+        entry_cpcv = self.archive.cpcv[j]
+        return {"refused": True, "gate": self.config.self_corr_gate, "margin": self.config.self_corr_margin,
+                "entry": self.archive.texts[j], "corr": float(abs_corrs[j]), "entry_cpcv": entry_cpcv,
+                "needed_cpcv": entry_cpcv + self.config.self_corr_margin * abs(entry_cpcv)}
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:
         beta, corr = metrics.beta_and_correlation(ev.net, self.market)
