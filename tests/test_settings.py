@@ -21,7 +21,7 @@ CHANNEL_CONSTANTS = {
     "duplicate_pnl_penalty": -3.0, "novelty_syntax_weight": 2.0, "syntax_duplicate_penalty": -2.0,
     "syntax_duplicates_counted": 1, "motif_min_ic": 0.5, "complexity_free_nodes": 2, "complexity_per_node": -0.5,
     "format_bonus": 0.7, "min_turnover_invalid": 0.2, "syntax_window_buckets": [5, 6, 252], "reward_missing_tag": -5.0, "reward_unparseable": -0.9,
-    "reward_invalid_book": -0.7,
+    "reward_invalid_book": -0.7, "self_corr_gate": 0.3,
 }
 #: Settings a constant needs to act at all (R12 is off by default).
 CONTEXT = {"format_bonus": {"format_enabled": True}, "min_turnover_invalid": {"min_turnover_free": 0.5}}
@@ -113,6 +113,8 @@ def test_holdout_rules_follow_the_verifier():
     (["verifier.limits.max_tokens=nan"], "expected an integer"),
     (["verifier.syntax_window_buckets=[21, 5]"], "increasing positive integers"),
     (["verifier.stress_weight=-1"], r"verifier.stress_weight = -1.0: must be \[0, 1000\]"),
+    (["verifier.self_corr_gate=1.5"], r"verifier.self_corr_gate = 1.5: must be \(0, 1\]"),
+    (["verifier.self_corr_margin=-0.1"], r"verifier.self_corr_margin = -0.1: must be \[0, 1000\]"),
 ])
 def test_bad_settings_name_the_key(sets, match):
     with pytest.raises(ConfigError, match=match):

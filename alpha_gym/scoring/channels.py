@@ -233,6 +233,8 @@ def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
     if priority <= 0:
         return -1.0
     value = min(-1.0, -rest / priority)
+    if not np.isfinite(value):  # a priority so small (1e-311) that cancelling `rest` overflows: it cannot act,
+        return -1.0             # as with priority 0
     while rest + priority * value > 0:  # float rounding: step down until the sum is not positive
         value = float(np.nextafter(value, -np.inf))
     return value
