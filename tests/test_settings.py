@@ -167,6 +167,20 @@ def test_run_folder_keeps_the_settings_and_a_resume_refuses_others(tmp_path):
     S.claim_run_dir(tmp_path, b, resume=False)  # a fresh run in the folder replaces them
 
 
+def test_a_resume_accepts_a_setting_added_since_at_its_default(tmp_path):
+    """A run recorded before verifier.self_corr_gate existed resumes with the gate unset, not with it on."""
+    a = S.load(None).tables
+    S.claim_run_dir(tmp_path, a, resume=False)
+    path = tmp_path / S.SETTINGS_FILE
+    recorded = tomllib.loads(path.read_text())
+    del recorded["verifier"]["self_corr_gate"], recorded["verifier"]["self_corr_margin"]
+    path.write_text(S.dumps(recorded))
+    S.claim_run_dir(tmp_path, a, resume=True)          # added since, at its default: the same run
+    path.write_text(S.dumps(recorded))
+    with pytest.raises(ConfigError, match=r"verifier.self_corr_gate \(unset -> 0.7\)"):
+        S.claim_run_dir(tmp_path, S.load(None, ["verifier.self_corr_gate=0.7"]).tables, resume=True)
+
+
 def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_path, small_synthetic):
     from trainers.config import RECIPES
     from trainers.loop import train
