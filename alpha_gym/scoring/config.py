@@ -45,7 +45,15 @@ def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float])
 
 @dataclass(frozen=True)
 class VerifierConfig:
-    """Scoring rules. The defaults are the reference system's."""
+    """Scoring rules. The defaults are the reference system's.
+
+    The diversity gate (`self_corr_gate`, off by default) is the field's rule for a pool of alphas:
+    WorldQuant BRAIN refuses a new alpha whose daily P&L correlates >= 0.7 with an existing one unless its
+    Sharpe is at least 10% higher, and AlphaForge admits a factor to its zoo only below 0.7. With it set, an
+    answer whose train-window daily P&L has |corr| >= self_corr_gate with an archive entry scores as an R8
+    duplicate (`duplicate_pnl_penalty`) and does not join the archive, unless its CPCV is at least
+    `self_corr_margin` (10%) of that entry's |CPCV| above the entry's (`channels.diversity_gate`).
+    """
 
     priorities: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRIORITIES))
     costs: TrainingCosts = TrainingCosts()
