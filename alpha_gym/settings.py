@@ -385,13 +385,26 @@ def refuse_other_settings(before: Mapping[str, Any], settings_tables: Mapping[st
     """ConfigError naming the keys where the recorded settings `before` (as read from a settings file) differ
     from `settings_tables` (`ignore`: dotted keys that may differ). `who` starts the message ("runs/x was run")."""
     now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
-    diff = [k for k in differing_keys(before, now) if k not in ignore]
+    diff = [k for k in differing_keys(before, now) if k not in ignore and not _added_at_default(k, before, now)]
     if diff:
         shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
                           for k in diff[:8])
         raise ConfigError(f"{who or 'this run'} with other settings: {shown}"
                           + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
                           + "; resume with the same settings, or start a new run folder")
+
+
+def _added_at_default(key: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """A setting the record lacks (added to the code after the run was recorded) that now holds its default.
+
+    New settings are off by default, their default being the behaviour before they existed, so such a key
+    is no difference: a run recorded before `verifier.self_corr_gate` existed resumes with it unset.
+    """
+    fb, fn = flatten(before), flatten(now)
+    if key in fb or key not in fn:
+        return False
+    defaults = flatten(tomllib.loads(dumps(defaults_tables())))
+    return key in defaults and defaults[key] == fn[key]
 
 
 def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: bool,

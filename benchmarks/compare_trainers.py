@@ -469,6 +469,17 @@ def write_seed_plot(report, results: Path, folders) -> None:
     plt.close(fig)
 
 
+def _with_added_defaults(before: dict, now: dict) -> dict:
+    """The stamp `before` with each verifier setting it lacks taken from `now` where `now` holds the default:
+    a setting added to the code since (at its default, the behaviour before it existed) is no difference."""
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.settings import to_dict
+    defaults = to_dict(VerifierConfig())
+    missing = {k: v for k, v in now.get("verifier", {}).items()
+               if k not in before.get("verifier", {}) and v == json.loads(json.dumps(defaults.get(k)))}
+    return {**before, "verifier": {**before["verifier"], **missing}} if missing and "verifier" in before else before
+
+
 def _claim_out_dir(out: Path, args, scale: Scale, verifier_settings: dict) -> None:
     """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
 
@@ -480,7 +491,7 @@ def _claim_out_dir(out: Path, args, scale: Scale, verifier_settings: dict) -> No
                 "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
     stamp = out / "settings.json"
     if stamp.exists():
-        before = json.loads(stamp.read_text())
+        before = _with_added_defaults(json.loads(stamp.read_text()), json.loads(json.dumps(settings)))
         if before != json.loads(json.dumps(settings)):
             changed = sorted(k for k in settings if before.get(k) != json.loads(json.dumps(settings[k])))
             raise SystemExit(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "

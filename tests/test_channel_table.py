@@ -66,7 +66,8 @@ def _measures(rng, config) -> GroupMeasures:
         residual_sharpe=float(rng.normal(0, 5)), turnover=float(rng.uniform(config.min_turnover_invalid, 2.0)),
         ic=float(rng.uniform(-1, 1)), max_corr=float(rng.uniform(0, 1)), form_duplicates=int(rng.integers(0, 12)),
         nodes=int(rng.integers(1, config.limits.max_tokens + 1)), has_reasoning=bool(rng.random() < 0.5),
-        stress=float(rng.uniform(-1, 0)), stress_state="test") for _ in range(6))
+        stress=float(rng.uniform(-1, 0)), stress_state="test",
+        gate=(None, {"refused": False}, {"refused": True})[int(rng.integers(0, 3))]) for _ in range(6))
     return GroupMeasures(answers, rng.normal(0, 2, (6, 15)), rng.normal(0, 2, (6, 15)), None, None)
 
 

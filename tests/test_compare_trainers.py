@@ -175,3 +175,18 @@ def test_seed_plot_draws_runs_without_valid_answers(tmp_path):
               "baselines": [{"name": "volume level", "kind": "motif", "score": 0.2}]}
     module.write_seed_plot(report, tmp_path, [tmp_path])
     assert (tmp_path / "seeds.png").stat().st_size > 5_000
+
+
+def test_a_kept_comparison_resumes_across_a_verifier_setting_added_since():
+    """The kept stamp predates verifier.self_corr_gate: at its default it is the same comparison, set it is not."""
+    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    kept = json.loads((ROOT / "benchmarks" / "results" / "compare-cpu" / "settings.json").read_text())
+    assert "self_corr_gate" not in kept["verifier"]
+    now = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": "none", "self_corr_margin": 0.1}}
+    assert module._with_added_defaults(kept, now) == now
+    gated = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": 0.7, "self_corr_margin": 0.1}}
+    assert module._with_added_defaults(kept, gated) != gated
+    assert module._with_added_defaults(kept, {**now, "model": "other"}) != {**now, "model": "other"}

@@ -21,7 +21,7 @@ CHANNEL_CONSTANTS = {
     "duplicate_pnl_penalty": -3.0, "novelty_syntax_weight": 2.0, "syntax_duplicate_penalty": -2.0,
     "syntax_duplicates_counted": 1, "motif_min_ic": 0.5, "complexity_free_nodes": 2, "complexity_per_node": -0.5,
     "format_bonus": 0.7, "min_turnover_invalid": 0.2, "syntax_window_buckets": [5, 6, 252], "reward_missing_tag": -5.0, "reward_unparseable": -0.9,
-    "reward_invalid_book": -0.7,
+    "reward_invalid_book": -0.7, "self_corr_gate": 0.3,
 }
 #: Settings a constant needs to act at all (R12 is off by default).
 CONTEXT = {"format_bonus": {"format_enabled": True}, "min_turnover_invalid": {"min_turnover_free": 0.5}}
@@ -113,6 +113,8 @@ def test_holdout_rules_follow_the_verifier():
     (["verifier.limits.max_tokens=nan"], "expected an integer"),
     (["verifier.syntax_window_buckets=[21, 5]"], "increasing positive integers"),
     (["verifier.stress_weight=-1"], r"verifier.stress_weight = -1.0: must be \[0, 1000\]"),
+    (["verifier.self_corr_gate=1.5"], r"verifier.self_corr_gate = 1.5: must be \(0, 1\]"),
+    (["verifier.self_corr_margin=-0.1"], r"verifier.self_corr_margin = -0.1: must be \[0, 1000\]"),
 ])
 def test_bad_settings_name_the_key(sets, match):
     with pytest.raises(ConfigError, match=match):
@@ -163,6 +165,20 @@ def test_run_folder_keeps_the_settings_and_a_resume_refuses_others(tmp_path):
     with pytest.raises(ConfigError, match=r"train.learning_rate \(1e-05 -> 2e-05\).*verifier.turnover_cap"):
         S.claim_run_dir(tmp_path, b, resume=True)
     S.claim_run_dir(tmp_path, b, resume=False)  # a fresh run in the folder replaces them
+
+
+def test_a_resume_accepts_a_setting_added_since_at_its_default(tmp_path):
+    """A run recorded before verifier.self_corr_gate existed resumes with the gate unset, not with it on."""
+    a = S.load(None).tables
+    S.claim_run_dir(tmp_path, a, resume=False)
+    path = tmp_path / S.SETTINGS_FILE
+    recorded = tomllib.loads(path.read_text())
+    del recorded["verifier"]["self_corr_gate"], recorded["verifier"]["self_corr_margin"]
+    path.write_text(S.dumps(recorded))
+    S.claim_run_dir(tmp_path, a, resume=True)          # added since, at its default: the same run
+    path.write_text(S.dumps(recorded))
+    with pytest.raises(ConfigError, match=r"verifier.self_corr_gate \(unset -> 0.7\)"):
+        S.claim_run_dir(tmp_path, S.load(None, ["verifier.self_corr_gate=0.7"]).tables, resume=True)
 
 
 def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_path, small_synthetic):

@@ -211,6 +211,7 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     resumed.mkdir()
     shutil.copytree(out / "checkpoint-1", resumed / "checkpoint-1")
     shutil.copy(out / "log.jsonl", resumed / "log.jsonl")  # holds step 2 too: resume must drop it
+    shutil.copy(out / "archive.jsonl", resumed / "archive.jsonl")  # the same for the admitted formulas
     sample_group, _ = planting()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loop, "sample_group", sample_group)
@@ -230,6 +231,10 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     assert (resumed / "thermostat.jsonl").read_text() == (out / "thermostat.jsonl").read_text()
+    from trainers.run_book import read_admitted
+    same = ("step", "formula", "train_cpcv", "turnover")  # "added" is the wall clock of the admission
+    assert [{k: r[k] for k in same} for r in read_admitted(resumed / "archive.jsonl")] == \
+        [{k: r[k] for k in same} for r in read_admitted(out / "archive.jsonl")]
 
 
 @pytest.mark.slow
@@ -254,6 +259,10 @@ def test_loop_scores_as_score_group_and_grows_the_archive(runs, verifier):
     assert len(saved) == seeded + 1 and not saved.seed[-1]
     step2 = [r for r in rows if r["step"] == 2 and r["answer"] == VALID_ANSWER]
     assert step2 and all(r["channels"]["novelty_pnl"] == pytest.approx(-0.4) for r in step2)  # now a duplicate
+    from trainers.run_book import ARCHIVE_LOG, read_admitted
+    admitted = read_admitted(out / ARCHIVE_LOG)  # the run's own book: the one admitted entry, from step 1
+    assert [(r["step"], r["formula"], r["train_cpcv"]) for r in admitted] == [(1, saved.texts[-1], saved.cpcv[-1])]
+    assert admitted[0]["turnover"] > 0
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ from trainers.checkpoints import CheckpointError, load_state, load_tensors
 from trainers.config import OUTPUT_ONLY, TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
+from trainers.run_book import ARCHIVE_LOG, append_admitted, truncate_admitted
 
 #: Every key of a log.jsonl line (channel means are "rewards/<channel>").
 #: "clipped_share": share of answer tokens where the trust region acted: clipped (grpo/dapo: the ratio left
@@ -122,6 +123,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             verifier.load_archive(ckpt / ARCHIVE_FILE)
     for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
         _truncate_jsonl(out / name, start)
+    truncate_admitted(out / ARCHIVE_LOG, start)  # the archive's admitted formulas, as the restored archive holds
 
     summary = {"out_dir": str(out), "start_step": start, "steps": steps, "refills": 0, "checkpoint": None,
                "last": None}
@@ -153,6 +155,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         summary["refills"] += refills
         for score in scores:  # after the whole step: groups of one step never see each other's entries
             verifier.update_archive(score)
+        append_admitted(out / ARCHIVE_LOG, verifier.archive, step, scores)  # the run's own book (run_book.py)
 
         # 4. advantages (P, G): GDPO/GRPO, then no positive advantage for an invalid or guarded answer, sum 0
         t_update = time.perf_counter()

@@ -84,6 +84,13 @@ class Archive:
             return np.zeros(0)
         return np.abs(self._z @ standardise(pnl)) / self.n_days
 
+    def abs_corr_matrix(self, z: np.ndarray) -> np.ndarray:
+        """|Pearson correlation| of each archived book (rows) with each standardised P&L row of `z` (columns):
+        (entries, G); (0, G) when empty."""
+        if not len(self):
+            return np.zeros((0, len(z)))
+        return np.abs(self._z @ z.T) / self.n_days
+
     def count_form(self, form: str) -> int:
         return self.forms.count(form)
 

@@ -38,6 +38,7 @@ class Measures:
     has_reasoning: bool         # a non-empty <think> block came before the answer
     stress: float               # R3's value from the world model (0 when it is off)
     stress_state: str           # which world model, or why R3 is off
+    gate: dict | None           # the diversity gate's verdict (`refused`, by which entry), None while it is off
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,10 +120,11 @@ CHANNEL_TABLE: tuple[Channel, ...] = (
             lambda c: -1.0, "daily turnover below the free band: closes static and empty books"),
     Channel("ic", 0.2, "ic_channel", ("ic", "cpcv"), ("ic_cap_when_unprofitable", "ic_weight", "ic_scale"),
             lambda c: -c.ic_weight, "the rank IC, capped while CPCV <= 0: closes profit without prediction"),
-    Channel("novelty_pnl", 0.4, "novelty_pnl_channel", ("max_corr",),
+    Channel("novelty_pnl", 0.4, "gated_novelty_pnl_channel", ("max_corr", "gate"),
             ("duplicate_corr", "duplicate_pnl_penalty", "novelty_pnl_weight"),
             lambda c: min(0.0, c.duplicate_pnl_penalty),  # an unseen book earns >= 0
-            "1 - max |P&L corr| with the archive and the group: closes different code trading an old book"),
+            "1 - max |P&L corr| with the archive and the group (a duplicate below the diversity gate, when on): "
+            "closes different code trading an old book", also_reads=("self_corr_gate", "self_corr_margin")),
     Channel("novelty_syntax", 0.2, "novelty_syntax_channel", ("form_duplicates", "max_corr"),
             ("syntax_duplicate_penalty", "syntax_duplicates_counted", "novelty_syntax_weight"),
             lambda c: c.syntax_duplicate_penalty * c.syntax_duplicates_counted,

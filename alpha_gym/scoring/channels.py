@@ -136,6 +136,44 @@ def novelty_pnl_channel(max_abs_corr: float, duplicate_corr: float = _D.duplicat
     return weight * (1.0 - max_abs_corr)
 
 
+def gated_novelty_pnl_channel(max_abs_corr: float, gate: dict | None, duplicate_corr: float = _D.duplicate_corr,
+                              duplicate_penalty: float = _D.duplicate_pnl_penalty,
+                              weight: float = _D.novelty_pnl_weight) -> float:
+    """R8 as the verifier scores it: a duplicate when the diversity gate refused the answer (`gate` is its
+    verdict, None while the gate is off), else :func:`novelty_pnl_channel`."""
+    if gate is not None and gate["refused"]:
+        return duplicate_penalty
+    return novelty_pnl_channel(max_abs_corr, duplicate_corr, duplicate_penalty, weight)
+
+
+def diversity_gate(abs_corrs: np.ndarray, entry_cpcv, cpcv: float, gate: float | None = _D.self_corr_gate,
+                   margin: float = _D.self_corr_margin) -> int | None:
+    """The diversity gate (off by default): which archive entry refuses an answer as a duplicate, or None.
+
+    An entry refuses the answer when their daily P&L correlate |corr| >= gate and the answer's CPCV does not
+    beat the entry's by the margin:
+
+        refused by entry j  <=>  |corr_j| >= gate  and  not  cpcv >= cpcv_j + margin * |cpcv_j|
+
+    The most correlated refusing entry is returned (its index in `abs_corrs`). A refused answer scores as an
+    R8 duplicate (`duplicate_pnl_penalty`) and does not join the archive. Source: WorldQuant BRAIN refuses a
+    new alpha whose P&L correlates >= 0.7 with an existing one unless its Sharpe is at least 10% higher;
+    AlphaForge admits a factor to its zoo only below 0.7. Closes: one idea resubmitted with small changes,
+    which R8's bonus (at most +0.16 after priority) cannot outweigh against R1. gate None: off.
+    """
+    if gate is None:
+        return None
+    corrs = np.asarray(abs_corrs, dtype=np.float64)
+    if not corrs.size:
+        return None
+    entry = np.asarray(entry_cpcv, dtype=np.float64)
+    needed = entry + margin * np.abs(entry)
+    refusing = (corrs >= gate) & ~(cpcv >= needed)   # written so that a NaN CPCV is refused
+    if not refusing.any():
+        return None
+    return int(np.argmax(np.where(refusing, corrs, -np.inf)))
+
+
 def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate: float = _D.syntax_duplicate_penalty,
                            max_counted: int = _D.syntax_duplicates_counted,
                            weight: float = _D.novelty_syntax_weight) -> float:
@@ -220,6 +258,8 @@ def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
     if priority <= 0:
         return -1.0
     value = min(-1.0, -rest / priority)
+    if not np.isfinite(value):  # a priority so small (1e-311) that cancelling `rest` overflows: it cannot act,
+        return -1.0             # as with priority 0
     while rest + priority * value > 0:  # float rounding: step down until the sum is not positive
         value = float(np.nextafter(value, -np.inf))
     return value

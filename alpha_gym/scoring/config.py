@@ -30,7 +30,15 @@ def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float])
 
 @dataclass(frozen=True)
 class VerifierConfig:
-    """Scoring rules. The defaults are the reference system's."""
+    """Scoring rules. The defaults are the reference system's.
+
+    The diversity gate (`self_corr_gate`, off by default) is the field's rule for a pool of alphas:
+    WorldQuant BRAIN refuses a new alpha whose daily P&L correlates >= 0.7 with an existing one unless its
+    Sharpe is at least 10% higher, and AlphaForge admits a factor to its zoo only below 0.7. With it set, an
+    answer whose train-window daily P&L has |corr| >= self_corr_gate with an archive entry scores as an R8
+    duplicate (`duplicate_pnl_penalty`) and does not join the archive, unless its CPCV is at least
+    `self_corr_margin` (10%) of that entry's |CPCV| above the entry's (`channels.diversity_gate`).
+    """
 
     priorities: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRIORITIES))
     costs: TrainingCosts = TrainingCosts()
@@ -82,6 +90,14 @@ class VerifierConfig:
     # but then its form never reaches the syntax archive and R9 pays for repeating it forever: keep 1.
     archive_admit_corr: float = 1.0
     archive_seed: bool = True            # seed with Alpha101-style formulas on first use
+    # Diversity gate (off by default: the reference's reward). WorldQuant BRAIN refuses a new alpha whose daily
+    # P&L correlates >= 0.7 with one already submitted unless its Sharpe is at least 10% higher; AlphaForge
+    # admits a factor to its zoo only below 0.7. Here: an answer whose train-window daily P&L has
+    # |corr| >= self_corr_gate with an archive entry is a DUPLICATE (R8 = duplicate_pnl_penalty, and it does
+    # not join the archive) unless its CPCV >= entry CPCV + self_corr_margin x |entry CPCV|. How hard the gate
+    # bites is R8's duplicate penalty times R8's priority (-0.16 with the defaults; see channels.diversity_gate).
+    self_corr_gate: float | None = None  # e.g. 0.7; None: off
+    self_corr_margin: float = 0.10       # the CPCV an answer needs above a correlated entry's, as a fraction
     # R3's world model: "auto" -> the one `alpha-gym stress fit` registered for this panel (off when none),
     # a directory -> that one, None ("none" in a settings file) -> off. Off contributes 0 and says why.
     stress_checkpoint: str | None = "auto"
@@ -190,5 +206,7 @@ VERIFIER_RANGES = {
     "archive_capacity": ints(1, 1_000_000),
     "archive_min_core": Range(),                    # any finite threshold (1e9: none enter)
     "archive_admit_corr": above(0.0, 1.0),
+    "self_corr_gate": above(0.0, 1.0),              # a |correlation|; None (off) passes
+    "self_corr_margin": closed(0.0, 1e3),           # a fraction of the entry's |CPCV|
     "stress_weight": _W,
 }

@@ -173,8 +173,20 @@ class Verifier:
         offered = sorted((ev for ev, s in zip(group.evaluated, group.scores)
                           if ev is not None and s.valid and ev.cpcv > self.config.archive_min_core),
                          key=lambda ev: (ev.form, ev.text))
-        return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
-                   for ev in offered)
+        if self.config.self_corr_gate is None:
+            return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
+                       for ev in offered)
+        # the diversity gate: best CPCV first, so of two near-copies the better one enters and refuses the other
+        joined = 0
+        for ev in sorted(offered, key=lambda ev: -ev.cpcv):  # stable: ties keep the canonical order
+            if self._gate(self.archive.abs_corrs(ev.net), ev.cpcv) is None:
+                joined += self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
+        return joined
+
+    def _gate(self, abs_corrs: np.ndarray, cpcv: float) -> int | None:
+        """The archive entry that refuses a book under the diversity gate (`channels.diversity_gate`), or None."""
+        return channels.diversity_gate(abs_corrs, self.archive.cpcv, cpcv, self.config.self_corr_gate,
+                                       self.config.self_corr_margin)
 
     def fork(self) -> "Verifier":
         """A verifier on the same panel and config (sharing its data and factors) with its own copy of the
@@ -299,9 +311,15 @@ class Verifier:
         out = []
         for ev, m, ch, fired in zip(evs, group.answers, values, notes):
             diag = self._diagnostics(ev)
+            state = {"jepa_stress": m.stress_state, **fired}
+            if m.gate is not None and m.gate["refused"]:
+                state["novelty_pnl"] = (f"duplicate (diversity gate): |corr| {m.gate['corr']:.2f} >= "
+                                        f"{cfg.self_corr_gate} with {m.gate['entry']!r} and CPCV "
+                                        f"{ev.cpcv:.3f} < {m.gate['needed_cpcv']:.3f}")
             diag.update(cpcv=ev.cpcv, residual_sharpe=m.residual_sharpe, max_pnl_corr=m.max_corr,
-                        form_duplicates=m.form_duplicates, channel_state={"jepa_stress": m.stress_state, **fired},
-                        has_reasoning=ev.has_reasoning)
+                        form_duplicates=m.form_duplicates, channel_state=state, has_reasoning=ev.has_reasoning)
+            if m.gate is not None:  # only with the gate on: the default diagnostics do not change
+                diag["diversity_gate"] = m.gate
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
                              diagnostics=diag, formula=ev.text))
         return out
@@ -318,6 +336,8 @@ class Verifier:
         group_corr = np.abs(z @ z.T) / z.shape[1]
         np.fill_diagonal(group_corr, 0.0)
         forms = [ev.form for ev in evs]
+        # the diversity gate (off by default): |corr| with each archive entry, for the verdict
+        gate_corrs = archive.abs_corr_matrix(z) if self.config.self_corr_gate is not None else None
         answers = []
         for k, ev in enumerate(evs):
             stress, stress_state = 0.0, self._stress_off
@@ -328,10 +348,21 @@ class Verifier:
                 turnover=ev.turnover, ic=ev.ic,
                 max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
                 form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
-                has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state))
+                has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state,
+                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None))
         return GroupMeasures(answers=tuple(answers), train_sharpes=np.array([ev.train_sharpes for ev in evs]),
                              test_sharpes=np.array([ev.test_sharpes for ev in evs]),
                              reference_train_sharpes=ref_in, reference_test_sharpes=ref_out)
+
+    def _gate_verdict(self, abs_corrs: np.ndarray, cpcv: float) -> dict[str, Any]:
+        """The diversity gate's verdict on one book, for the diagnostics: refused, and by which entry."""
+        j = self._gate(abs_corrs, cpcv)
+        if j is None:
+            return {"refused": False, "gate": self.config.self_corr_gate, "margin": self.config.self_corr_margin}
+        entry_cpcv = self.archive.cpcv[j]
+        return {"refused": True, "gate": self.config.self_corr_gate, "margin": self.config.self_corr_margin,
+                "entry": self.archive.texts[j], "corr": float(abs_corrs[j]), "entry_cpcv": entry_cpcv,
+                "needed_cpcv": entry_cpcv + self.config.self_corr_margin * abs(entry_cpcv)}
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:
         beta, corr = metrics.beta_and_correlation(ev.net, self.market)
