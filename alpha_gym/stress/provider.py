@@ -4,7 +4,7 @@
 
 over the enabled scenarios s. Each world is a `Verifier` on the scenario
 panel with the same config (costs, CPCV, limits) and no archive seeding, and
-the formula's score there is `Verifier.evaluate(formula).cpcv`: the same
+the formula's score there is `Verifier.trade(formula).cpcv`: the same
 number as R1 on the real panel. Scoring needs no torch once the scenario
 panels are cached (they are built at fit time).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value
@@ -89,14 +90,14 @@ class StressProvider:
     # ------------------------------------------------------------ the channel
     def scenario_scores(self, formula_text: str) -> dict[str, float]:
         """The formula's CPCV score in each enabled world (a world where it fails to evaluate scores -0.8)."""
-        from alpha_gym.language import FormulaError
         out = {}
         for name, world in self.worlds.items():
-            try:
-                out[name] = float(world.evaluate(formula_text).cpcv)
-            except (FormulaError, FloatingPointError, MemoryError, ValueError) as err:
-                log.warning("R3: %r failed in world %s: %r", formula_text, name, err)
+            ev = world.trade(formula_text)  # the one answer-to-book path; an invalid verdict instead of a raise
+            if isinstance(ev, InvalidVerdict):
+                log.warning("R3: %r failed in world %s: %r", formula_text, name, ev.exception or ev.reason)
                 out[name] = float(world.config.reward_unparseable)
+            else:
+                out[name] = float(ev.cpcv)
         return out
 
     def channel(self, formula_text: str, base_cpcv: float) -> tuple[float, str]:
