@@ -44,7 +44,8 @@ class Score:
     the scalar reward, for EVERY answer exactly `weighted_sum(channels, priorities)`
     (an invalid answer's penalty sits in R1, R10's clamp in R10, so a library that
     weights the channels reproduces it); channels: the 12 channel values, before
-    priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...).
+    priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...);
+    world_model: the world model R3 used (its content hash, or "off"), so a reward names what it depends on.
     """
 
     valid: bool
@@ -53,10 +54,11 @@ class Score:
     channels: dict[str, float]
     diagnostics: dict[str, Any] = field(default_factory=dict)
     formula: str | None = None
+    world_model: str = "off"
 
     def to_dict(self) -> dict[str, Any]:
         return {"valid": self.valid, "reason": self.reason, "reward": self.reward, "channels": dict(self.channels),
-                "diagnostics": jsonable(self.diagnostics), "formula": self.formula}
+                "diagnostics": jsonable(self.diagnostics), "formula": self.formula, "world_model": self.world_model}
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +148,11 @@ class Verifier:
         if self.config.stress_checkpoint is not None:
             from alpha_gym.stress.provider import StressProvider  # the world verifiers it builds have no checkpoint
             self.stress = StressProvider.from_checkpoint(self.config.stress_checkpoint, self)
+
+    @property
+    def world_model(self) -> str:
+        """The identity of the world model R3 uses (`StressProvider.identity`: a content hash), or "off"."""
+        return "off" if self.stress is None else self.stress.identity
 
     # ------------------------------------------------------------ lazy state
     @property
@@ -245,7 +252,7 @@ class Verifier:
         channels = {name: 0.0 for name in CHANNELS}
         channels["cpcv"] = self.config.invalid_cpcv(kind)
         return Score(valid=False, reason=reason, reward=weighted_sum(channels, self.config.priorities),
-                     channels=channels, diagnostics=diagnostics, formula=formula)
+                     channels=channels, diagnostics=diagnostics, formula=formula, world_model=self.world_model)
 
     def _prepare_answer(self, answer: str, cache=None) -> Score | Evaluated:
         """A raw answer through `trade`, then `_verdict`: an invalid Score without an `<alpha>` block."""
@@ -360,7 +367,7 @@ class Verifier:
             diag.update(cpcv=ev.cpcv, residual_sharpe=res_sr, max_pnl_corr=max_corr, form_duplicates=n_dup,
                         channel_state=state, has_reasoning=ev.has_reasoning)
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
-                             diagnostics=diag, formula=ev.text))
+                             diagnostics=diag, formula=ev.text, world_model=self.world_model))
         return out
 
     def _diagnostics(self, ev: Evaluated) -> dict[str, Any]:

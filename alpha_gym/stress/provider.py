@@ -32,15 +32,24 @@ class StressProvider:
     """`channel(formula_text, base_cpcv) -> (value, state)` for the verifier's R3 hook."""
 
     def __init__(self, worlds: dict | None = None, reason: str = "", manifest: dict | None = None,
-                 directory: str | None = None):
+                 directory: str | None = None, identity: str | None = None):
         self.worlds = dict(worlds or {})
         self.reason = reason
         self.manifest = manifest
         self.directory = directory
+        self._identity = identity
 
     @property
     def on(self) -> bool:
         return bool(self.worlds)
+
+    @property
+    def identity(self) -> str:
+        """The world model R3 uses, as every score names it: the checkpoint's content hash
+        (`checkpoint.identity`), or "off" when R3 is off ("unidentified": worlds built by hand)."""
+        if not self.on:
+            return ck.OFF
+        return self._identity or "unidentified"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -85,7 +94,7 @@ class StressProvider:
         config = verifier.config.with_(archive_seed=False, stress_checkpoint=None)
         # the worlds are verifiers of the caller's own class: the stress package never imports the scoring one
         worlds = {name: type(verifier)(panels[name], config) for name in enabled}
-        return cls(worlds, "on", manifest, str(d))
+        return cls(worlds, "on", manifest, str(d), ck.identity(d, manifest["model_sha256"]))
 
     # ------------------------------------------------------------ the channel
     def scenario_scores(self, formula_text: str) -> dict[str, float]:
@@ -107,11 +116,11 @@ class StressProvider:
         weight = next(iter(self.worlds.values())).config.stress_weight
         value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()), weight)
         detail = ", ".join(f"{n} {s:+.3f}" for n, s in scores.items())
-        return value, (f"on: model {self.directory}, mean drop {mean_drop:.3f} over {len(scores)} worlds "
+        return value, (f"on: model {self.directory} ({self.identity}), mean drop {mean_drop:.3f} over {len(scores)} worlds "
                        f"(CPCV {detail})")
 
     def __repr__(self) -> str:
-        state = f"on, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
+        state = f"on, {self.identity}, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
         return f"StressProvider({state})"
 
 
