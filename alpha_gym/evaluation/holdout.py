@@ -28,7 +28,9 @@ Holdout score of one formula (the exact definition)
 6. Score, with turnover = mean daily sum_i |w_{t,i} - w_{t-1,i}| on the kept days:
        score = clip(cpcv - 2 * max(0, turnover - 0.5), -5, 5)
 
-A formula is valid when it parses, its lookback fits in the context, and its
+A formula is valid when it parses under `config.limits` (the training verifier's, through
+`HoldoutConfig.from_verifier`; `alpha_gym.book.answer.answer_to_book` is the path both share), its
+lookback fits in the context, and its
 book trades on at least one kept day (and turnover >= `min_turnover`, 0 by
 default: as in the reference's probe, the training 2% floor is NOT applied;
 `turnover` is reported so callers can apply it).

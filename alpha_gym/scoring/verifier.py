@@ -3,7 +3,8 @@
     answer --extract--> formula --parse--> tree --evaluate--> values
            --book--> weights, P&L after costs --CPCV, channels--> Score
 
-Deterministic: the same answer and panel give bit-identical scores in any process.
+Deterministic: the same answer, panel and config give bit-identical scores in any process, given the
+archive's state and the world model R3 uses, which every score names (`Score.world_model`).
 Nothing a model writes can raise out of `score`: every failure becomes an
 invalid `Score` with a reason.
 """
