@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import string
 from functools import lru_cache
@@ -19,6 +20,9 @@ from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
 from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+
+log = logging.getLogger("alpha_gym")
+_ANNOUNCED: set[tuple[str, str | None]] = set()  # world models already logged by this process
 
 class EpisodeOverError(ResetNeeded, RuntimeError):
     """`step()` with no episode running: before the first `reset()`, or after the episode terminated."""
@@ -129,12 +133,14 @@ class AlphaFormulaEnv(gym.Env):
         if isinstance(config, (str, os.PathLike)):  # a settings file: its [verifier] table
             from alpha_gym.settings import load
             config = load(config).verifier
+        auto = verifier is None and (config or VerifierConfig()).stress_checkpoint == "auto"
         if verifier is None:
             config = config or VerifierConfig()
             if cost_model is not None:
                 config = config.with_(costs=cost_model)
             verifier = Verifier(resolve_panel(panel, data, universe, train_start, train_end), config)
         self.verifier = verifier
+        announce_world_model(verifier, auto)
         self.briefs = brief_set(briefs) if isinstance(briefs, str) else tuple(briefs)
         if not self.briefs:
             raise ValueError("the environment needs at least one brief")
@@ -180,7 +186,7 @@ class AlphaFormulaEnv(gym.Env):
         self._last = score
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
                 "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id,
-                "archive_size": len(self.verifier.archive)}
+                "archive_size": len(self.verifier.archive), "world_model": score.world_model}
         return self._brief.prompt(self.verifier.config.limits), float(score.reward), True, False, info
 
     def render(self):
@@ -189,6 +195,28 @@ class AlphaFormulaEnv(gym.Env):
                 return "(no answer scored yet)"
             return format_score(self._last, self.verifier.config.priorities)
         return None
+
+
+def announce_world_model(verifier: Verifier, auto: bool = False) -> str:
+    """Log, once per process and model, which world model R3 uses (the rewards depend on it); returns the line.
+
+    WARNING when "auto" found a model in this machine's registry (`alpha-gym stress fit` put it there: the
+    same answer scores differently on a machine without it), INFO otherwise (R3 off, or a model the settings name).
+    """
+    stress = verifier.stress
+    where = None if stress is None or not stress.on else stress.directory
+    if stress is not None and stress.on:
+        line = (f"alpha-gym: R3 world model {verifier.world_model} at {where}"
+                + (" (found by stress_checkpoint='auto' in this machine's registry; rewards depend on it: "
+                   "set stress_checkpoint to none to turn it off)" if auto else ""))
+    else:
+        why = stress.reason if stress is not None else verifier._stress_off.removeprefix("off: ").removesuffix(" (contributes 0)")
+        line = f"alpha-gym: R3 world model off ({why})"
+    key = (verifier.world_model, where)
+    if key not in _ANNOUNCED:
+        _ANNOUNCED.add(key)
+        log.log(logging.WARNING if auto and where is not None else logging.INFO, "%s", line)
+    return line
 
 
 def make_vector_env(num_envs: int = 1, vectorization_mode: str = "sync", **kwargs) -> gym.vector.VectorEnv:

@@ -188,7 +188,7 @@ class Section:
 
 
 #: Holdout fields that come from [verifier] (HoldoutConfig.from_verifier), so they are not in [holdout].
-_HOLDOUT_SHARED = ("cpcv", "turnover_cap", "turnover_penalty", "clip", "min_valid_stocks")
+_HOLDOUT_SHARED = ("cpcv", "turnover_cap", "turnover_penalty", "clip", "min_valid_stocks", "limits")
 
 
 def _verifier_section() -> Section:

@@ -122,6 +122,7 @@ def test_every_error_kind_is_counted_retried_with_backoff_and_never_scored(scrip
     assert summary["errors"] == {"empty_choices": 1, "http_429": 1, "http_500": 1, "malformed_json": 1,
                                  "protocol": 1, "timeout": 1}
     assert summary["answered"] == 1 and summary["failed"] == 0
+    assert summary["train"]["world_model"] == "off" or summary["train"]["world_model"].startswith("sha256:")
     times = [t for t, *_ in server.requests]
     assert len(times) == 7
     gaps = [b - a for a, b in zip(times, times[1:])]

@@ -184,13 +184,13 @@ def test_no_holdout_value_reaches_the_training_path(small_synthetic, monkeypatch
     train, hold = small_synthetic.head(300), small_synthetic.window(start=small_synthetic.dates[300])
     fingerprint = train.fingerprint()
     seen = []
-    real_evaluate = Verifier.evaluate
+    real_trade = Verifier.trade  # the one answer-to-book path (`evaluate` goes through it too)
 
     def spy(self, formula, *a, **k):
         seen.append((formula, self.panel.dates[-1], self.panel.n_days))
-        return real_evaluate(self, formula, *a, **k)
+        return real_trade(self, formula, *a, **k)
 
-    monkeypatch.setattr(Verifier, "evaluate", spy)
+    monkeypatch.setattr(Verifier, "trade", spy)
     verifier = Verifier(train)
     rep = evaluate_holdout(FORMULAS, train, hold, train_verifier=verifier)
     # 1. the training verifier only ever evaluated on its own panel, which ends before the holdout

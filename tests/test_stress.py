@@ -604,6 +604,36 @@ def test_auto_uses_the_model_registered_for_the_panel(tiny_fit, tiny_panel, tmp_
     assert auto.diagnostics["channel_state"]["jepa_stress"].startswith(f"on: model {model.resolve()}")
     assert auto.channels["jepa_stress"] == explicit.channels["jepa_stress"] and auto.reward == explicit.reward
     assert auto.reward == sum(auto.channels[c] * p for c, p in VerifierConfig().priorities.items())
+    # the score names the model: its content hash, the same for the registered and the explicit folder
+    ident = ck.identity(model, m["model_sha256"])
+    assert ident.startswith("sha256:") and auto.world_model == explicit.world_model == ident
+    assert auto.to_dict()["world_model"] == ident and ident in auto.diagnostics["channel_state"]["jepa_stress"]
+    # gym.make says which one it found (a WARNING: "auto" took it from this machine's registry), and the info names it
+    import logging
+
+    import gymnasium as gym
+
+    import alpha_gym  # noqa: F401
+    from alpha_gym import env as env_module
+    monkeypatch.setattr(env_module, "_ANNOUNCED", set())
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("alpha_gym").addHandler(handler)
+    try:
+        env = gym.make("AlphaFormula-v0", panel=tiny_panel, config=VerifierConfig(archive_seed=False))
+    finally:
+        logging.getLogger("alpha_gym").removeHandler(handler)
+    found = [r for r in records if "R3 world model" in r.getMessage()]
+    assert len(found) == 1 and found[0].levelno == logging.WARNING and ident in found[0].getMessage()
+    env.reset(seed=0)
+    assert env.step(f"<alpha>{f}</alpha>")[4]["world_model"] == ident
+    # an edited checkpoint is another model: another identity (here the same reward: the edit is a note)
+    m["note"] = "edited"
+    ck.write_json(model / ck.MANIFEST_FILE, m)
+    edited = Verifier(tiny_panel, VerifierConfig(archive_seed=False)).score_formula(f)
+    assert edited.world_model.startswith("sha256:") and edited.world_model != ident
+    assert edited.reward == auto.reward
 
 
 # --------------------------------------------------------------------------- real data (slow)

@@ -142,6 +142,7 @@ def test_two_steps_of_each_recipe(runs, name):
     for rec in log:
         assert set(LOG_FIELDS) <= set(rec), f"missing {set(LOG_FIELDS) - set(rec)}"
         assert all(_finite(rec[k]) for k in LOG_FIELDS), rec
+        assert rec["world_model"] == "off" or rec["world_model"].startswith("sha256:")  # what R3 used
         assert rec["valid_share"] > 0 and rec["nonzero_adv_share"] > 0  # the planted answers carry signal
         assert rec["entropy"] > 0
         assert rec["epsilon_high"] == pytest.approx(config.resolved_epsilon_high)
@@ -188,6 +189,7 @@ def test_run_report_shows_diagnostics_channels_and_answers(runs):
     assert html.count("data:image/png") == 2                       # diagnostics grid, channel curves
     assert "Checkpoint 1: steps 1..1" in html and "Checkpoint 2: steps 2..2" in html
     assert "cispo, gdpo, REPO-R" in html                           # the recipe, read from settings.toml
+    assert "R3 world model" in html and "not recorded" not in html  # what R3 used, from log.jsonl
     rows = [json.loads(ln) for ln in (out / "completions.jsonl").read_text().splitlines()]
     best = max((r for r in rows if r["step"] == 1), key=lambda r: r["reward"])
     assert f"{best['reward']:+.2f}" in html and f"{best['channels'][CHANNELS[0]]:+.2f}" in html

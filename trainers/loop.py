@@ -57,6 +57,8 @@ LOG_FIELDS = ("step", "reward", "reward_std", *(f"rewards/{c}" for c in CHANNELS
               "refills", "loss", "clip_ratio", "clipped_share", "ratio_mean",
               "learning_rate", "completion_length", "seconds/generation", "seconds/scoring", "seconds/update",
               "seconds/total")
+#: Labels a log.jsonl line also carries: "world_model", the identity of the world model R3 used ("off": none).
+LOG_LABELS = ("world_model",)
 
 
 @dataclass
@@ -253,6 +255,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             "seconds/scoring": t["scoring"],
             "seconds/update": t_update,
             "seconds/total": time.perf_counter() - t_step,
+            "world_model": verifier.world_model,  # what R3 used: a content hash, or "off"
         }
         if step % config.logging_steps == 0 or step == steps:
             _append_jsonl(out / "log.jsonl", record)

@@ -489,7 +489,8 @@ def cmd_eval(args) -> int:
         "train": {"start": str(train.dates[0]), "end": str(train.dates[-1]), "n_valid": len(valid),
                   "valid_share": len(valid) / len(rows) if rows else None,
                   "mean_cpcv": _mean([r["train_cpcv"] for r in valid]),
-                  "mean_reward": _mean([r["reward"] for r in rows])},
+                  "mean_reward": _mean([r["reward"] for r in rows]),
+                  "world_model": verifier.world_model},  # what R3 used: a content hash, or "off"
     }
     if holdout is not None:
         from alpha_gym.evaluation.holdout import evaluate_holdout

@@ -28,7 +28,9 @@ Holdout score of one formula (the exact definition)
 6. Score, with turnover = mean daily sum_i |w_{t,i} - w_{t-1,i}| on the kept days:
        score = clip(cpcv - 2 * max(0, turnover - 0.5), -5, 5)
 
-A formula is valid when it parses, its lookback fits in the context, and its
+A formula is valid when it parses under `config.limits` (the training verifier's, through
+`HoldoutConfig.from_verifier`; `alpha_gym.book.answer.answer_to_book` is the path both share), its
+lookback fits in the context, and its
 book trades on at least one kept day (and turnover >= `min_turnover`, 0 by
 default: as in the reference's probe, the training 2% floor is NOT applied;
 `turnover` is reported so callers can apply it).
@@ -55,8 +57,8 @@ from alpha_gym.book.book import daily_turnover, gross_pnl, open_to_open_returns,
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
-from alpha_gym.language import AnswerError, FormulaError, canonical, extract, lookback, parse, to_text
-from alpha_gym.language.evaluate import evaluate
+from alpha_gym.book.answer import InvalidVerdict, answer_to_book
+from alpha_gym.language import Limits, canonical
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
 from alpha_gym.ranges import Range, check_fields, closed, ints
 from alpha_gym.scoring import cpcv as cpcv_mod
@@ -86,7 +88,8 @@ class HoldoutConfig:
     """How the holdout is scored. Defaults are the definition in the module docstring.
 
     The book and score rules shared with training (CPCV blocks, turnover cap and penalty, R1's clip,
-    the minimum stock count) default to `VerifierConfig`'s; `from_verifier` copies a given verifier's.
+    the minimum stock count, the formula size limits) default to `VerifierConfig`'s; `from_verifier`
+    copies a given verifier's, so a formula the training verifier refuses for its size the holdout refuses too.
     """
 
     context: int = 252             # training sessions prepended for the lookback
@@ -97,6 +100,7 @@ class HoldoutConfig:
     min_valid_stocks: int = _V.min_valid_stocks
     min_turnover: float = 0.0      # validity floor on holdout turnover (the reference probe applies none)
     crash_threshold: float = -0.015  # "market fell more than 1.5%" for the book's down-day return
+    limits: Limits = _V.limits     # formula size limits (the parser's)
 
     def __post_init__(self):
         if self.clip is None:
@@ -105,13 +109,13 @@ class HoldoutConfig:
 
     @classmethod
     def from_verifier(cls, verifier_config: VerifierConfig, **changes) -> "HoldoutConfig":
-        """The holdout rules of a training verifier: its CPCV, turnover cap and penalty, clip and stock floor.
+        """The holdout rules of a training verifier: its CPCV, turnover cap and penalty, clip, stock floor and limits.
 
         A verifier with R1 unclipped (`VerifierConfig.reference()`) keeps the holdout's default clip."""
         v = verifier_config
         return cls(**{"cpcv": v.cpcv, "turnover_cap": v.turnover_cap, "turnover_penalty": v.turnover_penalty,
                       "clip": v.cpcv_clip if v.cpcv_clip is not None else cls.clip,
-                      "min_valid_stocks": v.min_valid_stocks, **changes})
+                      "min_valid_stocks": v.min_valid_stocks, "limits": v.limits, **changes})
 
 
 #: Shared rules take the verifier's ranges, so a value the verifier accepts the holdout accepts too.
@@ -274,33 +278,26 @@ class HoldoutEvaluator:
         gross = gross_pnl(weights_all[self.rows], self.returns)
         return gross - cost, turnover, cost
 
+    def _trade(self, node, signal: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The holdout's trade rule: (weights on every context + holdout day, net, turnover, cost on the kept days)."""
+        w_all = weights_from_signal(signal, self.config.min_valid_stocks)
+        return (w_all, *self._pnl(w_all))
+
     def score(self, formula: str | None, cache=None) -> FormulaHoldout:
         """The holdout score of one formula (or raw answer holding `<alpha>...</alpha>`). Never raises on bad input."""
         if formula is None or not isinstance(formula, str) or not formula.strip():
             return FormulaHoldout(formula=str(formula or ""), valid=False, reason="no formula")
-        text = formula
-        if "<alpha" in formula.lower():
-            try:
-                text = extract(formula).formula
-            except AnswerError as err:
-                return FormulaHoldout(formula=formula, valid=False, reason=str(err))
-        try:
-            node = parse(text)
-        except FormulaError as err:
-            return FormulaHoldout(formula=text, valid=False, reason=str(err))
-        text = to_text(node)
-        form = canonical(node, bucket=True)
-        if lookback(node) > self.n_context:
-            return FormulaHoldout(formula=text, valid=False, form=form,
-                                  reason=f"lookback {lookback(node)} exceeds the {self.n_context}-session context")
-        try:
-            with np.errstate(all="ignore"):
-                signal = evaluate(node, self.panel, cache)
-        except (FormulaError, FloatingPointError, ValueError, MemoryError) as err:
-            return FormulaHoldout(formula=text, valid=False, form=form,
-                                  reason=f"evaluation failed: {type(err).__name__}: {err}")
-        w_all = weights_from_signal(signal, self.config.min_valid_stocks)
-        net, turnover, cost = self._pnl(w_all)
+        out = answer_to_book(formula, self.config.limits, self.panel, self._trade, source="auto", cache=cache,
+                             max_lookback=self.n_context)
+        if isinstance(out, InvalidVerdict):
+            if out.kind == "missing_tag":
+                return FormulaHoldout(formula=formula, valid=False, reason=out.reason)
+            if out.node is None:
+                return FormulaHoldout(formula=out.formula, valid=False, reason=out.reason)
+            return FormulaHoldout(formula=out.text, valid=False, form=canonical(out.node, bucket=True),
+                                  reason=out.reason)
+        text, form = out.text, canonical(out.node, bucket=True)
+        w_all, net, turnover, cost = out.book
         traded = int((np.abs(w_all[self.rows]).sum(axis=1) > 0).sum())
         to = float(turnover.mean())
         if traded == 0:
@@ -501,12 +498,10 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
         r = ev.score(f, cache)
         train_net = None
         if train_verifier is not None and r.form is not None:   # parsed: score it on the training window too
-            try:
-                tr = train_verifier.evaluate(r.formula)
+            tr = train_verifier.trade(r.formula)
+            if not isinstance(tr, InvalidVerdict):
                 r = replace(r, train_cpcv=float(tr.cpcv), train_turnover=float(tr.turnover))
                 train_net = tr.net
-            except (FormulaError, DataError, ValueError, FloatingPointError):
-                pass
         if alpha_tests and r.valid:
             archive = train_verifier.archive if train_verifier is not None else None
             r = replace(r, alpha_tests=ev.alpha_tests(r, archive, train_net))

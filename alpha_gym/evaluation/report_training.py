@@ -4,8 +4,9 @@ The reference found every reward hack by reading the top-scoring formulas, and j
 entropy, REPO-R's zeta, the share of answers with a non-zero advantage and the KL to the start model.
 This page puts those beside each other, per step, from the files a training run writes:
 
-log.jsonl          one object per step (trainers/loop.py `LOG_FIELDS`): the diagnostics grid, and the
-                   mean of each reward channel ("rewards/<channel>") over steps;
+log.jsonl          one object per step (trainers/loop.py `LOG_FIELDS`): the diagnostics grid, the
+                   mean of each reward channel ("rewards/<channel>") over steps, and the world model R3
+                   used ("world_model": a content hash, or "off");
 completions.jsonl  every answer with its reward, advantage and 12 channels (`log_completions`, on by
                    default): the best and worst answers of each checkpoint's steps;
 settings.toml      the run's settings: the recipe shown on top, and the channel priorities.
@@ -188,6 +189,8 @@ def training_section(run_dir: Path, log: list[dict]) -> list[str]:
         ("last step: KL / entropy / non-zero advantages", f"{fmt(last.get('kl'), '.3g')} / {fmt(last.get('entropy'), '.3f')} / "
                                                            f"{fmt(last.get('nonzero_adv_share'), '.0%')}"),
         ("seconds per step (mean)", fmt(float(np.mean(secs)) if secs else None, ".1f")),
+        ("R3 world model", esc(", ".join(sorted({str(r["world_model"]) for r in log if "world_model" in r}))
+                               or "not recorded")),
     ]), img(plot_diagnostics(log), "training diagnostics per step"),
         "<h3>Reward channels</h3>",
         '<p class="note">Mean raw value of each channel over the step\'s answers; the reward is the '

@@ -80,7 +80,7 @@ def default_formulas(n_random: int = 0, alpha101: bool = False, seed: int = 0) -
 def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=None, n_boot: int = 2000) -> dict:
     """AUC per scenario with its bootstrap interval (see the module docstring). `panel` must be the
     checkpoint's panel; `formulas` defaults to `default_formulas(300, alpha101=True)`."""
-    from alpha_gym.language import FormulaError
+    from alpha_gym.language.errors import MODEL_FAULTS
     from alpha_gym.scoring.config import VerifierConfig
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.stress.scenarios import load_or_build
@@ -103,14 +103,14 @@ def validate(directory, panel, formulas=None, split: float = 2.0 / 3.0, config=N
         for f in formulas:
             try:
                 ev = early.evaluate(f)
-            except (FormulaError, ValueError, FloatingPointError):
+            except MODEL_FAULTS:  # the model's fault: the formula leaves the study
                 continue
             if ev.turnover < config.min_turnover_invalid or not ev.cpcv > 0:
                 continue
             try:
                 late_sharpe = late.evaluate(f).sharpe
                 world = {name: w.evaluate(f).cpcv for name, w in worlds.items()}
-            except (FormulaError, ValueError, FloatingPointError):
+            except MODEL_FAULTS:  # the model's fault: the formula leaves the study
                 continue
             rows.append({"formula": f, "early_cpcv": float(ev.cpcv), "late_sharpe": float(late_sharpe),
                          "world_cpcv": {k: float(v) for k, v in world.items()}})

@@ -87,7 +87,8 @@ class AlphaTask(vf.Task[AlphaData, vf.State, AlphaTaskConfig]):
             weighted = sum(float(v) * float(verifier.config.priorities[k]) for k, v in sorted(score.channels.items()))
             cached = trace.info["alpha_gym"] = {
                 "valid": score.valid, "reason": score.reason, "reward": score.reward, "formula": score.formula,
-                "channels": dict(score.channels), "adjustment": _closing_term(weighted, score.reward)}
+                "channels": dict(score.channels), "adjustment": _closing_term(weighted, score.reward),
+                "world_model": score.world_model}
         return cached
 
     @vf.metric

@@ -44,3 +44,15 @@ class AnswerError(InputError):
     """The model's answer holds no usable `<alpha>...</alpha>` block."""
 
     kind = "answer"
+
+
+#: The exceptions that mean "the model's answer failed", never a bug of ours: the single definition the
+#: verifier, the holdout, the stress worlds and the seed cache share. A FormulaError (also raised while
+#: evaluating: data a panel lacks) or any ValueError (every InputError is one); a FloatingPointError where
+#: numpy is set to raise; a MemoryError from a formula whose arrays do not fit.
+MODEL_FAULTS: tuple[type[BaseException], ...] = (FormulaError, ValueError, FloatingPointError, MemoryError)
+
+
+def is_model_fault(err: BaseException) -> bool:
+    """Whether `err` is the model's fault (an invalid answer) rather than a bug to raise."""
+    return isinstance(err, MODEL_FAULTS)

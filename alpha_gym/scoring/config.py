@@ -100,6 +100,8 @@ class VerifierConfig:
     self_corr_margin: float = 0.10       # the CPCV an answer needs above a correlated entry's, as a fraction
     # R3's world model: "auto" -> the one `alpha-gym stress fit` registered for this panel (off when none),
     # a directory -> that one, None ("none" in a settings file) -> off. Off contributes 0 and says why.
+    # Every score names the model used (`Score.world_model`: its content hash, or "off"); README says why
+    # "auto" stays the default and how to pin rewards across machines ("none").
     stress_checkpoint: str | None = "auto"
     stress_weight: float = 0.4           # R3 = -min(1, stress_weight x log(1 + mean scenario CPCV drop))
 

@@ -14,7 +14,8 @@ def format_score(score, priorities: Mapping[str, float]) -> str:
     d = score.diagnostics
     lines = [f"formula : {score.formula if score.formula is not None else '(none)'}",
              f"valid   : {'yes' if score.valid else 'NO'}  ({score.reason})",
-             f"reward  : {score.reward:+.4f}"]
+             f"reward  : {score.reward:+.4f}",
+             f"R3 model: {score.world_model}"]
     if score.valid:
         lines.append("")
         lines.append(f"  {'channel':<18}{'value':>9}{'priority':>10}{'weighted':>10}")

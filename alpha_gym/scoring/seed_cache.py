@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.user_cache import cache_dir
 
@@ -76,14 +77,10 @@ def seed_key(fingerprint: str, config) -> str:
 
 def compute_seed_books(verifier, formulas) -> list[SeedBook]:
     """Evaluate the seed formulas; keep those that parse and trade at least the invalid-turnover floor."""
-    from alpha_gym.language import FormulaError
     out = []
     for formula in formulas:
-        try:
-            ev = verifier.evaluate(formula)
-        except FormulaError:
-            continue
-        if ev.turnover >= verifier.config.min_turnover_invalid:
+        ev = verifier.trade(formula)  # the one answer-to-book path: an invalid verdict is skipped
+        if not isinstance(ev, InvalidVerdict) and ev.turnover >= verifier.config.min_turnover_invalid:
             out.append(SeedBook(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes))
     return out
 

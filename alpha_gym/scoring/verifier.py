@@ -3,7 +3,8 @@
     answer --extract--> formula --parse--> tree --evaluate--> values
            --book--> weights, P&L after costs --CPCV, channels--> Score
 
-Deterministic: the same answer and panel give bit-identical scores in any process.
+Deterministic: the same answer, panel and config give bit-identical scores in any process, given the
+archive's state and the world model R3 uses, which every score names (`Score.world_model`).
 Nothing a model writes can raise out of `score`: every failure becomes an
 invalid `Score` with a reason.
 """
@@ -12,17 +13,17 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from alpha_gym.book import metrics
+from alpha_gym.book.answer import InvalidVerdict, answer_to_book
 from alpha_gym.book.book import Book, ForwardReturns, build_book, open_to_open_returns
 from alpha_gym.book.costs import training_cost
 from alpha_gym.jsonable import jsonable
-from alpha_gym.language import (AnswerError, FormulaError, Node, Op, canonical, extract, lookback, parse, size,
-                                to_text)
+from alpha_gym.language import Node, Op, canonical, lookback, size, to_text
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
@@ -45,7 +46,8 @@ class Score:
     the scalar reward, for EVERY answer exactly `weighted_sum(channels, priorities)`
     (an invalid answer's penalty sits in R1, R10's clamp in R10, so a library that
     weights the channels reproduces it); channels: the 12 channel values, before
-    priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...).
+    priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...);
+    world_model: the world model R3 used (its content hash, or "off"), so a reward names what it depends on.
     """
 
     valid: bool
@@ -54,10 +56,11 @@ class Score:
     channels: dict[str, float]
     diagnostics: dict[str, Any] = field(default_factory=dict)
     formula: str | None = None
+    world_model: str = "off"
 
     def to_dict(self) -> dict[str, Any]:
         return {"valid": self.valid, "reason": self.reason, "reward": self.reward, "channels": dict(self.channels),
-                "diagnostics": jsonable(self.diagnostics), "formula": self.formula}
+                "diagnostics": jsonable(self.diagnostics), "formula": self.formula, "world_model": self.world_model}
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,6 +151,11 @@ class Verifier:
             from alpha_gym.stress.provider import StressProvider  # the world verifiers it builds have no checkpoint
             self.stress = StressProvider.from_checkpoint(self.config.stress_checkpoint, self)
 
+    @property
+    def world_model(self) -> str:
+        """The identity of the world model R3 uses (`StressProvider.identity`: a content hash), or "off"."""
+        return "off" if self.stress is None else self.stress.identity
+
     # ------------------------------------------------------------ lazy state
     @property
     def factors(self) -> np.ndarray:
@@ -213,15 +221,16 @@ class Verifier:
 
     def book(self, node: Node, cache=None) -> Book:
         """The daily book of a parsed formula on this panel."""
-        signal = evaluate(node, self.panel, cache)
+        return self._book_of(node, evaluate(node, self.panel, cache))
+
+    def _book_of(self, node: Node, signal: np.ndarray) -> Book:
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
                           self.config.min_valid_stocks, returns=self._forward,
                           ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
-    def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
-        """Parse and trade a formula. Raises FormulaError for bad formulas."""
-        node = parse(formula, self.config.limits)
-        book = self.book(node, cache)
+    def _evaluated(self, node: Node, signal: np.ndarray) -> Evaluated:
+        """The book of a formula's values with the statistics the channels need (the verifier's trade rule)."""
+        book = self._book_of(node, signal)
         net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
         return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=self.config.syntax_window_buckets),
@@ -230,7 +239,26 @@ class Verifier:
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
                          ic=book.information_coefficient(),  # = metrics.information_coefficient
-                         sharpe=metrics.sharpe(net), has_reasoning=has_reasoning)
+                         sharpe=metrics.sharpe(net))
+
+    def trade(self, answer, cache=None, source: str = "formula", has_reasoning: bool = False
+              ) -> Evaluated | InvalidVerdict:
+        """An answer or formula through the one answer-to-book path (`alpha_gym.book.answer.answer_to_book`)
+        under `config.limits` on this panel: its `Evaluated`, or the `InvalidVerdict` saying why not.
+        source: "formula" (bare), "answer" (needs an `<alpha>` block) or "auto". Never raises on bad input."""
+        out = answer_to_book(answer, self.config.limits, self.panel, self._evaluated, source=source, cache=cache,
+                             has_reasoning=has_reasoning)
+        if isinstance(out, InvalidVerdict):
+            return out
+        return replace(out.book, has_reasoning=True) if out.has_reasoning else out.book
+
+    def evaluate(self, formula: str, cache=None, has_reasoning: bool = False) -> Evaluated:
+        """Parse and trade a formula. Raises the model's error: FormulaError for bad formulas (any error in
+        `alpha_gym.language.errors.MODEL_FAULTS`); `trade` returns it as a verdict instead."""
+        out = self.trade(formula, cache, has_reasoning=has_reasoning)
+        if isinstance(out, InvalidVerdict):
+            out.raise_()
+        return out
 
     # -------------------------------------------------------------- verdicts
     def _invalid(self, reason: str, kind: str, formula: str | None = None, **diagnostics) -> Score:
@@ -238,27 +266,23 @@ class Verifier:
         channels = {name: 0.0 for name in CHANNELS}
         channels["cpcv"] = self.config.invalid_cpcv(kind)
         return Score(valid=False, reason=reason, reward=weighted_sum(channels, self.config.priorities),
-                     channels=channels, diagnostics=diagnostics, formula=formula)
+                     channels=channels, diagnostics=diagnostics, formula=formula, world_model=self.world_model)
 
     def _prepare_answer(self, answer: str, cache=None) -> Score | Evaluated:
-        """Extract the formula of a raw answer, then `_prepare`; an invalid Score without an `<alpha>` block."""
-        try:
-            parsed = extract(answer)
-        except AnswerError as err:
-            return self._invalid(str(err), "missing_tag", error="answer")
-        return self._prepare(parsed.formula, cache, parsed.has_reasoning)
+        """A raw answer through `trade`, then `_verdict`: an invalid Score without an `<alpha>` block."""
+        return self._verdict(self.trade(answer, cache, source="answer"))
 
     def _prepare(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
-        """Parse and trade one formula; an invalid Score for anything that fails."""
-        try:
-            ev = self.evaluate(formula, cache, has_reasoning)
-        except FormulaError as err:
-            return self._invalid(str(err), "unparseable",
-                                 formula=formula if isinstance(formula, str) else None, error=err.kind)
-        except (FloatingPointError, MemoryError, ValueError) as err:  # defensive: never crash on model input
-            log.warning("evaluation of %r failed: %r", formula, err)
-            return self._invalid(f"evaluation failed: {type(err).__name__}: {err}", "unparseable",
-                                 formula=formula, error="evaluation")
+        """A bare formula through `trade`, then `_verdict`."""
+        return self._verdict(self.trade(formula, cache, has_reasoning=has_reasoning))
+
+    def _verdict(self, out: Evaluated | InvalidVerdict) -> Score | Evaluated:
+        """An invalid Score for an invalid verdict or a book under the turnover floor; else the Evaluated."""
+        if isinstance(out, InvalidVerdict):
+            if out.error == "evaluation":  # defensive: never crash on model input, but say so
+                log.warning("evaluation of %r failed: %r", out.formula, out.exception)
+            return self._invalid(out.reason, out.kind, formula=out.formula, error=out.error)
+        ev = out
         if ev.turnover < self.config.min_turnover_invalid:
             return self._invalid(f"turnover {ev.turnover:.2%} a day is below the "
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
@@ -321,7 +345,7 @@ class Verifier:
             if m.gate is not None:  # only with the gate on: the default diagnostics do not change
                 diag["diversity_gate"] = m.gate
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
-                             diagnostics=diag, formula=ev.text))
+                             diagnostics=diag, formula=ev.text, world_model=self.world_model))
         return out
 
     def _measures(self, evs: list[Evaluated]) -> GroupMeasures:

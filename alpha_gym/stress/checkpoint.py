@@ -18,6 +18,7 @@ A checkpoint directory holds
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,12 +37,41 @@ PARTIAL_JSON = "partial.json"
 SCENARIO_DIR = "scenarios"
 
 
+#: The world-model identity a score carries when R3 is off (no model, failed gates, every scenario off).
+OFF = "off"
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _stat_key(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256_of(key: tuple) -> str:
+    return file_sha256(key[0])
+
+
+def cached_sha256(path: str | os.PathLike) -> str:
+    """`file_sha256`, computed once per file version (path, size, mtime, inode): every verifier of a
+    process shares one hash of the weights, and a rewritten file is hashed again."""
+    return _sha256_of(_stat_key(Path(path)))
+
+
+def identity(directory, model_sha256: str) -> str:
+    """The world model's content identity: "sha256:" and 16 hex digits of a hash over the manifest's
+    bytes and the weights' sha256 (which `check_weights` verified against the file). Two folders
+    holding the same files have the same identity; any edit to either file changes it."""
+    h = hashlib.sha256((Path(directory) / MANIFEST_FILE).read_bytes())
+    h.update(b"\0" + str(model_sha256).encode())
+    return "sha256:" + h.hexdigest()[:16]
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -99,7 +129,7 @@ def check_weights(manifest: dict, directory) -> None:
     path = Path(directory) / MODEL_FILE
     if not path.is_file():
         raise StressError(f"{directory} has a manifest but no {MODEL_FILE}")
-    digest = file_sha256(path)
+    digest = cached_sha256(path)
     if digest != manifest.get("model_sha256"):
         raise StressError(f"{path} does not match its manifest (sha256 {digest[:12]} != "
                           f"{str(manifest.get('model_sha256'))[:12]}): the checkpoint is corrupt or was edited")

@@ -4,7 +4,7 @@
 
 over the enabled scenarios s. Each world is a `Verifier` on the scenario
 panel with the same config (costs, CPCV, limits) and no archive seeding, and
-the formula's score there is `Verifier.evaluate(formula).cpcv`: the same
+the formula's score there is `Verifier.trade(formula).cpcv`: the same
 number as R1 on the real panel. Scoring needs no torch once the scenario
 panels are cached (they are built at fit time).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value
@@ -31,15 +32,24 @@ class StressProvider:
     """`channel(formula_text, base_cpcv) -> (value, state)` for the verifier's R3 hook."""
 
     def __init__(self, worlds: dict | None = None, reason: str = "", manifest: dict | None = None,
-                 directory: str | None = None):
+                 directory: str | None = None, identity: str | None = None):
         self.worlds = dict(worlds or {})
         self.reason = reason
         self.manifest = manifest
         self.directory = directory
+        self._identity = identity
 
     @property
     def on(self) -> bool:
         return bool(self.worlds)
+
+    @property
+    def identity(self) -> str:
+        """The world model R3 uses, as every score names it: the checkpoint's content hash
+        (`checkpoint.identity`), or "off" when R3 is off ("unidentified": worlds built by hand)."""
+        if not self.on:
+            return ck.OFF
+        return self._identity or "unidentified"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -84,19 +94,19 @@ class StressProvider:
         config = verifier.config.with_(archive_seed=False, stress_checkpoint=None)
         # the worlds are verifiers of the caller's own class: the stress package never imports the scoring one
         worlds = {name: type(verifier)(panels[name], config) for name in enabled}
-        return cls(worlds, "on", manifest, str(d))
+        return cls(worlds, "on", manifest, str(d), ck.identity(d, manifest["model_sha256"]))
 
     # ------------------------------------------------------------ the channel
     def scenario_scores(self, formula_text: str) -> dict[str, float]:
         """The formula's CPCV score in each enabled world (a world where it fails to evaluate scores -0.8)."""
-        from alpha_gym.language import FormulaError
         out = {}
         for name, world in self.worlds.items():
-            try:
-                out[name] = float(world.evaluate(formula_text).cpcv)
-            except (FormulaError, FloatingPointError, MemoryError, ValueError) as err:
-                log.warning("R3: %r failed in world %s: %r", formula_text, name, err)
+            ev = world.trade(formula_text)  # the one answer-to-book path; an invalid verdict instead of a raise
+            if isinstance(ev, InvalidVerdict):
+                log.warning("R3: %r failed in world %s: %r", formula_text, name, ev.exception or ev.reason)
                 out[name] = float(world.config.reward_unparseable)
+            else:
+                out[name] = float(ev.cpcv)
         return out
 
     def channel(self, formula_text: str, base_cpcv: float) -> tuple[float, str]:
@@ -106,11 +116,11 @@ class StressProvider:
         weight = next(iter(self.worlds.values())).config.stress_weight
         value, mean_drop, drops = r3_value(base_cpcv, list(scores.values()), weight)
         detail = ", ".join(f"{n} {s:+.3f}" for n, s in scores.items())
-        return value, (f"on: model {self.directory}, mean drop {mean_drop:.3f} over {len(scores)} worlds "
+        return value, (f"on: model {self.directory} ({self.identity}), mean drop {mean_drop:.3f} over {len(scores)} worlds "
                        f"(CPCV {detail})")
 
     def __repr__(self) -> str:
-        state = f"on, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
+        state = f"on, {self.identity}, worlds {sorted(self.worlds)}" if self.on else f"off: {self.reason}"
         return f"StressProvider({state})"
 
 

@@ -4,7 +4,8 @@
 folder (`alpha_gym.user_cache`, `stress/<fingerprint>.json`: the checkpoint's absolute path). A
 verifier whose `stress_checkpoint` is "auto" (the default) looks its panel up here: no entry, or an
 entry whose folder is gone, leaves R3 off and says so; a registered model still has to pass its gates
-and have a scenario enabled (`StressProvider.from_checkpoint`) before R3 counts.
+and have a scenario enabled (`StressProvider.from_checkpoint`) before R3 counts. Every score names the
+model it used (`Score.world_model`, the checkpoint's content hash from `checkpoint.identity`, or "off").
 """
 
 from __future__ import annotations
