@@ -1,4 +1,4 @@
-"""The page of a trainer comparison folder (`benchmarks/compare_trainers.py --out OUT`).
+"""The page of a trainer comparison folder (`alpha-gym compare --out OUT`).
 
 Reads, all optional but at least one run or the table:
 
