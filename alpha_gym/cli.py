@@ -199,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         from trainers.cli import register as register_train
         from trainers.compare.cli import register as register_compare
     except ImportError as err:
-        for name in ("train", "compare"):
-            p = sub.add_parser(name, help="RL training (needs: pip install alpha-gym[train])")
+        for name, what in (("train", "RL training"), ("compare", "the trainer comparison")):
+            p = sub.add_parser(name, help=f"{what} (needs: pip install alpha-gym[train])")
             p.set_defaults(func=lambda args, err=err: _missing_extra("train", err))
     else:
         register_train(sub)
