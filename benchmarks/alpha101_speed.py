@@ -47,7 +47,6 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 #: The py-alpha-lib side, run by the other Python: argv = data.csv.gz, universe file or "",
 #: formulas.json, repeats, mode ("1" or "default"). Prints one JSON line.

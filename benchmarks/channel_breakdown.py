@@ -11,15 +11,11 @@ training window (the pseudo-holdout cut off). Behind BENCHMARKS.md's "why the gr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
@@ -30,13 +26,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("files", nargs="+", help="answer files under --results, without .jsonl")
     args = ap.parse_args(argv)
-    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
-    ct = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = ct
-    spec.loader.exec_module(ct)
     from alpha_gym import CHANNELS
     from alpha_gym.scoring.verifier import Verifier
-    train, _ = ct._panels(args, ct.SCALES[args.scale])
+    from trainers.compare.ladder import panels
+    train, _ = panels(args.scale, args.data, args.universe)
     verifier = Verifier(train)
     for name in args.files:
         rows = [json.loads(x) for x in (Path(args.results) / f"{name}.jsonl").read_text().splitlines() if x.strip()]

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RECIPES = ("cispo_repo_r", "cispo_repo_r_dora", "dapo")
 

@@ -5,7 +5,7 @@
         [--off-runs runs/compare-cpu --on-runs runs/compare-cpu-r3on] \
         --data ../shared/data/us_equities/us_daily_train.csv.gz --universe ../shared/data/us_equities/universe_us46.txt
 
-The two results folders are what `compare_trainers.py --results` kept: the off arm without a world model, the
+The two results folders are what `alpha-gym compare --results` kept: the off arm without a world model, the
 on arm with `--stress-checkpoint MODEL` (a model fitted on the comparison's train window, `alpha-gym stress fit
 --end <the day before the pseudo-holdout>`). For every seed both arms ran, per arm:
 
@@ -27,10 +27,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def shipped(results: Path, seed: int, rung: str) -> tuple[dict, list[dict]] | None:
@@ -85,11 +81,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import numpy as np
-    from compare_trainers import SCALES, _panels, _rescore
-    from comparison_stats import bootstrap_interval, paired_difference, valid_mean
+    from trainers.compare.ladder import panels
+    from trainers.compare.report import rescore
+    from trainers.compare.stats import paired_difference, table_interval, valid_mean
     from alpha_gym import Verifier, VerifierConfig
 
-    train, holdout = _panels(argparse.Namespace(data=args.data, universe=args.universe, scale="cpu"), SCALES["cpu"])
+    train, holdout = panels("cpu", args.data, args.universe)
     verifier = Verifier(train, VerifierConfig(stress_checkpoint=str(args.model)))
     state = verifier.score_formula("rank(-ts_delta(close, 5))").diagnostics["channel_state"]["jepa_stress"]
     if not state.startswith("on"):
@@ -106,7 +103,7 @@ def main(argv=None) -> int:
             r3 = [verifier.score_formula(f).channels["jepa_stress"] for f in formulas]
             runs = args.off_runs if arm == "off" else args.on_runs
             during = training_share(runs / f"seed-{seed}" / args.rung) if runs else None
-            tables[arm].append(_rescore(answers, train, holdout)[0])
+            tables[arm].append(rescore(answers, train, holdout)[0])
             rows.append({"seed": seed, "arm": arm, "step": step, "holdout": ck["holdout_score"],
                          "valid": ck["valid"], "families": ck["families"],
                          "shipped_r3_penalised": sum(v < 0 for v in r3) / max(len(r3), 1),
@@ -137,7 +134,7 @@ def main(argv=None) -> int:
     summary = {}
     for arm in ("off", "on"):
         table = np.array(tables[arm])
-        lo, hi = bootstrap_interval(table)
+        lo, hi = table_interval(table)
         mine = [r for r in rows if r["arm"] == arm]
         during = [r["training_r3_penalised"] for r in mine if r["training_r3_penalised"] is not None]
         summary[arm] = {"seeds": [r["seed"] for r in mine], "holdout": valid_mean(table), "lo": lo, "hi": hi,

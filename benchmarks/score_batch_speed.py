@@ -29,7 +29,6 @@ def main() -> int:
     ap.add_argument("--out", default="runs/score_batch_bench")
     args = ap.parse_args()
     import numpy as np
-    sys.path.insert(0, str(ROOT))
     from alpha_gym.language.sample import random_formula
 
     out = Path(args.out)

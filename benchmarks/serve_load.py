@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.verifier_speed import FORMULAS  # noqa: E402  (the same 22 formulas as the verifier benchmark)
+from verifier_speed import FORMULAS  # noqa: E402  (this script's folder: the same 22 formulas as the verifier benchmark)
 
 
 def _free_port() -> int:

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from alpha_gym.tasks.briefs import FIXED_BRIEFS  # noqa: E402
 from trainers.config import recipe  # noqa: E402

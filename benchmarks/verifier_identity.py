@@ -27,8 +27,7 @@ def answers(n_random: int) -> list[str]:
 
     from alpha_gym.language.sample import random_formula
     from alpha_gym.scoring.seeds import SEED_FORMULAS
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from verifier_speed import FORMULAS
+    from verifier_speed import FORMULAS  # this script's folder
     rng = np.random.default_rng(13)
     forms = list(FORMULAS) + list(SEED_FORMULAS) + [random_formula(rng, 5) for _ in range(n_random)]
     out = [f"<alpha>{f}</alpha>" for f in forms]

@@ -144,8 +144,7 @@ def _peak(fn) -> int:
 
 def speed(panel, repeat: int) -> dict:
     """The side-by-side part: core score of the 22 formulas and a group of 12, same on both trees."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from verifier_speed import FORMULAS
+    from verifier_speed import FORMULAS  # this script's folder
 
     from alpha_gym import Verifier
     v = Verifier(panel)
@@ -241,7 +240,6 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.repeat)
         return
-    sys.path.insert(0, str(ROOT))  # this tree's code, not an installed copy
     import platform
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, one thread")
     print(json.dumps({"extraction": extraction()}))

@@ -1,28 +1,30 @@
-"""End-to-end smoke run of the trainer comparison: every rung, 2 steps, real SmolLM2-135M, tiny settings."""
+"""The trainer comparison (`alpha-gym compare`, trainers/compare/): an end-to-end smoke run of every rung (2 steps,
+real SmolLM2-135M, tiny settings), its statistics, the seed plot, the floor-trap benchmark, and an
+`alpha-gym eval` folder's answers as a row of the table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from alpha_gym.cli import main
+from trainers.compare import floor_trap, runner, stats as st
+from trainers.compare.ladder import LADDER
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
+def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path, capsys):
     pytest.importorskip("trl")
-    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
     out = tmp_path / "compare"
-    assert module.main(["--scale", "smoke", "--out", str(out)]) == 0
+    assert main(["compare", "--scale", "smoke", "--out", str(out)]) == 0
     table = (out / "comparison.md").read_text()
-    rungs = [name for name, _, _ in module.LADDER]
+    rungs = [name for name, _, _ in LADDER]
     for name in ["step 0", *rungs]:
         assert f"| {name} |" in table
     data = json.loads((out / "comparison.json").read_text())
@@ -61,7 +63,7 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     # a rerun resumes from what is on disk: no retraining, no new probe answers, the same rows
     probe_file = out / "seed-42" / rungs[0] / "probe-step-2.json"
     before = probe_file.stat().st_mtime_ns
-    assert module.main(["--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
+    assert main(["compare", "--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
     assert probe_file.stat().st_mtime_ns == before
     again = json.loads((out / "comparison.json").read_text())["runs"][0]
     assert again["checkpoints"] == data["runs"][0]["checkpoints"]
@@ -70,7 +72,7 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     assert again["train_seconds"] == data["runs"][0]["train_seconds"] > 0
     assert again["train_seconds"] == round(sum(x["seconds/total"] for x in again["log"]), 1)
     # the report alone, from the kept answers
-    assert module.main(["--scale", "smoke", "--out", str(out), "--report-only"]) == 0
+    assert main(["compare", "--scale", "smoke", "--out", str(out), "--report-only"]) == 0
     assert (out / "comparison.md").read_text() == table
     # a model-free baseline table, and the verdict per rung
     assert "| volume level | `rank(volume)` |" in table and "| Alpha101 equal-weight book (82) |" in table
@@ -91,30 +93,23 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path):
     stopped = out / "seed-42" / rungs[0]
     for p in [*stopped.glob("checkpoint-*"), *stopped.glob("probe-step-*.json")]:
         shutil.rmtree(p) if p.is_dir() else p.unlink()
-    assert module.main(["--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
+    assert main(["compare", "--scale", "smoke", "--out", str(out), "--rungs", rungs[0]]) == 0
     again = json.loads((out / "comparison.json").read_text())["runs"][0]
     assert [x["step"] for x in again["log"]] == [1, 2]
     assert again["checkpoints"] == data["runs"][0]["checkpoints"]   # seeded per step: the same run again
     # ... but not into a folder made with other settings
-    with pytest.raises(SystemExit, match="scale_settings"):
-        module.main(["--scale", "smoke", "--out", str(out), "--steps", "3"])
-
-
-def _stats():
-    spec = importlib.util.spec_from_file_location("comparison_stats", ROOT / "benchmarks" / "comparison_stats.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    capsys.readouterr()
+    assert main(["compare", "--scale", "smoke", "--out", str(out), "--steps", "3"]) == 2
+    assert "scale_settings" in capsys.readouterr().err
 
 
 def test_bootstrap_interval_and_paired_difference():
     import numpy as np
-    st = _stats()
     rng = np.random.default_rng(0)
     a = rng.normal(0.5, 1.0, (3, 50))
     b = a - 0.4 + rng.normal(0, 0.05, (3, 50))     # the same briefs, 0.4 lower: a clear paired difference
     noise = a + rng.normal(0, 0.05, (3, 50))      # the same up to noise
-    lo, hi = st.bootstrap_interval(a, n_boot=500)
+    lo, hi = st.table_interval(a, n_boot=500)
     assert lo < st.valid_mean(a) < hi and hi - lo < 1.0
     d = st.paired_difference(a, b, n_boot=500)
     assert d["outside_noise"] and d["lo"] > 0.3 and abs(d["diff"] - 0.4) < 0.05
@@ -128,7 +123,6 @@ def test_bootstrap_interval_and_paired_difference():
 
 def test_mean_pairwise_corr():
     import numpy as np
-    st = _stats()
     x = np.random.default_rng(1).normal(size=(1, 300))
     assert st.mean_pairwise_corr(np.vstack([x, 2 * x, -x])) > 0.999
     independent = np.random.default_rng(2).normal(size=(4, 5000))
@@ -141,15 +135,12 @@ def test_mean_pairwise_corr():
 def test_floor_trap_benchmark_smoke(tmp_path):
     """Environment B with and without the advantage floor: one tiny step each, the table and plot written."""
     pytest.importorskip("trl")
-    spec = importlib.util.spec_from_file_location("floor_trap", ROOT / "benchmarks" / "floor_trap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     out = tmp_path / "trap"
-    assert module.main(["--out", str(out), "--steps", "1", "--prompts", "1", "--generations", "2",
+    assert floor_trap.main(["--out", str(out), "--steps", "1", "--prompts", "1", "--generations", "2",
                         "--tokens", "8"]) == 0
     result = json.loads((out / "floor_trap.json").read_text())
     assert result["costs_bps"] == pytest.approx(4.0 * 19)
-    floor, free = (result["arms"][name] for name, _ in module.ARMS)
+    floor, free = (result["arms"][name] for name, _ in floor_trap.ARMS)
     assert len(floor) == len(free) == 1
     # the floor only ever removes positive advantages: never more answers with a signal than without it
     assert floor[0]["nonzero_adv_share"] <= free[0]["nonzero_adv_share"]
@@ -160,10 +151,7 @@ def test_floor_trap_benchmark_smoke(tmp_path):
 def test_seed_plot_draws_runs_without_valid_answers(tmp_path):
     """seeds.png from a report whose runs include one with no valid answer and no train CPCV (None/NaN)."""
     import numpy as np
-    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from trainers.compare.plots import write_seed_plot
     nan = float("nan")
     for seed, cpcv in ((1, 0.4), (2, None)):
         (tmp_path / f"seed-{seed}").mkdir()
@@ -173,20 +161,135 @@ def test_seed_plot_draws_runs_without_valid_answers(tmp_path):
            "score": 0.5, "lo": nan, "hi": nan}
     report = {"seeds": [1, 2], "rows": {"step-0": {"label": "step 0", "score": nan}, "dapo": row},
               "baselines": [{"name": "volume level", "kind": "motif", "score": 0.2}]}
-    module.write_seed_plot(report, tmp_path, [tmp_path])
+    write_seed_plot(report, tmp_path, [tmp_path])
     assert (tmp_path / "seeds.png").stat().st_size > 5_000
 
 
 def test_a_kept_comparison_resumes_across_a_verifier_setting_added_since():
     """The kept stamp predates verifier.self_corr_gate: at its default it is the same comparison, set it is not."""
-    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
     kept = json.loads((ROOT / "benchmarks" / "results" / "compare-cpu" / "settings.json").read_text())
     assert "self_corr_gate" not in kept["verifier"]
     now = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": "none", "self_corr_margin": 0.1}}
-    assert module._with_added_defaults(kept, now) == now
+    assert runner.with_added_defaults(kept, now) == now
     gated = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": 0.7, "self_corr_margin": 0.1}}
-    assert module._with_added_defaults(kept, gated) != gated
-    assert module._with_added_defaults(kept, {**now, "model": "other"}) != {**now, "model": "other"}
+    assert runner.with_added_defaults(kept, gated) != gated
+    assert runner.with_added_defaults(kept, {**now, "model": "other"}) != {**now, "model": "other"}
+
+
+def test_one_bootstrap_and_one_standardisation_for_the_package():
+    """The comparison's intervals are the package's bootstrap, its P&L standardisation the archive's."""
+    import numpy as np
+    from alpha_gym.evaluation import baselines, bootstrap
+    from alpha_gym.scoring.archive import standardise
+    assert st.table_interval is bootstrap.table_interval and st.paired_difference is bootstrap.paired_difference
+    assert st.valid_mean is bootstrap.valid_mean and baselines.mean_interval is bootstrap.mean_interval
+    x = np.random.default_rng(3).normal(size=(3, 200))
+    z = np.array([standardise(r) for r in x])
+    c = np.abs(z @ z.T) / 200
+    assert st.mean_pairwise_corr(x) == float(c[np.triu_indices(3, k=1)].mean())
+    # a one-row table resamples briefs only: its interval brackets the mean like a flat list's does
+    lo, hi = st.table_interval(x[:1], n_boot=400)
+    flat = bootstrap.mean_interval(list(x[0]), n_boot=400)
+    assert lo < x[0].mean() < hi and flat[0] < x[0].mean() < flat[1]
+
+
+# ------------------------------------------------------------------------------ an eval folder as a row
+class _Endpoint:
+    """A minimal OpenAI-compatible chat-completions server on 127.0.0.1: each prompt gets its fixed answer."""
+
+    def __init__(self, answers: dict[str, str]):
+        outer = self
+        self.asked = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.asked += 1
+                text = answers.get(body["messages"][-1]["content"], "no idea")
+                reply = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _eval(url, out, *more):
+    """`alpha-gym eval` on the embedded market's early years (the comparison re-scores on its own windows)."""
+    return main(["eval", "--base-url", url, "--model", "tiny-model", "--out", str(out), "--no-progress",
+                 "--concurrency", "1", "--end", "2016-12-30", *more])
+
+
+def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
+    """`alpha-gym compare --report-only --eval DIR`: a model behind an endpoint beside step 0 and the baselines.
+
+    The endpoint answers each probe brief as the kept step-0 answers do, so its row must score what step 0
+    scores (its two samples in place of seeds); a folder missing a brief, or not an eval folder, is refused.
+    """
+    from alpha_gym.env import brief_set
+    from trainers.compare.runner import write_jsonl
+    probe = list(brief_set("probe"))[:2]               # the smoke scale's probe briefs
+    answers = {probe[0].prompt(): "<alpha>rank(-ts_delta(close, 5))</alpha>",
+               probe[1].prompt(): "momentum, I think: rank(returns)"}   # no tag: invalid
+    server = _Endpoint(answers)
+    try:
+        assert _eval(server.url, tmp_path / "eval", "--limit", "2", "--samples", "2") == 0
+        assert server.asked == 4
+        assert _eval(server.url, tmp_path / "eval-short", "--limit", "1") == 0
+    finally:
+        server.close()
+    capsys.readouterr()
+
+    # the eval folder alone: no training results, the probe briefs of the scale
+    out = tmp_path / "cmp"
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--eval",
+                 str(tmp_path / "eval")]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["rows"]) == ["eval:eval"]
+    row = report["rows"]["eval:eval"]
+    assert row["kind"] == "eval" and row["model"] == "tiny-model" and row["samples"] == 2 and row["valid"] == 1.0
+    table = (out / "results" / "comparison.md").read_text()
+    assert "| eval: tiny-model | 2 | 1.0 |" in table and "`eval` rows:" in table
+    assert len(report["baselines"]) == 10 and row["above_baselines"] in (True, False, None)
+
+    # beside the kept step-0 answers (the same answers): the same score, and step 0's row unchanged by it
+    results = tmp_path / "kept"
+    write_jsonl(results / "step-0.jsonl", [
+        {"brief_id": b.id, "step": 0, "answer": answers[b.prompt()], "formula": f, "train_cpcv": None,
+         "train_valid": f is not None}
+        for b, f in zip(probe, ("rank(-ts_delta(close, 5))", None))])
+    alone = tmp_path / "alone"
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(alone), "--results",
+                 str(results)]) == 0
+    step0_alone = json.loads((results / "report.json").read_text())["rows"]["step-0"]
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--results", str(results),
+                 "--eval", str(tmp_path / "eval")]) == 0
+    rows = json.loads((results / "report.json").read_text())["rows"]
+    assert list(rows) == ["step-0", "eval:eval"] and rows["step-0"] == step0_alone
+    assert rows["step-0"]["score"] is not None
+    assert rows["eval:eval"]["score"] == pytest.approx(rows["step-0"]["score"], rel=1e-12)  # 2 samples vs 1 seed
+    assert rows["eval:eval"]["families"] == rows["step-0"]["families"] == 1.0
+    page = (out / "report.html").read_text()
+    assert "eval: tiny-model" in page
+
+    # a sample that lacks a probe brief is refused, never counted as an invalid answer; so is a non-eval folder
+    capsys.readouterr()
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--results", str(results),
+                 "--eval", str(tmp_path / "eval-short")]) == 2
+    assert "no answer to 1 of the 2 probe briefs" in capsys.readouterr().err
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--results", str(results),
+                 "--eval", str(results)]) == 2
+    assert "not an `alpha-gym eval` folder" in capsys.readouterr().err

@@ -83,17 +83,9 @@ def test_budget_is_the_rungs_calls():
 
 
 def test_the_comparisons_cpu_scale_gives_480_calls():
-    """The budget follows the comparison's own cpu Scale (wherever the comparison module lives)."""
-    import importlib.util
-    import sys
-    path = ROOT / "benchmarks" / "compare_trainers.py"
-    if not path.exists():
-        pytest.skip("benchmarks/compare_trainers.py has moved")
-    spec = importlib.util.spec_from_file_location("compare_trainers_for_controls", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    cpu = module.SCALES["cpu"]
+    """The budget follows the comparison's own cpu Scale."""
+    from trainers.compare.ladder import SCALES
+    cpu = SCALES["cpu"]
     assert scale_budget(cpu) == cpu.steps * cpu.train["prompts_per_step"] * cpu.train["num_generations"] == 480
 
 

@@ -6,10 +6,8 @@ the kept table; and rebuilding the table from the kept answers on the real panel
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,18 +58,17 @@ def test_benchmarks_md_shows_the_kept_table():
 @pytest.mark.slow
 def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path):
     _require_real_data()
-    spec = importlib.util.spec_from_file_location("compare_trainers", ROOT / "benchmarks" / "compare_trainers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from alpha_gym.cli import main
     results = tmp_path / "results"
     shutil.copytree(KEPT, results)
     (results / "comparison.md").unlink()
     (results / "seeds.png").unlink(missing_ok=True)
-    assert module.main(["--scale", "cpu", "--report-only", "--results", str(results), "--out", str(tmp_path / "out"),
-                        "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
-                        "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
+    assert main(["compare", "--scale", "cpu", "--report-only", "--results", str(results), "--out",
+                 str(tmp_path / "out"), "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
+                 "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
     assert (results / "comparison.md").read_text() == (KEPT / "comparison.md").read_text()
+    # every number of the report, not only those the table rounds
+    assert (results / "report.json").read_text() == (KEPT / "report.json").read_text()
     assert (results / "seeds.png").stat().st_size > 10_000
 
 

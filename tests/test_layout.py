@@ -8,6 +8,7 @@ package: they wire packages together, so they may import any of them and none im
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,6 @@ def test_readme_layout_table_matches_the_tree():
     text = (ROOT / "README.md").read_text()
     table = text[text.index("## Layout"):]
     table = table[: table.index("\n## ", 1)] if "\n## " in table[1:] else table
-    import re
     named = set(re.findall(r"`([a-z_][a-z0-9_/.]*)`", table))
     folders = {f"{p.parent.relative_to(ROOT).as_posix()}/" for p in ROOT.glob("alpha_gym/*/__init__.py")}
     folders |= {"trainers/", "benchmarks/"}
@@ -140,3 +140,27 @@ def test_readme_layout_table_matches_the_tree():
     for entry in named:
         if "/" in entry or entry.endswith(".py"):
             assert (ROOT / entry.rstrip("/")).exists(), f"README's Layout table names {entry}, which is not in the tree"
+
+
+# the names are split so this file does not match its own rule
+_LOAD_BY_PATH = re.compile("|".join(("spec_from_" + "file_location", r"\brun" + r"py\b", "SourceFile" + "Loader",
+                                     r"exec\(\s*open\(", r"module_from_" + "spec")))
+
+
+def test_tests_import_modules_never_files_by_path():
+    """A test imports what it tests by module name (`alpha_gym...`, `trainers...`, `benchmarks.NAME`)."""
+    offenders = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tests").rglob("*.py"))
+                 if _LOAD_BY_PATH.search(p.read_text())]
+    assert offenders == []
+
+
+def test_no_benchmark_or_package_module_edits_sys_path():
+    """Benchmark scripts import the installed package; a helper they share is imported from the script's folder."""
+    files = [*ROOT.glob("benchmarks/*.py"), *(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))]
+    offenders = [p.relative_to(ROOT).as_posix() for p in sorted(files) if re.search(r"\bsys\.path\b", p.read_text())]
+    assert offenders == []
+
+
+def test_the_layout_rules_catch_what_they_forbid():
+    assert _LOAD_BY_PATH.search('spec = importlib.util.spec_from_' + 'file_location("m", ROOT / "b.py")')
+    assert _LOAD_BY_PATH.search("import run" + "py") and not _LOAD_BY_PATH.search("import json")

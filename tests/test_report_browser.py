@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.report_screenshot import find_chromium, screenshot  # the repo root is on pytest's pythonpath
 
-
-def _screenshots():
-    spec = importlib.util.spec_from_file_location("report_screenshot", ROOT / "benchmarks" / "report_screenshot.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-SHOT = _screenshots()
-pytestmark = pytest.mark.skipif(SHOT.find_chromium() is None,
+pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="no headless Chromium on PATH (Debian: apt-get install chromium)")
 
 
@@ -58,7 +46,7 @@ def test_report_renders_in_headless_chromium(tmp_path, small_synthetic):
 
     from alpha_gym.evaluation.report import write_report
     page = write_report(_run_folder(tmp_path, small_synthetic))
-    shot = SHOT.screenshot(page, tmp_path / "report.png", height=3000)
+    shot = screenshot(page, tmp_path / "report.png", height=3000)
     image = np.asarray(Image.open(shot).convert("RGB")).astype(int)
     assert image.shape == (3000, 1200, 3)
     # the embedded plots rendered: text and tables are grey, the plots' lines and points are coloured

@@ -13,7 +13,8 @@ alpha101   the 82 Alpha101s that need no industry labels or market cap, as one e
 
 Each baseline is a set of formulas scored by `HoldoutEvaluator.score` (the exact holdout score);
 its `score` is the mean over its valid formulas, with a bootstrap interval over formulas when there
-are several, and its `book` is the equal-weight book of the valid ones, as for a model's answers.
+are several (`bootstrap.mean_interval`), and its `book` is the equal-weight book of the valid ones, as
+for a model's answers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from alpha_gym.evaluation.bootstrap import mean_interval
 from alpha_gym.jsonable import finite_or_none
 
 
@@ -57,20 +59,6 @@ def all_baselines() -> tuple[Baseline, ...]:
                       for k, f in enumerate(REFERENCE_STEP_500, 1))
     return MOTIFS + reference + (Baseline("Alpha101 equal-weight book (82)", "alpha101",
                                           tuple(formulas(industry_free=True).values())),)
-
-
-def mean_interval(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval of the mean of `values` (None for fewer than 2 values).
-
-    Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*, ch. 13.
-    """
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
-    if len(x) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def score_baselines(evaluator, baselines: Sequence[Baseline] | None = None, n_boot: int = 2000) -> list[dict[str, Any]]:

@@ -351,7 +351,6 @@ def register(subparsers) -> None:
 
 
 # ------------------------------------------------------------------------------ eval: a model behind an endpoint
-EVAL_FORMAT = "alpha-gym/eval/v1"
 
 
 def _api_key(name: str | None) -> str | None:
@@ -442,7 +441,7 @@ def _mean(xs):
 
 
 def cmd_eval(args) -> int:
-    from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw, run_requests
+    from alpha_gym.evaluation.endpoint import EVAL_FORMAT, EndpointClient, EndpointConfig, read_raw, run_requests
     from alpha_gym.scoring.verifier import Verifier
     if args.samples < 1 or args.concurrency < 1 or args.retries < 0 or args.max_tokens < 1 or args.timeout <= 0:
         raise InputError("--samples, --concurrency and --max-tokens must be >= 1, --retries >= 0, --timeout > 0")

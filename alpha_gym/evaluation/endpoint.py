@@ -37,6 +37,8 @@ from pathlib import Path
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.errors import InputError
 
+#: The `format` of an eval folder's eval.json (`alpha-gym eval --out`), which `alpha-gym compare --eval` reads.
+EVAL_FORMAT = "alpha-gym/eval/v1"
 #: Statuses worth asking again: rate limits, time-outs and server faults (other 4xx are the request's fault).
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 #: Longest wait between two attempts, also for a server's Retry-After.

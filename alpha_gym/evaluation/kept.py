@@ -1,6 +1,6 @@
 """The kept files of one comparison run, for rungs that train no model (the controls).
 
-A rung of the trainer comparison keeps, under its results folder (benchmarks/compare_trainers.py):
+A rung of the trainer comparison keeps, under its results folder (`alpha-gym compare`, trainers/compare/):
 
     seed-S/NAME.jsonl   one line per probe brief: brief_id, step, answer (raw), formula, train_cpcv, train_valid
     seed-S/NAME.json    that run's numbers: rung, recipe, prompts, seed, n_prompts, train_seconds,

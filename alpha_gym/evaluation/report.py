@@ -25,7 +25,7 @@ checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
 
-A comparison folder (`benchmarks/compare_trainers.py --out OUT`: report.json and/or seed-S/RUNG runs)
+A comparison folder (`alpha-gym compare --out OUT`: report.json and/or seed-S/RUNG runs)
 gets the page of `report_comparison` instead (rung table with intervals, baselines, per-checkpoint
 plots, every run overlaid), and each run under it gets its own page, linked from it.
 

@@ -1,12 +1,14 @@
-"""The page of a trainer comparison folder (`benchmarks/compare_trainers.py --out OUT`).
+"""The page of a trainer comparison folder (`alpha-gym compare --out OUT`).
 
 Reads, all optional but at least one run or the table:
 
-report.json                   the rung table with intervals and the baselines (`report_json` there):
+report.json                   the rung table with intervals and the baselines (trainers.compare.report):
                               {"seeds", "briefs", "rows": {rung: {"label", "score", "lo", "hi", "valid",
                               "families", "effective_bets", "vs_previous", "above_baselines",
                               "alpha_tests_pass": {test: share of valid answers passing, "all"}, ...}},
-                              "baselines": [{"name", "kind", "score", "lo", "hi", "book", ...}]}
+                              "baselines": [{"name", "kind", "score", "lo", "hi", "book", ...}]};
+                              an `alpha-gym eval` folder's row (`--eval DIR`) is keyed "eval:NAME"
+                              (the folder's name), with "kind": "eval" and its samples in "seeds"
 seed-S/RUNG/                  one training run per rung and seed (log.jsonl, probe-step-N.json, ...)
 step-0/probe-step-0.json      the start model's probe answers
 seeds.png                     each seed's shipped score per rung, and train CPCV against pseudo-holdout

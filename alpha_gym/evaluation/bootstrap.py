@@ -1,15 +1,36 @@
-"""Statistics of a trainer comparison: bootstrap intervals over briefs and seeds, paired rung differences,
-and the diversity of the shipped answers. Pure functions over plain arrays; no model, no files.
+"""Percentile-bootstrap intervals: the one place the package resamples to put an interval on a mean.
 
-A rung's result is a (seeds x briefs) table of per-answer pseudo-holdout scores, NaN where the answer
-was invalid. Its headline is the mean over the valid cells. The bootstrap resamples seeds, then
-briefs, with replacement (the same draw for every rung, so differences between rungs are paired),
-and reports the 2.5% and 97.5% percentiles of the resampled statistic (Efron & Tibshirani 1993, ch. 13).
+Two shapes of data, one percentile rule (the 2.5% and 97.5% percentiles of the resampled statistic,
+Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13):
+
+* `mean_interval`: a flat list of values (a baseline's formulas, a holdout report's answers),
+  resampled with replacement;
+* `table_interval` / `paired_difference`: a (seeds x briefs) table of per-answer scores, NaN where the
+  answer was invalid, headline `valid_mean`; seeds are resampled, then briefs, and two tables resampled
+  with the same draw give a paired difference (a trainer comparison's rungs).
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
+
+
+def percentile_interval(stats: np.ndarray) -> tuple[float, float]:
+    """(2.5%, 97.5%) percentiles of resampled statistics: the 95% percentile interval."""
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def mean_interval(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval of the mean of the finite `values` (None for fewer than 2)."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
+    if len(x) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    return percentile_interval(means)
 
 
 def valid_mean(table: np.ndarray) -> float:
@@ -20,6 +41,7 @@ def valid_mean(table: np.ndarray) -> float:
 
 
 def _draws(n_seeds: int, n_briefs: int, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row (seed) and column (brief) indices of `n_boot` resamples, seeds drawn first."""
     rng = np.random.default_rng(seed)
     return rng.integers(0, n_seeds, (n_boot, n_seeds)), rng.integers(0, n_briefs, (n_boot, n_briefs))
 
@@ -32,16 +54,18 @@ def _resampled_means(table: np.ndarray, seeds_idx: np.ndarray, briefs_idx: np.nd
     return out
 
 
-def bootstrap_interval(table: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of `valid_mean(table)` resampling seeds (rows) and briefs (columns)."""
+def table_interval(table: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of `valid_mean(table)` resampling seeds (rows) and briefs (columns).
+
+    (NaN, NaN) when no resample has a valid cell.
+    """
     x = np.atleast_2d(np.asarray(table, dtype=np.float64))
     s, b = _draws(x.shape[0], x.shape[1], n_boot, seed)
     means = _resampled_means(x, s, b)
     means = means[np.isfinite(means)]
     if not means.size:
         return float("nan"), float("nan")
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    return percentile_interval(means)
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
@@ -60,21 +84,5 @@ def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: in
     point = valid_mean(a) - valid_mean(b)
     if not diffs.size:
         return {"diff": point, "lo": float("nan"), "hi": float("nan"), "outside_noise": False}
-    lo, hi = (float(v) for v in np.percentile(diffs, [2.5, 97.5]))
+    lo, hi = percentile_interval(diffs)
     return {"diff": point, "lo": lo, "hi": hi, "outside_noise": bool(lo > 0 or hi < 0)}
-
-
-def mean_pairwise_corr(pnls: np.ndarray) -> float:
-    """Mean |correlation| over the pairs of daily P&L series (rows); NaN with fewer than two series.
-
-    A constant series correlates 0 with everything (it carries no bet).
-    """
-    x = np.atleast_2d(np.asarray(pnls, dtype=np.float64))
-    if x.shape[0] < 2:
-        return float("nan")
-    z = x - x.mean(axis=1, keepdims=True)
-    sd = np.sqrt((z * z).mean(axis=1))
-    z = np.divide(z, sd[:, None], out=np.zeros_like(z), where=sd[:, None] > 1e-15)
-    c = np.abs(z @ z.T) / x.shape[1]
-    iu = np.triu_indices(x.shape[0], k=1)
-    return float(c[iu].mean())

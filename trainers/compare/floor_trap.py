@@ -1,6 +1,6 @@
-"""The advantage-floor trap of Environment B, at CPU scale.
+r"""The advantage-floor trap of Environment B, at CPU scale.
 
-    python benchmarks/floor_trap.py --model runs/sft/model --data ../shared/data/us_equities/us_daily_train.csv.gz \
+    python -m trainers.compare.floor_trap --model runs/sft/model --data ../shared/data/us_equities/us_daily_train.csv.gz \
         --universe ../shared/data/us_equities/universe_us46.txt --out runs/floor-trap          # ~25 min on 2 cores
 
 Environment B charges about 19x the training costs per unit of turnover (`ENVIRONMENT_B_COSTS`,
@@ -19,17 +19,16 @@ OUT/floor_trap.png.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from alpha_gym.jsonable import json_dumps
 
 ARMS = (("floor-0", 0.0), ("no-floor", None))
 
 
 def run(args) -> dict:
+    """Both arms, each an ordinary training run under args.out (resumed where a checkpoint exists)."""
     from alpha_gym.book.costs import ENVIRONMENT_B_COSTS
     from alpha_gym.env import brief_set, resolve_panel
     from alpha_gym.scoring.config import VerifierConfig
@@ -80,6 +79,7 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
+    """Per step: the share of answers with a non-zero advantage, the KL and the reward of both arms."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     result = run(args)
     out = Path(args.out)
-    (out / "floor_trap.json").write_text(json.dumps(result, indent=1))
+    (out / "floor_trap.json").write_text(json_dumps(result, indent=1))
     text = table(result)
     (out / "floor_trap.md").write_text(text)
     plot(result, out / "floor_trap.png")

@@ -1,0 +1,14 @@
+"""The trainer comparison (`alpha-gym compare`): the reference's ladder over several seeds, one probe and one
+selection rule, with bootstrap intervals against model-free baselines.
+
+Nothing is imported here. The modules, top to bottom:
+
+    ladder      LADDER (the declared table of rungs), the scales and the pseudo-holdout cut
+    stats       the statistics of a comparison: intervals over seeds and briefs, diversity of the answers
+    runner      one rung with one seed: train, answer the probe at each checkpoint, keep the answers
+    evaluated   an `alpha-gym eval` folder's answers as a row of the table
+    report      the table from the kept answers (any seeds, any session), comparison.md and report.json
+    plots       curves.png, holdout_per_checkpoint.png and seeds.png
+    floor_trap  the advantage-floor trap of Environment B (`python -m trainers.compare.floor_trap`)
+    cli         `alpha-gym compare`
+"""

@@ -1,0 +1,170 @@
+r"""Trainer comparison: the reference's ladder over several seeds, one probe and one selection rule.
+
+    alpha-gym compare --scale smoke --out runs/compare-smoke                         # minutes, CI-sized
+    alpha-gym compare --scale cpu --model runs/sft/model \
+        --results benchmarks/results/compare-cpu                                    # ~80 min a seed on 2 cores
+    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu
+    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu --eval runs/eval-NAME
+    alpha-gym compare --scale gpu --model Qwen/Qwen2.5-32B-Instruct                  # reference settings
+
+Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/seed-S/RUNG; a stopped
+run resumes from its checkpoints, and seeds run in different sessions add up: the table is built from
+the answers kept under --results, whichever session wrote them.
+
+Rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
+prompts; DoRA instead of LoRA. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
+every checkpoint answer the probe briefs greedily; score the answers on the TRAIN window (the selection
+rule: best mean train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the last
+252 sessions of the train window, cut off before training: the sealed real holdout is never read).
+
+`--eval DIR` (repeatable) adds a folder written by `alpha-gym eval` as a row: a model behind an
+endpoint on the same probe briefs, pseudo-holdout and baselines, its samples in place of seeds. With
+--report-only and no step-0.jsonl under --results, the table holds the eval rows alone.
+
+Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
+checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, `seeds.png` (each
+seed's shipped score per rung, and train CPCV against pseudo-holdout per run), and one run
+folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for
+`alpha-gym report`. Into --results (small text files meant to be committed): `step-0.jsonl` and
+`seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
+raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `settings.json`;
+`comparison.md` and `seeds.png`. Re-score any of them on another window with
+`alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from alpha_gym.cli_args import add_settings_args, settings_from_args
+from alpha_gym.jsonable import json_dumps
+import trainers.config  # noqa: F401  (registers the [train] table)
+from trainers.compare.ladder import LADDER, SCALES, panels
+from trainers.compare.runner import CompareError
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add `compare` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns)."""
+    p = subparsers.add_parser("compare", help="the trainer comparison: the recipe ladder over seeds, with "
+                                              "intervals against model-free baselines",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_compare_args(p)
+    p.set_defaults(func=cmd_compare)
+    return p
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scale", choices=sorted(SCALES), default="smoke")
+    p.add_argument("--model", help="starting policy: a model folder (e.g. the SFT warm start) or hub id; "
+                                   "default: SmolLM2-135M-Instruct")
+    p.add_argument("--data", help="market data (default: the synthetic market)")
+    p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    p.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")
+    p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
+                                     "default: OUT/results")
+    p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(r[0] for r in LADDER))
+    p.add_argument("--seeds", help="comma-separated training seeds (default: the scale's, cpu: 42,43,44)")
+    p.add_argument("--steps", type=int, help="override the scale's steps per rung")
+    p.add_argument("--report-only", action="store_true",
+                   help="no training: the table from the answers already under --results (any seeds, any session)")
+    p.add_argument("--eval", action="append", default=[], metavar="DIR",
+                   help="also a row for the answers of an `alpha-gym eval --out DIR` folder (repeatable)")
+    p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
+                   help="R3's world model for every rung (default: the settings', 'auto': the model `alpha-gym "
+                        "stress fit` registered for the train panel)")
+    add_settings_args(p)
+
+
+def _scale(args, settings):
+    """The scale with --steps and the settings' [train] keys (every rung's recipe gets them)."""
+    given_train = dict(settings.given.get("train", {}))
+    if "recipe" in given_train:
+        raise CompareError("each rung has its own recipe; give [train] keys without train.recipe")
+    scale = SCALES[args.scale] if args.steps is None else replace(SCALES[args.scale], steps=args.steps)
+    return replace(scale, train={**scale.train, **given_train})
+
+
+def _kept_brief_ids(results: Path) -> list[str] | None:
+    """The probe briefs of the kept step-0 answers (None when there are none)."""
+    from trainers.compare.runner import read_jsonl
+    step0 = results / "step-0.jsonl"
+    return [r["brief_id"] for r in read_jsonl(step0)] if step0.exists() else None
+
+
+def cmd_compare(args) -> int:
+    from alpha_gym.env import brief_set
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.settings import to_dict
+    from alpha_gym.stress.registry import resolve
+    from trainers.compare.plots import write_plots, write_seed_plot
+    from trainers.compare.report import build_report, report_json, write_table
+    from trainers.compare.runner import (answer_rows, claim_out_dir, filtered_briefs, keep_answers, out_settings,
+                                         run_rung, write_jsonl)
+    flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+    settings = settings_from_args(args, flags)
+    scale = _scale(args, settings)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
+    out = Path(args.out)
+    results = Path(args.results) if args.results else out / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
+    train, holdout = panels(args.scale, args.data, args.universe)
+    # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
+    # every rung name the model they use, and a model registered later cannot change a resumed comparison
+    verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
+    claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config)))
+    wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
+    ladder = [r for r in LADDER if r[0] in wanted]
+    probe = list(brief_set("probe"))[: scale.probe]
+    verifier = None
+    runs = []
+    if not args.report_only:
+        verifier = Verifier(train, verifier_config)
+        briefs = list(brief_set("train"))
+        if scale.train_briefs:
+            briefs = briefs[: scale.train_briefs]
+        filtered = briefs
+        if any(p == "filtered" for _, _, p in ladder):
+            filtered = filtered_briefs(args.model, scale, verifier, briefs, out)
+            # the filtered rungs' briefs and pass rates are part of what their answers rest on
+            (results / "filter.json").write_text((out / "filter.json").read_text())
+        for seed in seeds:
+            for name, recipe, prompts in ladder:
+                print(f"=== seed {seed}, rung {name} ({recipe}, {prompts} prompts)", flush=True)
+                r = run_rung(name, recipe, prompts, scale, seed, args.model, verifier, train, holdout, briefs,
+                             filtered, probe, out)
+                runs.append(r)
+                keep_answers(results, r, probe)
+                (out / "comparison.json").write_text(json_dumps({
+                    "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "seeds": seeds,
+                    "train_end": str(train.dates[-1]),
+                    "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
+                    "runs": [{k: v for k, v in x.items() if k != "probe_files"} for x in runs]},
+                    indent=2, default=str))
+        write_jsonl(results / "step-0.jsonl", answer_rows(out / "step-0" / "probe-step-0.json", probe, 0))
+        (results / "settings.json").write_text(json_dumps({
+            "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
+            "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
+            "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
+            "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)}, indent=1))
+        write_plots(runs, out)
+    brief_ids = _kept_brief_ids(results)
+    if brief_ids is None and not args.eval:
+        raise CompareError(f"{results} holds no step-0.jsonl: nothing to report (train first, or give --eval DIR)")
+    evals = []
+    if args.eval:
+        from trainers.compare.evaluated import read_eval
+        verifier = verifier or Verifier(train, verifier_config)
+        evals = [read_eval(d, brief_ids or [b.id for b in probe], verifier) for d in args.eval]
+    report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe])
+    text = write_table(report, args.scale, out)
+    (results / "comparison.md").write_text(text)
+    write_seed_plot(report, results, {results, out})
+    for folder in {results, out}:
+        (folder / "report.json").write_text(json_dumps(report_json(report), indent=1))
+    from alpha_gym.evaluation.report import write_report
+    print(text)
+    print(f"report page: {write_report(out)}")
+    return 0

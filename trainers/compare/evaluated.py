@@ -1,0 +1,53 @@
+"""An `alpha-gym eval` folder's answers as a row of the comparison (issue 30: a model behind an endpoint
+beside the trained rungs, on the same probe briefs, pseudo-holdout and baselines).
+
+The folder's answers.jsonl is already in the comparison's kept format (brief_id, step, answer,
+formula, train_cpcv, train_valid; plus sample). Its samples take the place of seeds (the interval
+resamples them, then briefs). Its answers' validity is re-scored on the comparison's train window, as
+the rungs' were: the eval may have been scored on another window. An item the endpoint never
+answered has no row there; a sample missing a probe brief is refused, never counted as invalid.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from alpha_gym.evaluation.endpoint import EVAL_FORMAT
+from trainers.compare.runner import CompareError, read_jsonl
+
+
+def read_eval(folder, brief_ids, verifier) -> dict:
+    """{"key", "label", "model", "folder", "per_sample": {sample: kept rows in `brief_ids` order}}.
+
+    `verifier` is the comparison's train-window verifier: each row's train_cpcv and train_valid are its.
+    """
+    folder = Path(folder)
+    meta_path, answers_path = folder / "eval.json", folder / "answers.jsonl"
+    if not (meta_path.is_file() and answers_path.is_file()):
+        raise CompareError(f"--eval {folder}: not an `alpha-gym eval` folder (no eval.json and answers.jsonl)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format") != EVAL_FORMAT:
+        raise CompareError(f"--eval {folder}: eval.json is of format {meta.get('format')!r}, not {EVAL_FORMAT!r}")
+    by_sample: dict[int, dict[str, dict]] = {s: {} for s in range(int(meta["samples"]))}
+    for row in read_jsonl(answers_path):
+        by_sample.setdefault(int(row.get("sample", 0)), {})[row["brief_id"]] = row
+    per_sample = {}
+    for s, answered in sorted(by_sample.items()):
+        missing = [b for b in brief_ids if b not in answered]
+        if missing:
+            raise CompareError(f"--eval {folder}: sample {s} has no answer to {len(missing)} of the {len(brief_ids)} "
+                               f"probe briefs (first: {missing[0]}); rerun `alpha-gym eval` into that folder to "
+                               "ask again for failed items, or answer the probe briefs")
+        rows = []
+        for b in brief_ids:
+            r = answered[b]
+            formula = r.get("formula")
+            score = verifier.score_formula(formula) if formula is not None else None
+            cpcv = score.channels["cpcv"] if score is not None and score.valid else None
+            rows.append({"brief_id": b, "step": None, "answer": r["answer"], "formula": formula,
+                         "train_cpcv": cpcv, "train_valid": cpcv is not None})
+        per_sample[s] = rows
+    model = str(meta.get("model"))
+    return {"key": f"eval:{folder.name}", "label": f"eval: {model}", "model": model, "folder": str(folder),
+            "per_sample": per_sample}

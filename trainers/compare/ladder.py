@@ -1,0 +1,69 @@
+"""What a comparison runs: the ladder of rungs, the sizes of each scale, and the pseudo-holdout cut.
+
+LADDER is a declared table: a rung is one row (name, recipe of `trainers.config.RECIPES`, prompts),
+"filtered" prompts being the difficulty filter's briefs. The table and the report follow its order,
+and each rung is compared with the row before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LADDER = (
+    # (rung, recipe, prompts)
+    ("dapo", "dapo", "all"),
+    ("cispo", "cispo", "all"),
+    ("cispo_repo_r", "cispo_repo_r", "all"),
+    ("cispo_repo_r_filtered", "cispo_repo_r", "filtered"),
+    ("cispo_repo_r_dora_filtered", "cispo_repo_r_dora", "filtered"),
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The comparison's own sizes; `train` holds the TrainConfig fields every rung's recipe gets changed."""
+
+    steps: int
+    eval_every: int
+    probe: int                 # probe briefs answered at each checkpoint
+    train_briefs: int          # 0 = all training briefs
+    filter_briefs: int         # briefs the difficulty filter looks at
+    filter_tries: int
+    pseudo_holdout: int        # sessions at the end of the train window held out of training
+    train: dict = field(default_factory=dict)  # TrainConfig fields (sampling settings also used by the filter)
+    seeds: tuple = (42,)       # training seeds per rung (the probe answers are greedy: step 0 needs one)
+
+    def train_config(self, recipe: str, **more):
+        """The recipe with this scale's training fields (and `more`) changed."""
+        from trainers.config import RECIPES
+        return RECIPES[recipe].with_(**{**self.train, **more})
+
+
+SCALES = {
+    "smoke": Scale(steps=2, eval_every=1, probe=2, train_briefs=8, filter_briefs=4, filter_tries=2,
+                   pseudo_holdout=120,
+                   train=dict(prompts_per_step=1, num_generations=2, max_completion_length=16, learning_rate=1e-5)),
+    # sized so the five rungs, the filter and 16 probe evaluations fit in one sitting (81 min on 2 cores)
+    "cpu": Scale(steps=30, eval_every=10, probe=50, train_briefs=0, filter_briefs=48, filter_tries=4,
+                 pseudo_holdout=252, seeds=(42, 43, 44),
+                 # the warm-started 135M model writes valid answers at T=1.0 only 3% of the time (0.7: 36%, 0.5: 58%)
+                 train=dict(prompts_per_step=2, num_generations=8, max_completion_length=64, learning_rate=5e-5,
+                            temperature=0.5)),
+    "gpu": Scale(steps=600, eval_every=100, probe=50, train_briefs=0, filter_briefs=500, filter_tries=8,
+                 pseudo_holdout=252,
+                 train=dict(prompts_per_step=4, num_generations=12, max_completion_length=128, learning_rate=1e-5)),
+}
+
+
+def panels(scale_name: str, data=None, universe=None):
+    """(train panel, pseudo-holdout panel) of a scale: the last `pseudo_holdout` sessions are cut off before
+    training. Without `data`, the synthetic market (a small one for the smoke scale)."""
+    from alpha_gym.env import resolve_panel
+    from alpha_gym.market import synthetic_panel
+    scale = SCALES[scale_name]
+    if data:
+        full = resolve_panel(data=data, universe=universe)
+    else:
+        full = synthetic_panel(n_stocks=20, n_days=800, seed=0) if scale_name == "smoke" else synthetic_panel()
+    cut = full.n_days - scale.pseudo_holdout
+    return full.window(end=full.dates[cut - 1]), full.window(start=full.dates[cut])

@@ -1,0 +1,185 @@
+"""The comparison's table, from the kept answers alone (any seeds, any session).
+
+`build_report` re-scores every rung's shipped answers (and any `alpha-gym eval` folder's, `evaluated`)
+on the pseudo-holdout and puts a bootstrap interval over briefs and seeds on each row, a paired
+difference against the rung before, and the verdict against the model-free baselines;
+`write_table` renders it as comparison.md and `report_json` as report.json (the page,
+`alpha_gym.evaluation.report_comparison`, reads the latter).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainers.compare.runner import CompareError, read_jsonl
+
+
+def rescore(rows, train, holdout):
+    """Per-brief pseudo-holdout scores (NaN: invalid), the valid answers' daily net P&L, the book, and the
+    share of valid answers passing each industry test that ran (docs/alpha_tests.md) and all of them."""
+    import numpy as np
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    report = evaluate_holdout([r["formula"] for r in rows], train, holdout)
+    scores = np.array([a.score if a.valid and a.score is not None else np.nan for a in report.answers])
+    nets = [a.net for a in report.answers if a.valid and a.net is not None]
+    families = len({a.form for a in report.answers if a.valid})
+    from alpha_gym.evaluation.alpha_tests import TESTS
+    tests = [a.alpha_tests for a in report.answers if a.valid and a.alpha_tests]
+    shares = {t: float(np.mean([x[t]["pass"] for x in tests])) if tests and all(x[t]["pass"] is not None
+                                                                            for x in tests) else None
+              for t in TESTS}
+    shares["all"] = float(np.mean([x["passed"] for x in tests])) if tests else None
+    return scores, nets, families, report.book, shares
+
+
+def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, evals=(), brief_ids=()) -> dict:
+    """Every rung over every seed found under `results` (seeds may come from several sessions), then one row
+    per `evaluated.read_eval` result in `evals`, its samples in place of seeds.
+
+    The probe briefs are those of results/step-0.jsonl, or `brief_ids` when there is none (a table of
+    eval folders alone).
+    """
+    import numpy as np
+    from alpha_gym.evaluation.baselines import beats, score_baselines
+    from alpha_gym.evaluation.holdout import HoldoutEvaluator
+    from alpha_gym.evaluation.selection import effective_bets
+    from trainers.compare.stats import mean_pairwise_corr, paired_difference, table_interval, valid_mean
+    step0 = read_jsonl(results / "step-0.jsonl") if (results / "step-0.jsonl").exists() else None
+    briefs = [r["brief_id"] for r in step0] if step0 is not None else list(brief_ids)
+    seeds = sorted(int(p.name.split("-")[1]) for p in results.glob("seed-*") if p.is_dir())
+    rows = {}
+
+    def summarise(label, per_seed):
+        """per_seed: {seed: answer rows in brief order}."""
+        tables, valid, families, corrs, bets, books, tests, extra = [], [], [], [], [], [], [], {}
+        for seed, rs in per_seed.items():
+            if [r["brief_id"] for r in rs] != briefs:
+                raise CompareError(f"{label} seed {seed}: the answers are not for the same probe briefs as step 0")
+            scores, nets, fams, book, shares = rescore(rs, train, holdout)
+            tests.append(shares)
+            tables.append(scores)
+            valid.append(sum(bool(r["train_valid"]) for r in rs))
+            families.append(fams)
+            if len(nets) >= 2:
+                corrs.append(mean_pairwise_corr(np.array(nets)))
+            bets.append(effective_bets(np.array(nets)) if nets else 0.0)
+            books.append(book)
+        table = np.array(tables)
+        lo, hi = table_interval(table, n_boot)
+
+        def avg(xs):
+            xs = [x for x in xs if x is not None and np.isfinite(x)]
+            return float(np.mean(xs)) if xs else None
+        return {"label": label, "seeds": list(per_seed), "table": table, "score": valid_mean(table), "lo": lo,
+                "hi": hi, "valid": avg(valid), "families": avg(families), "mean_abs_corr": avg(corrs),
+                "effective_bets": avg(bets), "book_beta": avg([b.beta for b in books]),
+                "book_market_corr": avg([b.market_correlation for b in books]),
+                "book_max_drawdown": avg([b.max_drawdown for b in books]),
+                "book_down_day": avg([b.down_day_return for b in books]),
+                "book_sharpe": avg([b.sharpe for b in books]),
+                "alpha_tests_pass": {k: avg([s[k] for s in tests]) for k in tests[0]} if tests else {}, **extra}
+
+    if step0 is not None:
+        rows["step-0"] = summarise("step 0", {s: step0 for s in (seeds or [0])})
+    previous = "step-0"
+    for name, _recipe, _prompts in ladder:
+        have = [s for s in seeds if (results / f"seed-{s}" / f"{name}.jsonl").exists()]
+        if not have:
+            continue
+        r = summarise(name, {s: read_jsonl(results / f"seed-{s}" / f"{name}.jsonl") for s in have})
+        sums = [json.loads((results / f"seed-{s}" / f"{name}.json").read_text()) for s in have]
+        r["clipped_share"] = float(np.mean([x["clipped_share"] for x in sums if x["clipped_share"] is not None]
+                                           or [np.nan]))
+        r["selected_steps"] = [x["selected_step"] for x in sums]
+        prev = rows.get(previous, {"seeds": []})
+        common = [i for i, s in enumerate(have) if s in prev["seeds"]]
+        prev_idx = [prev["seeds"].index(have[i]) for i in common]
+        if common:
+            r["vs_previous"] = {"rung": previous, **paired_difference(r["table"][common], prev["table"][prev_idx],
+                                                                      n_boot)}
+        rows[name] = r
+        previous = name
+    for e in evals:  # a model behind an endpoint: no rung before it to pair with
+        if e["key"] in rows:
+            raise CompareError(f"two rows named {e['key']!r}: give eval folders of different names")
+        rows[e["key"]] = {**summarise(e["label"], e["per_sample"]), "kind": "eval", "model": e["model"],
+                          "samples": len(e["per_sample"]), "folder": e["folder"]}
+    # a rung counts as learning only where its interval lies above every model-free baseline
+    baselines = score_baselines(HoldoutEvaluator(train, holdout), n_boot=n_boot)
+    motifs = [b for b in baselines if b["kind"] == "motif"]
+    for r in rows.values():
+        r["above_baselines"] = beats(r["lo"], baselines)
+        r["above_motifs"] = beats(r["lo"], motifs)
+    return {"seeds": seeds, "briefs": len(briefs), "rows": rows, "baselines": baselines}
+
+
+def report_json(report) -> dict:
+    """The report without its score tables, JSON-safe (NaN as null)."""
+    from alpha_gym.jsonable import jsonable
+    return jsonable({"seeds": report["seeds"], "briefs": report["briefs"],
+                     "rows": {k: {kk: vv for kk, vv in v.items() if kk != "table"}
+                              for k, v in report["rows"].items()},
+                     "baselines": report.get("baselines", [])})
+
+
+def _fmt(x, spec):
+    return "n/a" if x is None or x != x else format(x, spec)
+
+
+def write_table(report, scale_name, out: Path) -> str:
+    """comparison.md: each rung's shipped answers over all seeds, against step 0 and the rung before.
+
+    valid = answers the train verifier accepts (parse, evaluate, turnover >= 2%), mean over seeds;
+    pseudo-holdout = mean score of the valid answers on the held-out last year of the train window,
+    with a 95% bootstrap interval resampling briefs and seeds; vs previous = the paired difference;
+    above all baselines / motifs = the interval's lower end lies above the best model-free baseline's
+    score (all of `alpha_gym.evaluation.baselines`, or its one-motif formulas only).
+    """
+    from alpha_gym.evaluation.baselines import best_baseline
+    seeds = report["seeds"]
+    baselines = report.get("baselines", [])
+    best = best_baseline(baselines)
+    lines = [f"Trainer comparison, scale `{scale_name}`, seeds {', '.join(map(str, seeds)) or 'none'}, "
+             f"{report['briefs']} probe briefs (pseudo-holdout: the last year of the train window).", "",
+             "| rung | seeds | valid | pseudo-holdout [95% CI] | vs previous rung [95% CI] | above all baselines | "
+             "above motifs | "
+             "families | eff. bets | mean abs corr | clipped/capped | book Sharpe | beta | mkt corr | max DD | "
+             "down days |",
+             "|---|---:|---:|---|---|:-:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    verdict = {True: "yes", False: "no", None: "n/a"}
+    for name, r in report["rows"].items():
+        vs = r.get("vs_previous")
+        vs_text = "" if not vs else (f"{vs['diff']:+.2f} [{vs['lo']:+.2f}, {vs['hi']:+.2f}]"
+                                     + (" *" if vs["outside_noise"] else ""))
+        lines.append(f"| {r['label']} | {len(r['seeds']) if name != 'step-0' else '-'} | {_fmt(r['valid'], '.1f')} | "
+                     f"{_fmt(r['score'], '+.2f')} [{_fmt(r['lo'], '+.2f')}, {_fmt(r['hi'], '+.2f')}] | {vs_text} | "
+                     f"{verdict[r.get('above_baselines')]} | {verdict[r.get('above_motifs')]} | "
+                     f"{_fmt(r['families'], '.1f')} | {_fmt(r['effective_bets'], '.1f')} | "
+                     f"{_fmt(r['mean_abs_corr'], '.2f')} | {_fmt(r.get('clipped_share'), '.3f')} | "
+                     f"{_fmt(r['book_sharpe'], '+.2f')} | {_fmt(r['book_beta'], '+.2f')} | "
+                     f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
+                     f"{_fmt(r['book_down_day'], '+.2%')} |")
+    lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
+    if any(r.get("kind") == "eval" for r in report["rows"].values()):
+        lines += ["", "`eval` rows: a model behind an endpoint (an `alpha-gym eval` folder), its samples in place of "
+                      "seeds, its answers' validity re-scored on this train window; no rung before it to pair with."]
+    if best is not None:
+        lines += ["", f"Baselines on the same pseudo-holdout and costs (no model). Best: {best['name']} "
+                      f"({best['score']:+.2f}); a rung is above them when its interval's lower end is higher. The reference's "
+                      "formulas were chosen on data through 2025-08, which may include this window: a high bar, "
+                      "not an ex-ante one; the motifs are ex-ante.",
+                  "", "| baseline | formulas (valid) | score [95% CI] | families | turnover/day (median) | book Sharpe | beta | "
+                  "max DD |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        for b in baselines:
+            what = f"`{b['formulas'][0]}`" if b["n"] == 1 else f"{b['n_valid']} of {b['n']}"
+            ci = f" [{_fmt(b['lo'], '+.2f')}, {_fmt(b['hi'], '+.2f')}]" if b["lo"] is not None else ""
+            bk = b["book"]
+            lines.append(f"| {b['name']} | {what} | {_fmt(b['score'], '+.2f')}{ci} | {b['n_families']} | "
+                         f"{_fmt(b.get('median_turnover'), '.0%')} | "
+                         f"{_fmt(bk['sharpe'], '+.2f')} | {_fmt(bk['beta'], '+.2f')} | {_fmt(bk['max_drawdown'], '.1%')} |")
+    text = "\n".join(lines) + "\n"
+    (out / "comparison.md").write_text(text)
+    return text
+
+

@@ -1,0 +1,192 @@
+"""One rung with one seed: train, answer the probe at every checkpoint, keep the shipped answers.
+
+A stopped comparison resumes from what its --out folder holds: each rung's checkpoints, each
+checkpoint's probe answers (`probe-step-N.json`) and the difficulty filter's pass rates
+(`filter.json`); `claim_out_dir` refuses a folder made with other settings, so two experiments are
+never blended. The kept answers (`keep_answers`) are small text files meant to be committed: the
+table is rebuilt from them alone (`report.build_report`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
+
+
+class CompareError(InputError):
+    """A comparison that cannot run as asked: a folder made with other settings, answers for other briefs."""
+
+
+def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run_dir):
+    """Greedy probe answers of one checkpoint: train-window CPCV per answer, then the pseudo-holdout summary.
+
+    Written to `run_dir/probe-step-{step}.json` and read back from there on a rerun, so an interrupted
+    comparison resumes without answering the probe again.
+    """
+    cached = run_dir / f"probe-step-{step}.json"
+    if cached.exists():
+        d = json.loads(cached.read_text())
+        return d["train_cpcv"], d["summary"]
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    from alpha_gym.language.answer import formula_or_none
+    from trainers.answers import generate_answers, load_for_inference
+    model, tokenizer = load_for_inference(model_path)
+    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+                                              max_new_tokens=scale.train_config("dapo").max_completion_length)]
+    del model
+    formulas = [formula_or_none(a) for a in answers]
+    train_cpcv = []
+    for f in formulas:
+        s = verifier.score_formula(f) if f is not None else None
+        train_cpcv.append(s.channels["cpcv"] if s is not None and s.valid else None)
+    report = evaluate_holdout(formulas, train, holdout, train_verifier=verifier, label=run_dir.name, step=step)
+    report.save(run_dir, name=f"holdout-step-{step}.json")
+    summary = {**report.summary(), "book_return": report.book.total_return, "book_sharpe": report.book.sharpe}
+    tmp = cached.with_name(cached.name + ".tmp")
+    tmp.write_text(json_dumps({"step": step, "model": str(model_path), "answers": answers, "formulas": formulas,
+                               "train_cpcv": train_cpcv, "summary": summary}, indent=1))
+    tmp.replace(cached)
+    return train_cpcv, summary
+
+
+def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, holdout, briefs, filtered,
+             probe, out: Path) -> dict:
+    """Train one rung with one seed in out/seed-{seed}/{name}; answer the probe at every checkpoint."""
+    from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
+    from trainers.loop import latest_checkpoint, read_log, train as train_policy
+    config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
+    run_dir = out / f"seed-{seed}" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rung_briefs = filtered if prompts == "filtered" else briefs
+    # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists (a
+    # run stopped before its first checkpoint starts again: its log lines are dropped, not resumed)
+    train_policy(config, verifier.fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
+                 resume=latest_checkpoint(run_dir) is not None, progress=True)
+    checkpoints = {0: start_model}
+    for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
+        checkpoints[step] = str(run_dir / f"checkpoint-{step}")
+    checkpoints[scale.steps] = str(run_dir / f"checkpoint-{scale.steps}")
+    records, reports, answers = [], {}, {}
+    for step, path in sorted(checkpoints.items()):
+        # step 0 is the same start model for every rung and seed (greedy): answer the probe once
+        where = out / "step-0" if step == 0 else run_dir
+        cpcvs, summary = probe_records(path, verifier, train, holdout, probe, scale, step, where)
+        records.append(TrainRecord(step, tuple(cpcvs)))
+        reports[step] = summary
+        answers[step] = where / f"probe-step-{step}.json"
+    choice = select_checkpoint(records)  # train CPCV only; the holdout below is reported, never consulted
+
+    def row(step):
+        s, rec = reports[step], next(r for r in records if r.step == step)
+        return {"step": step, "train_cpcv": rec.mean_train_cpcv, "train_valid": len(rec.valid_values),
+                "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
+                "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"]}
+    log = read_log(run_dir)
+    # the steps' own times, so a rung resumed across processes (or already finished) reports its whole training
+    train_s = sum(x.get("seconds/total") or 0.0 for x in log)
+    return {"rung": name, "recipe": recipe, "prompts": prompts, "seed": seed, "n_prompts": len(rung_briefs),
+            "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
+            "checkpoints": [row(s) for s in sorted(reports)], "log": log, "probe_files": {
+                k: str(v) for k, v in answers.items()}}
+
+
+def filtered_briefs(model, scale, verifier, briefs, out: Path):
+    """The difficulty filter's briefs (pass rates cached in out/filter.json, reused on a rerun)."""
+    from trainers.difficulty import BriefPassRate, filter_briefs, pass_rates
+    pool = briefs[: scale.filter_briefs]
+    cached = out / "filter.json"
+    if cached.exists():  # a rerun reuses the pass rates rather than sampling the pool again
+        rates = [BriefPassRate(**{k: v for k, v in r.items() if k != "pass_rate"})
+                 for r in json.loads(cached.read_text())["rates"]]
+    else:
+        from trainers.answers import load_for_inference
+        sampling = scale.train_config("dapo")  # every rung samples with the scale's settings
+        policy, tokenizer = load_for_inference(model)
+        rates = pass_rates(policy, tokenizer, verifier, pool, tries=scale.filter_tries,
+                           max_new_tokens=sampling.max_completion_length, temperature=sampling.temperature,
+                           seed=scale.seeds[0])
+        del policy
+    filtered = filter_briefs(pool, rates) or pool  # nothing in the band: keep the pool, and say so
+    cached.write_text(json_dumps({"pool": len(pool), "kept": len(filtered),
+                                  "fell_back_to_pool": not filter_briefs(pool, rates),
+                                  "rates": [r.to_dict() for r in rates]}, indent=2))
+    print(f"difficulty filter: kept {len(filtered)} of {len(pool)} briefs", flush=True)
+    return filtered
+
+
+# ------------------------------------------------------------------------------ answers kept
+def answer_rows(probe_file: Path, probe_briefs, step: int) -> list[dict]:
+    """The probe answers of one checkpoint as JSONL rows: brief id, raw answer, formula, train-window score."""
+    d = json.loads(Path(probe_file).read_text())
+    return [{"brief_id": b.id, "step": step, "answer": a, "formula": f, "train_cpcv": c, "train_valid": c is not None}
+            for b, a, f, c in zip(probe_briefs, d["answers"], d["formulas"], d["train_cpcv"])]
+
+
+def write_jsonl(path: Path, rows) -> None:
+    """One JSON object a line, written whole (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json_dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def keep_answers(results: Path, result: dict, probe_briefs) -> None:
+    """results/seed-S/RUNG.jsonl (the shipped checkpoint's probe answers) and RUNG.json (its numbers)."""
+    seed, name, step = result["seed"], result["rung"], result["selected_step"]
+    write_jsonl(results / f"seed-{seed}" / f"{name}.jsonl",
+                answer_rows(Path(result["probe_files"][step]), probe_briefs, step))
+    log = result["log"]
+
+    def mean(key):
+        vals = [x[key] for x in log if x.get(key) is not None]
+        return round(float(sum(vals) / len(vals)), 6) if vals else None
+    summary = {k: result[k] for k in ("rung", "recipe", "prompts", "seed", "n_prompts", "train_seconds",
+                                      "selected_step", "checkpoints")}
+    summary.update(config=result["config"], clipped_share=mean("clipped_share"), ratio_mean=mean("ratio_mean"),
+                   valid_share=mean("valid_share"), nonzero_adv_share=mean("nonzero_adv_share"),
+                   kl_last=log[-1].get("kl") if log else None, steps=len(log))
+    (results / f"seed-{seed}" / f"{name}.json").write_text(json_dumps(summary, indent=1))
+
+
+def with_added_defaults(before: dict, now: dict) -> dict:
+    """The stamp `before` with each verifier setting it lacks taken from `now` where `now` holds the default:
+    a setting added to the code since (at its default, the behaviour before it existed) is no difference."""
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.settings import to_dict
+    defaults = json.loads(json_dumps(to_dict(VerifierConfig())))
+    missing = {k: v for k, v in now.get("verifier", {}).items()
+               if k not in before.get("verifier", {}) and v == defaults.get(k)}
+    return {**before, "verifier": {**before["verifier"], **missing}} if missing and "verifier" in before else before
+
+
+def claim_out_dir(out: Path, settings: dict) -> None:
+    """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
+
+    A rerun reuses checkpoints, probe records and filter rates from `out`, so mixing settings there
+    would silently blend two experiments. `--rungs` and `--seeds` may differ between runs: each rung
+    and seed has its own folder.
+    """
+    stamp = out / "settings.json"
+    now = json.loads(json_dumps(settings))
+    if stamp.exists():
+        before = with_added_defaults(json.loads(stamp.read_text()), now)
+        if before != now:
+            changed = sorted(k for k in now if before.get(k) != now[k])
+            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "
+                               "pass another --out or delete the folder")
+    else:
+        stamp.write_text(json_dumps(settings, indent=2))
+
+
+def out_settings(args, scale, verifier_settings: dict) -> dict:
+    """What a comparison's --out folder depends on (the stamp `claim_out_dir` writes and checks)."""
+    return {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
+            "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
