@@ -12,7 +12,10 @@ run resumes from its checkpoints, and seeds run in different sessions add up: th
 the answers kept under --results, whichever session wrote them.
 
 Rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
-prompts; DoRA instead of LoRA. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
+prompts; DoRA instead of LoRA; CISPO + REPO-R trained against the diversity gate (verifier
+self_corr_gate 0.7). Controls (CONTROLS): `best_of_n` (the start model's best of k samples per probe brief)
+and `search` (model-free evolutionary search), each spending a rung's verifier calls (steps x
+prompts_per_step x num_generations) and no weight update; every rung is paired against each. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
 every checkpoint answer the probe briefs greedily; score the answers on the TRAIN window (the selection
 rule: best mean train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the last
 252 sessions of the train window, cut off before training: the sealed real holdout is never read).
@@ -27,7 +30,9 @@ seed's shipped score per rung, and train CPCV against pseudo-holdout per run), a
 folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for
 `alpha-gym report`. Into --results (small text files meant to be committed): `step-0.jsonl` and
 `seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
-raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `settings.json`;
+raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `seed-S/RUNG.archive.jsonl`
+and `RUNG.book.json`, the formulas its archive admitted and the correlation-capped book chosen from them
+on the train window (the run's own book); `settings.json`;
 `comparison.md` and `seeds.png`. Re-score any of them on another window with
 `alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
@@ -35,13 +40,14 @@ raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers;
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
 import trainers.config  # noqa: F401  (registers the [train] table)
-from trainers.compare.ladder import LADDER, SCALES, panels
+from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES, VERIFIER_CHANGES, panels
 from trainers.compare.runner import CompareError
 
 
@@ -64,7 +70,8 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")
     p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
                                      "default: OUT/results")
-    p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(r[0] for r in LADDER))
+    p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join([r[0] for r in LADDER] + list(
+        CONTROL_NAMES)) + " (the last two are the controls: no training, the same verifier calls)")
     p.add_argument("--seeds", help="comma-separated training seeds (default: the scale's, cpu: 42,43,44)")
     p.add_argument("--steps", type=int, help="override the scale's steps per rung")
     p.add_argument("--report-only", action="store_true",
@@ -100,8 +107,10 @@ def cmd_compare(args) -> int:
     from alpha_gym.stress.registry import resolve
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
-    from trainers.compare.runner import (answer_rows, claim_out_dir, filtered_briefs, keep_answers, out_settings,
-                                         run_rung, write_jsonl)
+    from alpha_gym.search.rung import run_search_rung, scale_budget
+    from trainers.best_of_n import run_best_of_n_rung
+    from trainers.compare.runner import (answer_rows, claim_out_dir, filtered_briefs, keep_answers, keep_run_book,
+                                         out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
@@ -115,8 +124,13 @@ def cmd_compare(args) -> int:
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
     claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config)))
-    wanted = set(args.rungs.split(",")) if args.rungs else {r[0] for r in LADDER}
+    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
+    wanted = set(args.rungs.split(",")) if args.rungs else set(known)
+    if wanted - set(known):
+        raise CompareError(f"unknown rungs {', '.join(sorted(wanted - set(known)))}; the ladder has "
+                           f"{', '.join(known)}")
     ladder = [r for r in LADDER if r[0] in wanted]
+    controls = [c for c in CONTROL_NAMES if c in wanted]
     probe = list(brief_set("probe"))[: scale.probe]
     verifier = None
     runs = []
@@ -130,20 +144,44 @@ def cmd_compare(args) -> int:
             filtered = filtered_briefs(args.model, scale, verifier, briefs, out)
             # the filtered rungs' briefs and pass rates are part of what their answers rest on
             (results / "filter.json").write_text((out / "filter.json").read_text())
+        # step 0 first: every rung starts from it and the search control is seeded with its answers; controls
+        # added to a kept comparison take its kept step-0 answers (the table's step-0 row) rather than
+        # answering the probe again
+        step0_file = out / "step-0" / "probe-step-0.json"
+        kept_step0 = results / "step-0.jsonl"
+        if ladder or step0_file.exists() or not kept_step0.exists():
+            probe_records(args.model, verifier, train, holdout, probe, scale, 0, out / "step-0")
+            step0_formulas = json.loads(step0_file.read_text())["formulas"]
+        else:
+            rows0 = read_jsonl(kept_step0)
+            if [r["brief_id"] for r in rows0] != [b.id for b in probe]:
+                raise CompareError(f"{kept_step0} answers other probe briefs than this scale's")
+            step0_formulas = [r["formula"] for r in rows0]
+        gated = {name: Verifier(train, verifier_config.with_(**changes)) for name, changes in VERIFIER_CHANGES.items()
+                 if name in wanted}
         for seed in seeds:
             for name, recipe, prompts in ladder:
                 print(f"=== seed {seed}, rung {name} ({recipe}, {prompts} prompts)", flush=True)
                 r = run_rung(name, recipe, prompts, scale, seed, args.model, verifier, train, holdout, briefs,
-                             filtered, probe, out)
+                             filtered, probe, out, train_verifier=gated.get(name))
                 runs.append(r)
                 keep_answers(results, r, probe)
+                keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
                 (out / "comparison.json").write_text(json_dumps({
                     "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "seeds": seeds,
                     "train_end": str(train.dates[-1]),
                     "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
                     "runs": [{k: v for k, v in x.items() if k != "probe_files"} for x in runs]},
                     indent=2, default=str))
-        write_jsonl(results / "step-0.jsonl", answer_rows(out / "step-0" / "probe-step-0.json", probe, 0))
+            for name in controls:
+                print(f"=== seed {seed}, control {name} ({scale_budget(scale)} verifier calls)", flush=True)
+                if name == "search":
+                    run_search_rung(scale, seed, verifier, train, holdout, probe, step0_formulas, results, out=out)
+                else:
+                    run_best_of_n_rung(scale, seed, args.model, verifier, train, holdout, probe, results, out=out)
+                keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
+        if step0_file.exists():
+            write_jsonl(kept_step0, answer_rows(step0_file, probe, 0))
         (results / "settings.json").write_text(json_dumps({
             "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
             "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
@@ -158,7 +196,8 @@ def cmd_compare(args) -> int:
         from trainers.compare.evaluated import read_eval
         verifier = verifier or Verifier(train, verifier_config)
         evals = [read_eval(d, brief_ids or [b.id for b in probe], verifier) for d in args.eval]
-    report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe])
+    report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe],
+                          controls=controls)
     text = write_table(report, args.scale, out)
     (results / "comparison.md").write_text(text)
     write_seed_plot(report, results, {results, out})

@@ -1,8 +1,9 @@
 """What a comparison runs: the ladder of rungs, the sizes of each scale, and the pseudo-holdout cut.
 
 LADDER is a declared table: a rung is one row (name, recipe of `trainers.config.RECIPES`, prompts),
-"filtered" prompts being the difficulty filter's briefs. The table and the report follow its order,
-and each rung is compared with the row before it.
+"filtered" prompts being the difficulty filter's briefs; VERIFIER_CHANGES names the rungs trained
+against other verifier settings. The table and the report follow its order, and each rung is compared
+with the row before it and with each of the CONTROLS (no training, the same verifier calls).
 """
 
 from __future__ import annotations
@@ -16,7 +17,27 @@ LADDER = (
     ("cispo_repo_r", "cispo_repo_r", "all"),
     ("cispo_repo_r_filtered", "cispo_repo_r", "filtered"),
     ("cispo_repo_r_dora_filtered", "cispo_repo_r_dora", "filtered"),
+    ("cispo_repo_r_gate", "cispo_repo_r", "all"),
 )
+
+#: Rungs that train against a verifier with settings changed (the probe answers are still scored on the
+#: comparison's own train verifier: R1, the selection rule, does not read these settings).
+#: The gate: WorldQuant BRAIN's rule, |P&L corr| >= 0.7 with an archived alpha refused unless 10% better.
+VERIFIER_CHANGES = {"cispo_repo_r_gate": {"self_corr_gate": 0.7, "self_corr_margin": 0.10}}
+
+#: The rung a row is paired with when it is not the row before it: the gated rung against the rung it gates.
+PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r"}
+
+#: Controls: what the same verifier finds with the same number of verifier calls as a rung's training
+#: (steps x prompts_per_step x num_generations) and no weight updated. They keep the same files as a
+#: rung, so the table, its intervals and `alpha-gym holdout-formulas` treat them alike; every RL rung is
+#: paired against each of them. (name, what it is)
+CONTROLS = (
+    ("best_of_n", "the start model's best of k samples per probe brief by train reward (trainers/best_of_n.py)"),
+    ("search", "model-free evolutionary search over formula trees, seeded with Alpha101 and step 0 "
+               "(alpha_gym/search/)"),
+)
+CONTROL_NAMES = tuple(name for name, _ in CONTROLS)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainers.compare.ladder import PAIRED_WITH
 from trainers.compare.runner import CompareError, read_jsonl
 
 
@@ -33,8 +34,32 @@ def rescore(rows, train, holdout):
     return scores, nets, families, report.book, shares
 
 
-def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, evals=(), brief_ids=()) -> dict:
-    """Every rung over every seed found under `results` (seeds may come from several sessions), then one row
+def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | None:
+    """Each seed's own book (results/seed-S/NAME.book.json, `runner.keep_run_book`) re-scored on the
+    pseudo-holdout: members, effective bets (train window) and the members' mean pseudo-holdout score,
+    averaged over the seeds that kept one (None when none did)."""
+    import numpy as np
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    books = [json.loads(p.read_text()) for s in seeds if (p := results / f"seed-{s}" / f"{name}.book.json").exists()]
+    if not books:
+        return None
+    scores = []
+    for b in books:
+        rep = evaluate_holdout(b["members"], train, holdout) if b["members"] else None
+        vals = [a.score for a in rep.answers if a.valid and a.score is not None] if rep is not None else []
+        scores.append(float(np.mean(vals)) if vals else float("nan"))
+    finite = [x for x in scores if np.isfinite(x)]
+    bets = [b["effective_bets"] for b in books if b["effective_bets"] is not None]
+    return {"seeds": len(books), "admitted": float(np.mean([b["n_admitted"] for b in books])),
+            "members": float(np.mean([b["n_members"] for b in books])),
+            "effective_bets": float(np.mean(bets)) if bets else None,
+            "score": float(np.mean(finite)) if finite else None, "per_seed_score": scores}
+
+
+def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, evals=(), brief_ids=(),
+                 controls=()) -> dict:
+    """Every rung over every seed found under `results` (seeds may come from several sessions), then the
+    `controls` (no training, the same verifier calls: each rung is paired against each of them), then one row
     per `evaluated.read_eval` result in `evals`, its samples in place of seeds.
 
     The probe briefs are those of results/step-0.jsonl, or `brief_ids` when there is none (a table of
@@ -82,8 +107,19 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
 
     if step0 is not None:
         rows["step-0"] = summarise("step 0", {s: step0 for s in (seeds or [0])})
+    def paired(r, other):
+        """The paired difference of row r over row `other` on their common seeds (None without any)."""
+        o = rows.get(other, {"seeds": []})
+        common = [i for i, s in enumerate(r["seeds"]) if s in o["seeds"]]
+        if not common:
+            return None
+        idx = [o["seeds"].index(r["seeds"][i]) for i in common]
+        return {"rung": other, "seeds": len(common), **paired_difference(r["table"][common], o["table"][idx],
+                                                                           n_boot)}
+
     previous = "step-0"
-    for name, _recipe, _prompts in ladder:
+    rungs = [(name, "rung") for name, _recipe, _prompts in ladder] + [(name, "control") for name in controls]
+    for name, kind in rungs:
         have = [s for s in seeds if (results / f"seed-{s}" / f"{name}.jsonl").exists()]
         if not have:
             continue
@@ -92,14 +128,22 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         r["clipped_share"] = float(np.mean([x["clipped_share"] for x in sums if x["clipped_share"] is not None]
                                            or [np.nan]))
         r["selected_steps"] = [x["selected_step"] for x in sums]
-        prev = rows.get(previous, {"seeds": []})
-        common = [i for i, s in enumerate(have) if s in prev["seeds"]]
-        prev_idx = [prev["seeds"].index(have[i]) for i in common]
-        if common:
-            r["vs_previous"] = {"rung": previous, **paired_difference(r["table"][common], prev["table"][prev_idx],
-                                                                      n_boot)}
+        if kind == "control":
+            r["kind"] = "control"
+        else:
+            vs = paired(r, PAIRED_WITH.get(name, previous))
+            if vs is not None:
+                r["vs_previous"] = vs
+            previous = name
+        book = run_book_summary(results, name, have, train, holdout)
+        if book is not None:
+            r["run_book"] = book
         rows[name] = r
-        previous = name
+    for name, kind in rungs:  # every rung against every control, on their common seeds
+        if kind == "rung" and name in rows:
+            vs = {c: paired(rows[name], c) for c in controls if c in rows}
+            if any(v is not None for v in vs.values()):
+                rows[name]["vs_controls"] = {c: v for c, v in vs.items() if v is not None}
     for e in evals:  # a model behind an endpoint: no rung before it to pair with
         if e["key"] in rows:
             raise CompareError(f"two rows named {e['key']!r}: give eval folders of different names")
@@ -161,6 +205,42 @@ def write_table(report, scale_name, out: Path) -> str:
                      f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
                      f"{_fmt(r['book_down_day'], '+.2%')} |")
     lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
+    paired_with = {r["vs_previous"]["rung"] for n, r in report["rows"].items() if n in PAIRED_WITH and
+                   r.get("vs_previous")}
+    if paired_with:
+        lines += ["", "Paired with the rung it changes rather than the row before: "
+                  + ", ".join(f"{n} with {PAIRED_WITH[n]}" for n in report["rows"] if n in PAIRED_WITH) + "."]
+    controls = [n for n, r in report["rows"].items() if r.get("kind") == "control"]
+    if controls and any(r.get("vs_controls") for r in report["rows"].values()):
+        lines += ["", "Controls: no weight updated, the same verifier calls as a rung's training (`best_of_n`: the "
+                      "start model's best of k samples per probe brief by train reward; `search`: model-free "
+                      "evolutionary search over formula trees). Each rung minus each control, paired over briefs "
+                      "and seeds [95% CI]; `*`: the interval excludes 0.", "",
+                  "| rung | " + " | ".join(f"minus {c}" for c in controls) + " |",
+                  "|---|" + "---|" * len(controls)]
+        for name, r in report["rows"].items():
+            vs = r.get("vs_controls")
+            if not vs:
+                continue
+            cells = []
+            for c in controls:
+                v = vs.get(c)
+                cells.append("" if v is None else f"{v['diff']:+.2f} [{v['lo']:+.2f}, {v['hi']:+.2f}]"
+                             + (" *" if v["outside_noise"] else ""))
+            lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
+    booked = [(n, r) for n, r in report["rows"].items() if r.get("run_book")]
+    if booked:
+        lines += ["", "Each run's own book: the formulas its archive admitted during the run, and the "
+                      "correlation-capped book chosen from them on the train window (|corr| < 0.5, turnover >= 2%, "
+                      "best train CPCV first), its members scored on the pseudo-holdout; beside the probe answers' "
+                      "effective bets. Means over the seeds that kept one.", "",
+                  "| rung | seeds | admitted | book members | book eff. bets | book pseudo-holdout | "
+                  "probe answers' eff. bets | probe pseudo-holdout |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, r in booked:
+            b = r["run_book"]
+            lines.append(f"| {r['label']} | {b['seeds']} | {_fmt(b['admitted'], '.1f')} | {_fmt(b['members'], '.1f')} | "
+                         f"{_fmt(b['effective_bets'], '.1f')} | {_fmt(b['score'], '+.2f')} | "
+                         f"{_fmt(r['effective_bets'], '.1f')} | {_fmt(r['score'], '+.2f')} |")
     if any(r.get("kind") == "eval" for r in report["rows"].values()):
         lines += ["", "`eval` rows: a model behind an endpoint (an `alpha-gym eval` folder), its samples in place of "
                       "seeds, its answers' validity re-scored on this train window; no rung before it to pair with."]

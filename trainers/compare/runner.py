@@ -54,8 +54,11 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
 
 
 def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, holdout, briefs, filtered,
-             probe, out: Path) -> dict:
-    """Train one rung with one seed in out/seed-{seed}/{name}; answer the probe at every checkpoint."""
+             probe, out: Path, train_verifier=None) -> dict:
+    """Train one rung with one seed in out/seed-{seed}/{name}; answer the probe at every checkpoint.
+
+    The policy trains against a fork of `train_verifier` (default: `verifier`, the comparison's); the probe
+    answers are scored with `verifier`, the same for every rung."""
     from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
     from trainers.loop import latest_checkpoint, read_log, train as train_policy
     config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
@@ -64,7 +67,7 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     rung_briefs = filtered if prompts == "filtered" else briefs
     # each rung grows its own novelty archive from the seeded one; resume wherever a checkpoint exists (a
     # run stopped before its first checkpoint starts again: its log lines are dropped, not resumed)
-    train_policy(config, verifier.fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
+    train_policy(config, (train_verifier or verifier).fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
                  resume=latest_checkpoint(run_dir) is not None, progress=True)
     checkpoints = {0: start_model}
     for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
@@ -190,3 +193,33 @@ def out_settings(args, scale, verifier_settings: dict) -> dict:
     """What a comparison's --out folder depends on (the stamp `claim_out_dir` writes and checks)."""
     return {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
             "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
+
+
+# ------------------------------------------------------------------------------ the run's own book
+def keep_run_book(results: Path, seed: int, name: str, run_dir: Path, verifier) -> dict | None:
+    """results/seed-S/NAME.archive.jsonl (the formulas the run's archive admitted: formula, step, train CPCV,
+    turnover) and NAME.book.json (the correlation-capped book chosen from them on the train window, seed
+    section 8: |corr| < 0.5, turnover >= 2%). A training run writes its archive.jsonl as it goes
+    (`trainers.run_book`); a control's grown archive (archive.npz) is written out here, its entries unattributed
+    to a step. None for a folder that is neither."""
+    from trainers.run_book import ARCHIVE_LOG, append_admitted, build_run_book
+    run_dir = Path(run_dir)
+    log = run_dir / ARCHIVE_LOG
+    if not log.exists():
+        if (run_dir / "archive.npz").exists():  # a control: its grown archive, written out once
+            grown = verifier.fork()
+            grown.load_archive(run_dir / "archive.npz")
+            append_admitted(log, grown.archive, 0)
+        elif not (run_dir / "log.jsonl").exists():
+            return None
+        if not log.exists():  # nothing admitted: an empty book, kept as such
+            log.write_text("", encoding="utf-8")
+    folder = Path(results) / f"seed-{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.archive.jsonl").write_text(log.read_text(encoding="utf-8"), encoding="utf-8")
+    # the comparison's verifier arrives with the seeds only, so an entry without a step was admitted during
+    # this run (a control's, or a run resumed from before it kept the file): it counts
+    book = build_run_book(log, verifier, include_unattributed=True)
+    d = {"rung": name, "seed": int(seed), **book.to_dict()}
+    (folder / f"{name}.book.json").write_text(json_dumps(d, indent=1))
+    return d
