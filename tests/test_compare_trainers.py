@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from alpha_gym.cli import main
+from alpha_gym.jsonable import json_dumps
 from trainers.compare import floor_trap, runner, stats as st
 from trainers.compare.ladder import LADDER
 
@@ -293,3 +294,61 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--results", str(results),
                  "--eval", str(results)]) == 2
     assert "not an `alpha-gym eval` folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ controls and run books
+def _kept_step0(results, formulas):
+    """A kept step-0.jsonl for the smoke scale's probe briefs (the table's step-0 row)."""
+    from alpha_gym.env import brief_set
+    from trainers.compare.ladder import SCALES
+    from trainers.compare.runner import write_jsonl
+    probe = list(brief_set("probe"))[: SCALES["smoke"].probe]
+    write_jsonl(results / "step-0.jsonl", [
+        {"brief_id": b.id, "step": 0, "answer": f"<alpha>{f}</alpha>", "formula": f, "train_cpcv": 0.0,
+         "train_valid": True} for b, f in zip(probe, formulas)])
+    return probe
+
+
+def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_against_it(tmp_path, capsys):
+    """A control added to a kept comparison: seeded from the kept step-0 answers (no model loaded), it keeps
+    a rung's files and its run book; a rung with the very same answers is paired against it at exactly 0."""
+    results, out = tmp_path / "results", tmp_path / "out"
+    _kept_step0(results, ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"])
+    assert main(["compare", "--scale", "smoke", "--steps", "20", "--rungs", "search", "--out", str(out),
+                 "--results", str(results)]) == 0
+    kept = results / "seed-42"
+    rows = [json.loads(x) for x in (kept / "search.jsonl").read_text().splitlines()]
+    numbers = json.loads((kept / "search.json").read_text())
+    assert len(rows) == 2 and numbers["verifier_calls"] <= numbers["budget"] == 20 * 1 * 2
+    book = json.loads((kept / "search.book.json").read_text())
+    admitted = [json.loads(x) for x in (kept / "search.archive.jsonl").read_text().splitlines()]
+    assert book["n_admitted"] == len(admitted) and book["n_members"] <= max(1, len(admitted))
+    assert set(book["members"]) <= {a["formula"] for a in admitted}
+    assert not (out / "step-0").exists()  # the kept step 0 seeded the search: the probe was not answered again
+    # a rung whose answers are the control's: every paired difference is exactly 0
+    (kept / "cispo.jsonl").write_text((kept / "search.jsonl").read_text())
+    (kept / "cispo.json").write_text(json_dumps({**numbers, "rung": "cispo", "clipped_share": 0.0}))
+    assert main(["compare", "--scale", "smoke", "--steps", "20", "--out", str(out), "--results", str(results),
+                 "--report-only"]) == 0
+    report = json.loads((results / "report.json").read_text())
+    assert report["rows"]["search"]["kind"] == "control" and "vs_previous" not in report["rows"]["search"]
+    vs = report["rows"]["cispo"]["vs_controls"]["search"]
+    assert vs["diff"] == 0.0 and vs["lo"] <= 0.0 <= vs["hi"] and not vs["outside_noise"]
+    table = (results / "comparison.md").read_text()
+    assert "| cispo | minus search |" not in table and "| rung | minus search |" in table
+    assert "Each run's own book" in table and "| search | 1 |" in table
+
+
+def test_unknown_rungs_are_refused_before_anything_runs(tmp_path, capsys):
+    assert main(["compare", "--scale", "smoke", "--rungs", "cispo,serach", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown rungs serach" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "seed-42").exists()
+
+
+def test_the_gated_rung_trains_against_the_gate():
+    from alpha_gym.scoring.config import VerifierConfig
+    from trainers.compare.ladder import PAIRED_WITH, VERIFIER_CHANGES
+    names = [r[0] for r in LADDER]
+    for rung, changes in VERIFIER_CHANGES.items():
+        assert rung in names and VerifierConfig().with_(**changes).self_corr_gate == 0.7
+    assert all(a in names and b in names for a, b in PAIRED_WITH.items())
