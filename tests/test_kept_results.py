@@ -16,7 +16,7 @@ from conftest import REAL_DATA_DIR, _require_real_data
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "benchmarks" / "results" / "compare-cpu"
-RUNS = sorted(KEPT.glob("seed-*/*.json"))
+RUNS = sorted(p for p in KEPT.glob("seed-*/*.json") if not p.name.endswith(".book.json"))  # rungs and controls
 
 
 def _table(text: str) -> list[str]:
@@ -45,7 +45,21 @@ def test_every_kept_run_matches_its_answers():
         assert sum(valid) / len(valid) == pytest.approx(shipped["train_cpcv"], abs=1e-9), path
         # the shipped checkpoint is the one train CPCV prefers (ties go to the earlier step)
         assert shipped["train_cpcv"] == max(c["train_cpcv"] for c in run["checkpoints"]), path
-        assert run["train_seconds"] > 0 and run["steps"] == 30, path
+        if run["prompts"] == "none":  # a control: a rung's verifier calls (30 steps x 2 prompts x 8), no training
+            assert run["verifier_calls"] <= run["budget"] == 30 * 2 * 8 and run["selected_step"] == 30, path
+        else:
+            assert run["train_seconds"] > 0 and run["steps"] == 30, path
+
+
+def test_every_kept_run_book_is_chosen_from_its_admitted_formulas():
+    books = sorted(KEPT.glob("seed-*/*.book.json"))
+    assert books, "the controls keep their own books"
+    for path in books:
+        book = json.loads(path.read_text())
+        admitted = [json.loads(x) for x in path.with_name(path.name.replace(".book.json", ".archive.jsonl"))
+                    .read_text().splitlines()]
+        assert book["n_admitted"] == len({a["formula"] for a in admitted}) or book["n_admitted"] == len(admitted)
+        assert set(book["members"]) <= {a["formula"] for a in admitted} and book["n_members"] == len(book["members"])
 
 
 def test_benchmarks_md_shows_the_kept_table():
