@@ -5,8 +5,9 @@ answers (`share_prompt_cache=True`, the default); `share_prompt=False` runs prom
 answer. Both must give the same log-probs and the same LoRA/DoRA gradients, through every loss the loop
 can run (grpo, dapo, cispo, each with and without REPO-R shaping, with the KL term on), to float
 rounding. Real SmolLM2-135M on CPU, tiny inputs (a short prompt, 3 answers of 6 tokens, one padded),
-in float64, so that rounding is ~1e-12 and a real difference (a gradient lost through the shared prompt,
-a position off by one) cannot hide inside the tolerance; in float32 the two agree to ~1e-4 relative.
+in float64 (Llama's RMSNorm still computes in float32, so gradients agree to ~1e-6 of their largest
+element, not 1e-12), so that a real difference (a gradient lost through the shared prompt, a position
+off by one: 1e-2 or more) cannot hide inside the tolerance; in float32 the two agree to ~1e-4 relative.
 The adapters are perturbed first: fresh LoRA has B = 0, which would make every A gradient zero.
 
 Batched sampling (`batch_generation`) is checked against per-prompt sampling at a near-zero temperature,
@@ -127,10 +128,10 @@ def test_shared_prompt_gives_the_unshared_logps_and_gradients(smollm, use_dora):
             assert flat_s.norm() > 0, where
             # every adapter matrix learns, A and B alike, in the prompt's layers too
             assert all(g.abs().max() > 0 for n, g in g_s.items() if "lora_A" in n or "lora_B" in n), where
-            assert (flat_s - flat_u).norm() <= 1e-6 * flat_s.norm(), where
+            assert (flat_s - flat_u).norm() <= 1e-5 * flat_s.norm(), where
             for n in g_s:
-                torch.testing.assert_close(g_s[n], g_u[n], rtol=1e-5, atol=1e-6 * g_s[n].abs().max().item() + 1e-12,
-                                           msg=f"{where} {n}")
+                torch.testing.assert_close(g_s[n], g_u[n], rtol=1e-4, atol=2e-5 * g_s[n].abs().max().item() + 1e-12,
+                                           msg=lambda m: f"{where} {n}: {m}")
 
 
 @pytest.mark.slow

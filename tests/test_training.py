@@ -98,9 +98,9 @@ def planting(valid_briefs=None, flat_text=None):
             texts = [VALID_ANSWER, *texts[1:]]
         return ids, mask, texts
 
-    def sample_groups(model, tokenizer, prompts, config, eos_ids):
+    def sample_groups(model, tokenizer, prompts, config, eos_ids, **kw):
         return [plant(tokenizer, p, eos_ids, *group)
-                for p, group in zip(prompts, real(model, tokenizer, prompts, config, eos_ids))]
+                for p, group in zip(prompts, real(model, tokenizer, prompts, config, eos_ids, **kw))]
 
     return sample_groups, calls
 

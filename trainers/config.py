@@ -81,8 +81,9 @@ class TrainConfig:
     # --- speed (the same losses either way; off = the slower reference paths, for tests and the benchmark)
     share_prompt_cache: bool = True     # log-probs: each group's prompt runs once, its KV cache shared by the
                                         # group's answers (gradients through it); off: prompt + answer per row
-    batch_generation: bool = True       # sample the step's prompts as one left-padded batch; off: one prompt's
-                                        # group at a time (same distribution, other random draws)
+    batch_generation: bool = True       # sample the step's prompts as one left-padded batch, KV cache
+                                        # preallocated; off: one prompt's group at a time, as before (the same
+                                        # distribution; on draws other random numbers, so other answers)
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last

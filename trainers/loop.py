@@ -327,13 +327,13 @@ def _left_pad(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
-def _sampling_cache(model, ids: torch.Tensor, attention: torch.Tensor, repeats: int, room: int):
+def _sampling_cache(model, ids: torch.Tensor, attention: torch.Tensor, repeats: int, room: int | None):
     """The KV cache of every prompt but its last token, computed once per prompt, repeated for its answers.
 
     Left padding: positions count real tokens only (as `generate` counts them from the attention mask),
     so a padded prompt sees the same positions as alone. The layers write new tokens into preallocated
     room: the stock DynamicLayer concatenates the whole cache for every token, about 2/3 of sampling time
-    on a CPU at 400-token prompts.
+    on a CPU at 400-token prompts. room None: the stock layers (the sampler as it was before).
     """
     from transformers import DynamicCache
     cache = DynamicCache(config=model.config)
@@ -345,8 +345,9 @@ def _sampling_cache(model, ids: torch.Tensor, attention: torch.Tensor, repeats: 
         model(head, attention_mask=attention[:, :-1], position_ids=positions, cache=cache, use_cache=True,
               logits_to_keep=1)
     cache.batch_repeat_interleave(repeats)
-    roomy = _roomy_layer_class()
-    cache.layers = [roomy(layer.keys, layer.values, room) for layer in cache.layers]
+    if room is not None:
+        roomy = _roomy_layer_class()
+        cache.layers = [roomy(layer.keys, layer.values, room) for layer in cache.layers]
     return cache
 
 
@@ -384,7 +385,8 @@ def _roomy_layer_class():
 
 
 @torch.no_grad()
-def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: TrainConfig, eos_ids: list[int]):
+def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: TrainConfig, eos_ids: list[int],
+                  preallocate: bool = True):
     """`num_generations` answers to each prompt (1, L_i), all prompts in one batch: a list of
     (completion ids (G, T), mask (G, T), texts), one per prompt.
 
@@ -392,13 +394,14 @@ def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: Tra
     sample from a different distribution than the one the loss scores). Prompts are left-padded to one
     length; each prompt but its last token is cached once and repeated for its G answers; generate feeds
     the last tokens and continues. Every row of the batch stops at its own first EOS; the batch stops when
-    all have (answers are padded after their EOS and masked).
+    all have (answers are padded after their EOS and masked). preallocate=False keeps transformers' own
+    cache layers (`batch_generation=False` samples that way, one prompt at a time: the sampler as it was).
     """
     G, P = config.num_generations, len(prompts)
     ids, attention = _left_pad(prompts, tokenizer.pad_token_id)
     L = ids.shape[1]
     with _dora_cached(model):
-        cache = _sampling_cache(model, ids, attention, G, config.max_completion_length + 1)
+        cache = _sampling_cache(model, ids, attention, G, config.max_completion_length + 1 if preallocate else None)
         out = model.generate(input_ids=ids.repeat_interleave(G, 0), attention_mask=attention.repeat_interleave(G, 0),
                              cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
                              max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
@@ -432,13 +435,13 @@ def _dora_cached(model):
 
 
 def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, eos_ids, t):
-    """Sample a group per prompt (all prompts in one batch, or one prompt at a time when
-    `batch_generation` is off) and score each group. Returns (groups, scores)."""
+    """Sample a group per prompt (all prompts in one batch, or, with `batch_generation` off, one prompt at a
+    time with transformers' own cache: the sampler as it was) and score each group. Returns (groups, scores)."""
     t0 = time.perf_counter()
     if config.batch_generation:
         sampled = sample_groups(policy, tokenizer, prompts, config, eos_ids)
     else:
-        sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids)[0] for p in prompts]
+        sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False)[0] for p in prompts]
     t1 = time.perf_counter()
     scores = [verifier.score_group(texts) for _, _, texts in sampled]
     t["generation"] += t1 - t0
