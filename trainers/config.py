@@ -26,6 +26,10 @@ EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
 #: Fields that change only what a run writes, never what it learns: a resume may change them.
 OUTPUT_ONLY = ("log_completions", "logging_steps")
 
+#: Fields that change how a step is computed, never its losses: a resume may change them, so runs begun
+#: before they existed stay resumable. (batch_generation draws other random numbers from the resume on.)
+COMPUTE_ONLY = ("share_prompt_cache", "batch_generation")
+
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
 

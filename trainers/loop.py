@@ -48,7 +48,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
-from trainers.config import OUTPUT_ONLY, TrainConfig
+from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 
@@ -101,7 +101,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     # the exact settings of the run, beside its log and in each checkpoint; a resume with other settings
     # than either is refused, naming them (settings.toml alone can be lost, and would then be rewritten)
     tables = {"verifier": to_dict(verifier.config), "train": to_dict(config)}
-    ignore = tuple(f"train.{k}" for k in OUTPUT_ONLY)
+    ignore = tuple(f"train.{k}" for k in (*OUTPUT_ONLY, *COMPUTE_ONLY))
     if resume:
         check_checkpoint_settings(out, tables, ignore)
     claim_run_dir(out, tables, resume=resume, ignore=ignore)
