@@ -159,3 +159,25 @@ def test_speed_switches_are_validated():
     with pytest.raises(ValueError, match="batch_generation"):
         TrainConfig(batch_generation="yes")
     assert TrainConfig().share_prompt_cache and TrainConfig().batch_generation
+
+
+def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_synthetic):
+    """A run folder whose settings have no share_prompt_cache / batch_generation (written before they
+    existed) resumes with either value (COMPUTE_ONLY); a key that changes the losses is still refused."""
+    from alpha_gym import settings as S
+    from alpha_gym.scoring.config import ConfigError
+    from alpha_gym.scoring.verifier import Verifier
+    from trainers.config import COMPUTE_ONLY, RECIPES
+    from trainers.loop import train
+    verifier = Verifier(small_synthetic)
+    old = {k: v for k, v in S.to_dict(RECIPES["dapo"]).items() if k not in COMPUTE_ONLY}
+    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation"} and len(old) > 20
+    S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
+    for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False)):
+        with pytest.raises(Exception) as info:  # got past the settings check, to the model
+            train(config, verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
+        assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+        S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
+    with pytest.raises(ConfigError, match="train.learning_rate"):
+        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
+              resume=True)
