@@ -19,8 +19,9 @@ Every group's answers share its prompt: the prompt runs through the model once a
 repeated for the answers (sampling and every log-prob pass, gradients through the shared prompt intact).
 On a CPU that is ~4x less compute than running prompt + answer for each of the 12 answers, and it gives
 the same numbers (to float rounding; `share_prompt_cache=False` runs the unshared way, for tests and the
-benchmark). Sampling runs the step's prompts as one batch (`batch_generation`): decoding one token reads
-every weight once, so 48 rows cost little more than 12.
+benchmark). Sampling runs the step's prompts as one left-padded batch (`batch_generation`): decoding a
+token reads every weight once however many rows it serves, so one batch of 48 rows costs about half
+of 4 batches of 12 on a CPU (BENCHMARKS.md, issue 28).
 
 Determinism: each step reseeds torch, numpy and random from (seed, step), so a run resumed from a
 checkpoint repeats the uninterrupted run's later steps exactly (same machine, same thread count).
@@ -34,8 +35,8 @@ import shutil
 import time
 import tomllib
 from contextlib import contextmanager
-from functools import lru_cache
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
