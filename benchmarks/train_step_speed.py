@@ -1,13 +1,22 @@
-"""Seconds per training step on this machine: our loop and TRL's GRPOTrainer, same settings, one run.
+"""Seconds per training step on this machine: our loop before/after the speed work, and TRL's GRPOTrainer.
 
     python benchmarks/train_step_speed.py                # 4 prompts x 12 answers, 64 new tokens
     python benchmarks/train_step_speed.py --threads 2 --skip-trl
+    python benchmarks/train_step_speed.py --skip-trl --unshared   # also the prompt-per-answer update (slow)
 
 Model: SmolLM2-135M-Instruct (the built-in default, fp32, LoRA r32/alpha 64). Recipe: cispo (beta 0.08,
-top_entropy_quantile 0.2, one pass) with refill off, so both trainers sample exactly one batch. Panel:
+top_entropy_quantile 0.2, one pass) with refill off, so every trainer samples exactly one batch. Panel:
 the real us46 universe when ../shared/data/us_equities is present, else the embedded synthetic market.
 The split: generation (sampling), scoring (the verifier), update (old/reference log-probs, advantages,
 loss, backward, optimizer). The first step includes no model loading. Prints a markdown table.
+
+Rows of our loop, the same settings and the same fresh adapters each:
+    before     batch_generation=False: one prompt's group at a time, transformers' own KV cache (the
+               sampler before issue 28); share_prompt_cache=True (main already shared the prompt)
+    unshared   (--unshared) also share_prompt_cache=False: every answer runs its prompt again
+    after      the defaults: the step's prompts sampled as one batch, preallocated cache, shared prompt
+--clock cpu (the default) times with the process's CPU seconds, which other jobs on a shared machine
+inflate much less than wall seconds; --clock wall times as the loop logs.
 """
 
 from __future__ import annotations
@@ -38,15 +47,25 @@ def build_verifier(data: str | None):
     return Verifier(panel), f"synthetic ({panel.n_stocks} stocks x {panel.n_days} sessions)"
 
 
-def ours(config, verifier, briefs) -> dict:
-    from trainers.loop import read_log, train
-    with tempfile.TemporaryDirectory() as out:
-        from trainers.models import load_policy
-        policy = load_policy(None, config)  # loading is not part of the step
-        train(config, verifier, briefs, out, model=policy, steps=1, progress=False)
-        rec = read_log(out)[-1]
+def ours(config, verifier, briefs, clock: str = "wall") -> dict:
+    """One step of trainers.loop.train from fresh adapters (seed 42); its logged split, timed by `clock`."""
+    import types
+
+    from trainers import loop
+    from trainers.models import load_policy
+    real_time = loop.time
+    if clock == "cpu":  # the loop times with time.perf_counter: hand it the CPU clock for this run
+        loop.time = types.SimpleNamespace(perf_counter=time.process_time)
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            policy = load_policy(None, config)  # loading is not part of the step
+            loop.train(config, verifier.fork(), briefs, out, model=policy, steps=1, progress=False)
+            rec = loop.read_log(out)[-1]
+    finally:
+        loop.time = real_time
     return {"generation": rec["seconds/generation"], "scoring": rec["seconds/scoring"],
-            "update": rec["seconds/update"], "total": rec["seconds/total"]}
+            "update": rec["seconds/update"], "total": rec["seconds/total"], "loss": rec["loss"], "kl": rec["kl"],
+            "entropy": rec["entropy"], "length": rec["completion_length"]}
 
 
 def trl(config, verifier, briefs) -> dict:
@@ -105,6 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--generations", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--skip-trl", action="store_true")
+    ap.add_argument("--unshared", action="store_true", help="also time the update without the shared prompt cache")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--data", help="folder holding us_daily_train.csv.gz and universe_us46.txt")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -112,16 +133,30 @@ def main(argv=None) -> int:
                     max_completion_length=a.tokens, refill_rounds=0)
     verifier, panel = build_verifier(a.data)
     briefs = list(FIXED_BRIEFS)
-    rows = [("alpha-gym loop", ours(config, verifier, briefs))]
+    variants = [("alpha-gym loop, before (per-prompt sampling)", config.with_(batch_generation=False))]
+    if a.unshared:
+        variants.append(("alpha-gym loop, prompt run per answer",
+                         config.with_(batch_generation=False, share_prompt_cache=False)))
+    variants.append(("alpha-gym loop, after (defaults)", config))
+    rows = []
+    for name, c in variants:
+        rows.append((name, ours(c, verifier, briefs, a.clock)))
+        print(f"{name}: {rows[-1][1]}", flush=True)
     if not a.skip_trl:
-        rows.append(("TRL GRPOTrainer (AlphaGRPOTrainer)", trl(config, verifier, briefs)))
+        rows.append(("TRL GRPOTrainer (AlphaGRPOTrainer, wall s)", trl(config, verifier, briefs)))
     print(f"\nOne step, {a.prompts} prompts x {a.generations} answers, {a.tokens} new tokens, SmolLM2-135M fp32 "
-          f"LoRA r{config.lora_r}, recipe cispo (beta {config.beta}), {a.threads} thread(s), panel: {panel}\n")
-    print("| trainer | generation s | scoring s | update s | total s | scoring share |")
-    print("|---|---:|---:|---:|---:|---:|")
+          f"LoRA r{config.lora_r}, recipe cispo (beta {config.beta}), {a.threads} thread(s), {a.clock} seconds, "
+          f"panel: {panel}\n")
+    base = rows[0][1]
+    print("| trainer | generation s | scoring s | update s | total s | total vs before | scoring share |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
         print(f"| {name} | {r['generation']:.1f} | {r['scoring']:.2f} | {r['update']:.1f} | {r['total']:.1f} | "
-              f"{r['scoring'] / r['total']:.1%} |")
+              f"{base['total'] / r['total']:.2f}x | {r['scoring'] / r['total']:.1%} |")
+    print("\nSpeed-up of the after row over before: generation "
+          f"{base['generation'] / rows[len(variants) - 1][1]['generation']:.2f}x, update "
+          f"{base['update'] / rows[len(variants) - 1][1]['update']:.2f}x, total "
+          f"{base['total'] / rows[len(variants) - 1][1]['total']:.2f}x")
     return 0
 
 

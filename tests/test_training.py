@@ -74,14 +74,14 @@ def fresh_policy(smollm, config):
 
 
 def planting(valid_briefs=None, flat_text=None):
-    """A wrapper of loop.sample_group that plants VALID_ANSWER as answer 0 (of the briefs in `valid_briefs`,
-    default all) and, when `flat_text` is set, makes every other answer that same invalid text."""
+    """A wrapper of loop.sample_groups that plants VALID_ANSWER as answer 0 (of the briefs in `valid_briefs`,
+    default all) and, when `flat_text` is set, makes every other answer that same invalid text.
+    `calls` gets one entry per prompt sampled."""
     from trainers import loop
-    real = loop.sample_group
+    real = loop.sample_groups
     calls = []
 
-    def sample_group(model, tokenizer, prompt_ids, config, eos_ids):
-        ids, mask, texts = real(model, tokenizer, prompt_ids, config, eos_ids)
+    def plant(tokenizer, prompt_ids, eos_ids, ids, mask, texts):
         calls.append(prompt_ids)
         if flat_text is not None:
             texts = [flat_text] * len(texts)
@@ -98,7 +98,11 @@ def planting(valid_briefs=None, flat_text=None):
             texts = [VALID_ANSWER, *texts[1:]]
         return ids, mask, texts
 
-    return sample_group, calls
+    def sample_groups(model, tokenizer, prompts, config, eos_ids, **kw):
+        return [plant(tokenizer, p, eos_ids, *group)
+                for p, group in zip(prompts, real(model, tokenizer, prompts, config, eos_ids, **kw))]
+
+    return sample_groups, calls
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +120,7 @@ def runs(smollm, verifier, tmp_path_factory):
             out = tmp_path_factory.mktemp(name)
             sample_group, _ = planting()
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(loop, "sample_group", sample_group)
+                mp.setattr(loop, "sample_groups", sample_group)
                 summary = loop.train(config, verifier.fork(), BRIEFS, out, model=policy, steps=2, progress=False)
             done[name] = (out, summary, initial)
         return done[name]
@@ -216,7 +220,7 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     shutil.copy(out / "archive.jsonl", resumed / "archive.jsonl")  # the same for the admitted formulas
     sample_group, _ = planting()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "sample_group", sample_group)
+        mp.setattr(loop, "sample_groups", sample_group)
         again = loop.train(config, verifier.fork(), BRIEFS, resumed, model=fresh_policy(smollm, config), steps=2,
                            resume=True, progress=False)
     assert again["start_step"] == 1
@@ -282,7 +286,7 @@ def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_pa
                                  "top_entropy_quantile": 1.0, "advantage_floor": None})
         sample_group, _ = planting()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(loop, "sample_group", sample_group)
+            mp.setattr(loop, "sample_groups", sample_group)
             summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / name,
                                  model=fresh_policy(smollm, config), steps=1, progress=False)
         results[name] = (adapter_state(summary["policy"]), loop.read_log(tmp_path / name)[0])
@@ -304,7 +308,7 @@ def test_refill_resamples_only_flat_groups(smollm, verifier, tmp_path):
     config = recipe("dapo_refill", **{**TINY, "max_completion_length": 8})
     sample_group, calls = planting(valid_briefs=[BRIEFS[0]], flat_text="I would rather not answer.")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "sample_group", sample_group)
+        mp.setattr(loop, "sample_groups", sample_group)
         summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path, model=fresh_policy(smollm, config), steps=1,
                              progress=False)
     rec = loop.read_log(tmp_path)[0]

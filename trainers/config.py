@@ -26,6 +26,10 @@ EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
 #: Fields that change only what a run writes, never what it learns: a resume may change them.
 OUTPUT_ONLY = ("log_completions", "logging_steps")
 
+#: Fields that change how a step is computed, never its losses: a resume may change them, so runs begun
+#: before they existed stay resumable. (batch_generation draws other random numbers from the resume on.)
+COMPUTE_ONLY = ("share_prompt_cache", "batch_generation")
+
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
 
@@ -77,6 +81,13 @@ class TrainConfig:
 
     # --- dynamic sampling
     refill_rounds: int = 0              # DAPO-refill: resample zero-variance groups up to this many rounds
+
+    # --- speed (the same losses either way; off = the slower reference paths, for tests and the benchmark)
+    share_prompt_cache: bool = True     # log-probs: each group's prompt runs once, its KV cache shared by the
+                                        # group's answers (gradients through it); off: prompt + answer per row
+    batch_generation: bool = True       # sample the step's prompts as one left-padded batch, KV cache
+                                        # preallocated; off: one prompt's group at a time, as before (the same
+                                        # distribution; on draws other random numbers, so other answers)
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
@@ -166,6 +177,8 @@ def _problems(c: TrainConfig) -> list[str]:
          "adapo steers the clip band of grpo/dapo; with loss_type='cispo' epsilon_high is a weight cap, "
          "not a band: use repo_r for entropy control, or loss_type 'dapo'")
     number("refill_rounds", 0, integer=True)
+    need(isinstance(c.share_prompt_cache, bool), f"share_prompt_cache must be True or False, got {c.share_prompt_cache!r}")
+    need(isinstance(c.batch_generation, bool), f"batch_generation must be True or False, got {c.batch_generation!r}")
     number("save_steps", 0, integer=True)
     number("logging_steps", 1, integer=True)
     need(isinstance(c.log_completions, bool), f"log_completions must be True or False, got {c.log_completions!r}")

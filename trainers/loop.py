@@ -16,8 +16,12 @@ One step, top to bottom (`train`):
     8. one JSONL line to out_dir/log.jsonl; a checkpoint (adapters, optimizer, RNG, archive) every `save_steps`
 
 Every group's answers share its prompt: the prompt runs through the model once and its KV cache is
-repeated for the answers (sampling and every log-prob pass). On a CPU that is ~4x less compute than
-running prompt + answer for each of the 12 answers, and it gives the same numbers (to float rounding).
+repeated for the answers (sampling and every log-prob pass, gradients through the shared prompt intact).
+On a CPU that is ~4x less compute than running prompt + answer for each of the 12 answers, and it gives
+the same numbers (to float rounding; `share_prompt_cache=False` runs the unshared way, for tests and the
+benchmark). Sampling runs the step's prompts as one left-padded batch (`batch_generation`): decoding a
+token reads every weight once however many rows it serves, so one batch of 48 rows costs about half
+of 4 batches of 12 on a CPU (BENCHMARKS.md, issue 28).
 
 Determinism: each step reseeds torch, numpy and random from (seed, step), so a run resumed from a
 checkpoint repeats the uninterrupted run's later steps exactly (same machine, same thread count).
@@ -32,6 +36,7 @@ import time
 import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,7 +49,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
-from trainers.config import OUTPUT_ONLY, TrainConfig
+from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, TrainConfig
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 from trainers.run_book import ARCHIVE_LOG, append_admitted, truncate_admitted
@@ -100,7 +105,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     # the exact settings of the run, beside its log and in each checkpoint; a resume with other settings
     # than either is refused, naming them (settings.toml alone can be lost, and would then be rewritten)
     tables = {"verifier": to_dict(verifier.config), "train": to_dict(config)}
-    ignore = tuple(f"train.{k}" for k in OUTPUT_ONLY)
+    ignore = tuple(f"train.{k}" for k in (*OUTPUT_ONLY, *COMPUTE_ONLY))
     if resume:
         check_checkpoint_settings(out, tables, ignore)
     claim_run_dir(out, tables, resume=resume, ignore=ignore)
@@ -138,19 +143,18 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # 1-2. sample a group per prompt and score it
         chosen = briefs_for_step(briefs, config, step)
         prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
-        groups, scores = [], []
-        for brief, prompt in zip(chosen, prompts):
-            group, score = _sample_and_score(policy, tokenizer, verifier, brief.id, prompt, config, eos_ids, t)
-            groups.append(group)
-            scores.append(score)
+        groups, scores = _sample_and_score(policy, tokenizer, verifier, [b.id for b in chosen], prompts, config,
+                                           eos_ids, t)
 
         # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
         refills = 0
         for _ in range(config.refill_rounds):
             flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
-            for i in flat:
-                groups[i], scores[i] = _sample_and_score(policy, tokenizer, verifier, chosen[i].id, prompts[i],
-                                                         config, eos_ids, t)
+            if flat:
+                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i].id for i in flat],
+                                          [prompts[i] for i in flat], config, eos_ids, t)
+                for i, group, score in zip(flat, *again):
+                    groups[i], scores[i] = group, score
             refills += len(flat)
             if not flat:
                 break
@@ -171,13 +175,15 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # 5. one length for the batch; old log-probs + entropies (sampling policy) and reference log-probs
         completion_ids, mask = _pad_batch(groups, tokenizer.pad_token_id)   # (P, G, T)
         with torch.no_grad():
-            old_logp, entropy = zip(*(group_logps(policy, g.prompt_ids, ids, config.temperature, with_entropy=True)
+            old_logp, entropy = zip(*(group_logps(policy, g.prompt_ids, ids, config.temperature, with_entropy=True,
+                                                  share_prompt=config.share_prompt_cache)
                                       for g, ids in zip(groups, completion_ids)))
             old_logp, entropy = torch.stack(old_logp), torch.stack(entropy)
             ref_logp = None
             if config.beta != 0.0:
                 with policy.disable_adapter():  # the reference is the base model: adapters off
-                    ref_logp = torch.stack([group_logps(policy, g.prompt_ids, ids, config.temperature)[0]
+                    ref_logp = torch.stack([group_logps(policy, g.prompt_ids, ids, config.temperature,
+                                                        share_prompt=config.share_prompt_cache)[0]
                                             for g, ids in zip(groups, completion_ids)])
         n_tokens = mask.sum()
         mean_entropy = ((entropy * mask).sum() / n_tokens).item()
@@ -208,7 +214,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
                 scale = 1.0 / len(groups) if config.loss_type == "grpo" else 1.0  # grpo averages sequences;
                 optimizer.zero_grad(set_to_none=True)                               # dapo/cispo divide by tokens
                 for i, g in enumerate(groups):
-                    logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i, r], config.temperature)
+                    logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i, r], config.temperature,
+                                          share_prompt=config.share_prompt_cache)
                     a = token_adv[i, r]
                     a = shape_advantages(a, logp.detach(), zeta) if config.repo_r else a
                     loss, m = policy_loss(config.loss_type, logp, old_logp[i, r], a, mb_mask[i],
@@ -316,20 +323,94 @@ def _prompt_cache(model, prompt_ids: torch.Tensor, repeats: int, upto: int):
     return cache, logits
 
 
+def _left_pad(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, L) ids and attention mask of prompts (1, L_i), left-padded so that every prompt ends at column L."""
+    L = max(p.shape[1] for p in prompts)
+    ids = torch.full((len(prompts), L), pad_id, dtype=prompts[0].dtype, device=prompts[0].device)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, L - p.shape[1]:] = p[0]
+        mask[i, L - p.shape[1]:] = 1
+    return ids, mask
+
+
+def _sampling_cache(model, ids: torch.Tensor, attention: torch.Tensor, repeats: int, room: int | None):
+    """The KV cache of every prompt but its last token, computed once per prompt, repeated for its answers.
+
+    Left padding: positions count real tokens only (as `generate` counts them from the attention mask),
+    so a padded prompt sees the same positions as alone. The layers write new tokens into preallocated
+    room: the stock DynamicLayer concatenates the whole cache for every token, about 2/3 of sampling time
+    on a CPU at 400-token prompts. room None: the stock layers (the sampler as it was before).
+    """
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    head = ids[:, :-1]
+    if bool(attention.all()):  # no padding: the plain call (as the per-prompt sampler always made)
+        model(head, cache=cache, use_cache=True, logits_to_keep=1)
+    else:
+        positions = (attention.long().cumsum(-1) - 1).clamp(min=0)[:, :-1]
+        model(head, attention_mask=attention[:, :-1], position_ids=positions, cache=cache, use_cache=True,
+              logits_to_keep=1)
+    cache.batch_repeat_interleave(repeats)
+    if room is not None:
+        roomy = _roomy_layer_class()
+        cache.layers = [roomy(layer.keys, layer.values, room) for layer in cache.layers]
+    return cache
+
+
+@lru_cache(maxsize=None)
+def _roomy_layer_class():
+    """The RoomyLayer class, built on first use (this module imports transformers lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class RoomyLayer(DynamicLayer):
+        """A DynamicLayer with preallocated room: `update` writes in place instead of concatenating.
+        No-grad use only (sampling): writing into a buffer that autograd saved would break backward."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int):
+            super().__init__()
+            self.device, self.is_initialized = keys.device, True
+            self._n = keys.shape[-2]
+            self._k = keys.new_empty(*keys.shape[:-2], self._n + room, keys.shape[-1])
+            self._v = values.new_empty(*values.shape[:-2], self._n + room, values.shape[-1])
+            self._k[..., :self._n, :], self._v[..., :self._n, :] = keys, values
+            self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            m = key_states.shape[-2]
+            if self._n + m > self._k.shape[-2]:  # out of room (not expected): grow by concatenation
+                self._k = torch.cat([self._k[..., :self._n, :], key_states], dim=-2)
+                self._v = torch.cat([self._v[..., :self._n, :], value_states], dim=-2)
+            else:
+                self._k[..., self._n:self._n + m, :] = key_states
+                self._v[..., self._n:self._n + m, :] = value_states
+            self._n += m
+            self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+            return self.keys, self.values
+
+    return RoomyLayer
+
+
 @torch.no_grad()
-def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig, eos_ids: list[int]):
-    """`num_generations` answers to one prompt: (completion ids (G, T), mask (G, T), texts).
+def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: TrainConfig, eos_ids: list[int],
+                  preallocate: bool = True):
+    """`num_generations` answers to each prompt (1, L_i), all prompts in one batch: a list of
+    (completion ids (G, T), mask (G, T), texts), one per prompt.
 
     Plain multinomial sampling at `temperature` (top_k=0, top_p=1: transformers' default top_k=50 would
-    sample from a different distribution than the one the loss scores). The prompt but its last token is
-    cached once; generate feeds the last token and continues.
+    sample from a different distribution than the one the loss scores). Prompts are left-padded to one
+    length; each prompt but its last token is cached once and repeated for its G answers; generate feeds
+    the last tokens and continues. Every row of the batch stops at its own first EOS; the batch stops when
+    all have (answers are padded after their EOS and masked). preallocate=False keeps transformers' own
+    cache layers (`batch_generation=False` samples that way, one prompt at a time: the sampler as it was).
     """
-    G, L = config.num_generations, prompt_ids.shape[1]
+    G, P = config.num_generations, len(prompts)
+    ids, attention = _left_pad(prompts, tokenizer.pad_token_id)
+    L = ids.shape[1]
     with _dora_cached(model):
-        cache, _ = _prompt_cache(model, prompt_ids, G, L - 1)
-        out = model.generate(input_ids=prompt_ids.expand(G, -1),
-                             attention_mask=torch.ones_like(prompt_ids).expand(G, -1), cache=cache, do_sample=True,
-                             temperature=config.temperature, top_k=0, top_p=1.0,
+        cache = _sampling_cache(model, ids, attention, G, config.max_completion_length + 1 if preallocate else None)
+        out = model.generate(input_ids=ids.repeat_interleave(G, 0), attention_mask=attention.repeat_interleave(G, 0),
+                             cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
                              max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
                              pad_token_id=tokenizer.pad_token_id)
     completion = out[:, L:]
@@ -338,7 +419,12 @@ def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig
     first = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1])
     mask = (torch.arange(completion.shape[1], device=completion.device)[None] <= first[:, None]).float()
     texts = [tokenizer.decode(c[:f], skip_special_tokens=True) for c, f in zip(completion, first.tolist())]
-    return completion, mask, texts
+    return [(completion[k * G:(k + 1) * G], mask[k * G:(k + 1) * G], texts[k * G:(k + 1) * G]) for k in range(P)]
+
+
+def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig, eos_ids: list[int]):
+    """`num_generations` answers to one prompt: (completion ids (G, T), mask (G, T), texts); see `sample_groups`."""
+    return sample_groups(model, tokenizer, [prompt_ids], config, eos_ids)[0]
 
 
 @contextmanager
@@ -355,34 +441,46 @@ def _dora_cached(model):
                 module._cache_clear()
 
 
-def _sample_and_score(policy, tokenizer, verifier, brief_id, prompt, config, eos_ids, t):
+def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, eos_ids, t):
+    """Sample a group per prompt (all prompts in one batch, or, with `batch_generation` off, one prompt at a
+    time with transformers' own cache: the sampler as it was) and score each group. Returns (groups, scores)."""
     t0 = time.perf_counter()
-    ids, mask, texts = sample_group(policy, tokenizer, prompt, config, eos_ids)
+    if config.batch_generation:
+        sampled = sample_groups(policy, tokenizer, prompts, config, eos_ids)
+    else:
+        sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False)[0] for p in prompts]
     t1 = time.perf_counter()
-    score = verifier.score_group(texts)
+    scores = [verifier.score_group(texts) for _, _, texts in sampled]
     t["generation"] += t1 - t0
     t["scoring"] += time.perf_counter() - t1
-    return Group(brief_id, prompt, ids, mask, texts), score
+    groups = [Group(b, p, ids, mask, texts) for b, p, (ids, mask, texts) in zip(brief_ids, prompts, sampled)]
+    return groups, scores
 
 
 def group_logps(model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
-                with_entropy: bool = False):
+                with_entropy: bool = False, share_prompt: bool = True):
     """Per-token log-probs (G, T) of G answers to one prompt at `temperature`, and entropies when asked.
 
         logp[g, t] = log softmax(logits / temperature)[answer token t]   (TRL scores at the same temperature)
 
-    The prompt runs once; its cache is repeated for the G answers. Answers are right-padded, so no real
-    token attends to padding (causal attention) and no attention mask is needed. Gradients flow through
-    the shared prompt too (the adapters act on it).
+    share_prompt (default): the prompt runs once; its cache is repeated for the G answers, which continue
+    at positions L, L+1, ... Answers are right-padded, so no real token attends to padding (causal
+    attention) and no attention mask is needed. Gradients flow through the shared prompt too (the adapters
+    act on it; the repeat sums the G answers' gradients back onto it). share_prompt=False runs prompt +
+    answer as G full sequences: the same numbers to float rounding, at ~4x the compute for long prompts.
     """
     G, T = completion_ids.shape
     L = prompt_ids.shape[1]
-    cache, head = _prompt_cache(model, prompt_ids, G, L)          # head predicts answer token 0
-    logits = head.expand(G, -1, -1)
-    if T > 1:
-        positions = torch.arange(L, L + T - 1, device=prompt_ids.device).expand(G, -1)
-        rest = model(completion_ids[:, :-1], cache=cache, use_cache=True, position_ids=positions).logits
-        logits = torch.cat([logits, rest], dim=1)
+    if share_prompt:
+        cache, head = _prompt_cache(model, prompt_ids, G, L)          # head predicts answer token 0
+        logits = head.expand(G, -1, -1)
+        if T > 1:
+            positions = torch.arange(L, L + T - 1, device=prompt_ids.device).expand(G, -1)
+            rest = model(completion_ids[:, :-1], cache=cache, use_cache=True, position_ids=positions).logits
+            logits = torch.cat([logits, rest], dim=1)
+    else:  # the logits at positions L-1 .. L+T-2 predict answer tokens 0 .. T-1
+        full = torch.cat([prompt_ids.expand(G, -1), completion_ids[:, :-1]], dim=1)
+        logits = model(full, use_cache=False, logits_to_keep=T).logits
     logits = logits.float() / temperature
     logp = -F.cross_entropy(logits.reshape(G * T, -1), completion_ids.reshape(-1), reduction="none").view(G, T)
     entropy = None
