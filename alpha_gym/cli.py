@@ -112,7 +112,7 @@ def cmd_sft_data(args) -> int:
 def cmd_sft(args) -> int:
     from trainers.sft import SFTSettings, probe_valid_rate, run_sft
     settings = SFTSettings(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
-                           batch_size=args.batch_size, seed=args.seed)
+                           batch_size=args.batch_size, seed=args.seed, threads=args.threads)
     summary = run_sft(args.model, args.data, args.out, settings)
     if args.probe:
         from alpha_gym.env import brief_set
@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's own); the weights are bit-reproducible for a fixed count")
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
     add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
     add_settings_args(p)

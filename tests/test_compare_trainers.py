@@ -341,6 +341,60 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     assert "Each run's own book" in table and "| search | 1 |" in table
 
 
+def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path, capsys):
+    """The stamp names the start model by content: the same path with other weights is refused, in the run
+    folder and in the kept results; a stamp or kept folder from before identities goes on and says so."""
+    from trainers.models import model_identity
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, weights in ((a, b"\x00" * 64), (b, b"\x00" * 63 + b"\x01")):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(weights)
+    ida, idb = model_identity(a), model_identity(b)
+    assert ida.startswith("sha256:") and ida != idb
+    (tmp_path / "copy").mkdir()
+    for f in a.iterdir():
+        (tmp_path / "copy" / f.name).write_bytes(f.read_bytes())
+    assert model_identity(tmp_path / "copy") == ida  # content, not place
+
+    class Args:
+        scale, model, data, universe = "smoke", "runs/sft/model", None, None
+    from trainers.compare.ladder import SCALES
+    scale, out = SCALES["smoke"], tmp_path / "out"
+    out.mkdir()
+    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, ida))
+    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, ida))      # the same model: a resume
+    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}))           # --report-only loads none
+    with pytest.raises(runner.CompareError, match="model_identity"):
+        runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, idb))
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "settings.json").write_text(json_dumps(runner.out_settings(Args, scale, {})))
+    capsys.readouterr()
+    runner.claim_out_dir(old, runner.out_settings(Args, scale, {}, idb))
+    assert "predates model identities" in capsys.readouterr().err
+
+    results = tmp_path / "results"
+    results.mkdir()
+    runner.check_kept_model(results, ida)                                     # nothing kept yet
+    (results / "settings.json").write_text(json.dumps({"model": "runs/sft/model"}))
+    runner.check_kept_model(results, ida)
+    assert "names no model identity" in capsys.readouterr().err
+    (results / "settings.json").write_text(json.dumps({"model": "runs/sft/model", "model_identity": ida}))
+    runner.check_kept_model(results, ida)
+    runner.check_kept_model(results, None)
+    with pytest.raises(runner.CompareError, match="start model"):
+        runner.check_kept_model(results, idb)
+    # through the command: a control added to kept results of another start model is refused before it runs
+    _kept_step0(results, ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"])
+    (results / "settings.json").write_text(json.dumps({"model_identity": "sha256:0123456789abcdef"}))
+    capsys.readouterr()
+    assert main(["compare", "--scale", "smoke", "--steps", "2", "--rungs", "search", "--out", str(tmp_path / "o2"),
+                 "--results", str(results)]) == 2
+    assert "sha256:0123456789abcdef" in capsys.readouterr().err
+    assert not (results / "seed-42").exists()
+
+
 def test_unknown_rungs_are_refused_before_anything_runs(tmp_path, capsys):
     assert main(["compare", "--scale", "smoke", "--rungs", "cispo,serach", "--out", str(tmp_path / "o")]) == 2
     assert "unknown rungs serach" in capsys.readouterr().err

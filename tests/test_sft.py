@@ -46,11 +46,13 @@ def test_pairs_prefer_compliant_formulas(small_synthetic):
 def test_sft_trains_and_saves_a_loadable_model(sft_file, tmp_path):
     pytest.importorskip("trl")
     import torch
-    from trainers.models import load_base
+    from trainers.models import load_base, model_identity
     from trainers.sft import SFTSettings, run_sft
     path, _, _ = sft_file
-    summary = run_sft(None, path, tmp_path / "sft", SFTSettings(max_steps=2, batch_size=2, max_length=512))
+    threads = torch.get_num_threads()
+    summary = run_sft(None, path, tmp_path / "sft", SFTSettings(max_steps=2, batch_size=2, max_length=512, threads=1))
     assert summary["steps"] == 2 and summary["train_loss"] > 0
+    assert summary["threads"] == 1 and torch.get_num_threads() == threads  # the caller's count is given back
     merged, tokenizer = load_base(summary["model_dir"])
     base, _ = load_base(None)
     name = "model.layers.0.self_attn.q_proj.weight"
@@ -58,3 +60,7 @@ def test_sft_trains_and_saves_a_loadable_model(sft_file, tmp_path):
     original = dict(base.named_parameters())[name]
     assert changed.shape == original.shape and not torch.equal(changed, original)
     assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["rows"] == summary["rows"]
+    # the same data, settings and thread count rebuild the same weights: the identity a comparison stamps
+    again = run_sft(None, path, tmp_path / "again", SFTSettings(max_steps=2, batch_size=2, max_length=512, threads=1))
+    assert again["model_identity"] == summary["model_identity"] == model_identity(tmp_path / "sft" / "model")
+    assert model_identity(tmp_path / "sft" / "model") != model_identity(None)

@@ -114,6 +114,26 @@ def resolve_4bit(config: TrainConfig) -> bool:
     return bool(config.load_in_4bit)
 
 
+def model_identity(model: str | os.PathLike | None = None) -> str:
+    """A start model by content: "sha256:" and 16 hex digits over the names and bytes of its folder's files
+    (weights, config, tokenizer), so two folders with the same files have one identity wherever they sit.
+
+    A comparison stamps it beside the model's path: a folder rebuilt with other weights (SFT on another
+    thread count gives other floats, see trainers/sft.py) is another experiment, not a resume. None is the
+    built-in default (its dense folder); a Hub id that is not a local folder is named, not hashed ("hub:ID").
+    """
+    import hashlib
+    from alpha_gym.stress.checkpoint import cached_sha256
+    folder = materialise_default_model() if model is None else Path(model).expanduser()
+    if not folder.exists():
+        return f"hub:{model}"
+    files = [folder] if folder.is_file() else sorted(f for f in folder.iterdir() if f.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{cached_sha256(f)}\n".encode())
+    return "sha256:" + h.hexdigest()[:16]
+
+
 def load_base(model: str | os.PathLike | None = None, *, load_in_4bit: bool = False):
     """(base model, tokenizer) without adapters. `model`: None (the default), a local folder or a Hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

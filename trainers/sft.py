@@ -6,6 +6,12 @@
 The adapters are merged into the base weights at the end, so the result is a
 plain model folder that `alpha-gym train --model runs/sft/model` (or any
 Hugging Face loader) takes as the starting policy.
+
+Reproducible: the same data, settings and thread count give the same weights bit for bit on one kind of
+machine (another thread count sums in another order: other floats, other greedy answers). The summary
+records the thread count and the merged model's content identity (`trainers.models.model_identity`),
+which a comparison stamps, so a start model rebuilt in a later session is checked, not assumed, to be the
+same one.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class SFTSettings:
     max_length: int = 768
     max_steps: int = -1          # > 0 overrides epochs (tests use a few steps)
     seed: int = 42
+    threads: int | None = None   # torch intra-op threads for the run; None keeps torch's own count
 
 
 def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTSettings | None = None) -> dict:
@@ -38,9 +45,11 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    from trainers.models import load_base
+    from trainers.models import load_base, model_identity
 
     settings = settings or SFTSettings()
+    if settings.threads is not None and settings.threads < 1:
+        raise InputError(f"SFT threads must be >= 1, got {settings.threads}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = Path(data)
@@ -59,14 +68,22 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
                       task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=base, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora)
     t0 = time.perf_counter()
-    result = trainer.train()
-    merged = trainer.model.merge_and_unload()
+    threads_before = torch.get_num_threads()
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    try:  # the merge is a matmul too: the same thread count for it
+        threads_used = torch.get_num_threads()
+        result = trainer.train()
+        merged = trainer.model.merge_and_unload()
+    finally:
+        torch.set_num_threads(threads_before)
     merged.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     summary = {"rows": len(dataset), "steps": trainer.state.global_step, "seconds": round(time.perf_counter() - t0, 1),
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-               "train_loss": result.training_loss, "model_dir": str(out / "model"), "settings": asdict(settings)}
+               "train_loss": result.training_loss, "model_dir": str(out / "model"),
+               "model_identity": model_identity(out / "model"), "threads": threads_used, "settings": asdict(settings)}
     (out / "sft_summary.json").write_text(json_dumps(summary, indent=2))
     return summary
 

@@ -109,8 +109,9 @@ def cmd_compare(args) -> int:
     from trainers.compare.report import build_report, report_json, write_table
     from alpha_gym.search.rung import run_search_rung, scale_budget
     from trainers.best_of_n import run_best_of_n_rung
-    from trainers.compare.runner import (answer_rows, claim_out_dir, filtered_briefs, keep_answers, keep_run_book,
-                                         out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
+    from trainers.compare.runner import (answer_rows, check_kept_model, claim_out_dir, filtered_briefs, keep_answers,
+                                         keep_run_book, out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
+    from trainers.models import model_identity
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
@@ -123,7 +124,10 @@ def cmd_compare(args) -> int:
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
-    claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config)))
+    # the start model by content, not only by path: a folder rebuilt with other weights is another experiment
+    identity = None if args.report_only else model_identity(args.model)
+    claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config), identity))
+    check_kept_model(results, identity)
     known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
     wanted = set(args.rungs.split(",")) if args.rungs else set(known)
     if wanted - set(known):
@@ -184,6 +188,7 @@ def cmd_compare(args) -> int:
             write_jsonl(kept_step0, answer_rows(step0_file, probe, 0))
         (results / "settings.json").write_text(json_dumps({
             "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
+            "model_identity": identity,
             "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
             "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
             "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)}, indent=1))

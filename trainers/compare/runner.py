@@ -10,6 +10,7 @@ table is rebuilt from them alone (`report.build_report`).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -170,6 +171,36 @@ def with_added_defaults(before: dict, now: dict) -> dict:
     return {**before, "verifier": {**before["verifier"], **missing}} if missing and "verifier" in before else before
 
 
+def _with_model_identity(before: dict, now: dict, where: Path) -> dict:
+    """`before` as it compares with `now` on the start model's content identity (`model_identity`).
+
+    --report-only loads no model and stamps none: identities are not compared. A stamp written before
+    identities existed names only the model's path; the run goes on (it cannot be checked) and says so.
+    """
+    if "model_identity" not in now:
+        return {k: v for k, v in before.items() if k != "model_identity"}
+    if "model_identity" not in before:
+        print(f"warning: {where} predates model identities: the start model's content cannot be checked "
+              f"against the one its runs began from (now {now['model_identity']})", file=sys.stderr, flush=True)
+        return {**before, "model_identity": now["model_identity"]}
+    return before
+
+
+def check_kept_model(results: Path, identity: str | None) -> None:
+    """Refuse to add rows to kept results that another start model produced (their step-0 row and every
+    rung start from it); kept results from before identities existed are named, not refused."""
+    kept = results / "settings.json"
+    if identity is None or not kept.exists():
+        return
+    before = json.loads(kept.read_text()).get("model_identity")
+    if before is None:
+        print(f"warning: {kept} names no model identity: the rows added now may start from another model "
+              f"than its step-0 row (now {identity})", file=sys.stderr, flush=True)
+    elif before != identity:
+        raise CompareError(f"{results} was made from start model {before}, not {identity} (the --model given): "
+                           "its step-0 row and rungs would be mixed with another model's; pass another --results")
+
+
 def claim_out_dir(out: Path, settings: dict) -> None:
     """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
 
@@ -181,6 +212,7 @@ def claim_out_dir(out: Path, settings: dict) -> None:
     now = json.loads(json_dumps(settings))
     if stamp.exists():
         before = with_added_defaults(json.loads(stamp.read_text()), now)
+        before = _with_model_identity(before, now, stamp)
         if before != now:
             changed = sorted(k for k in now if before.get(k) != now[k])
             raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "
@@ -189,10 +221,12 @@ def claim_out_dir(out: Path, settings: dict) -> None:
         stamp.write_text(json_dumps(settings, indent=2))
 
 
-def out_settings(args, scale, verifier_settings: dict) -> dict:
-    """What a comparison's --out folder depends on (the stamp `claim_out_dir` writes and checks)."""
-    return {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
-            "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
+def out_settings(args, scale, verifier_settings: dict, identity: str | None = None) -> dict:
+    """What a comparison's --out folder depends on (the stamp `claim_out_dir` writes and checks); `identity`
+    is the start model's content (`trainers.models.model_identity`), None where no model is loaded."""
+    stamp = {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
+             "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
+    return stamp if identity is None else {**stamp, "model_identity": identity}
 
 
 # ------------------------------------------------------------------------------ the run's own book
