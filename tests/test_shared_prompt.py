@@ -153,12 +153,39 @@ def test_batched_sampling_picks_the_per_prompt_tokens_at_zero_temperature(smollm
         assert torch.equal(ids_b[:, :n], ids_a[:, :n]) and torch.equal(mask_b[:, :n], mask_a[:, :n])
 
 
+@pytest.mark.slow
+def test_the_samplers_logps_are_the_scored_logps(smollm):
+    """sampler_logps: the log-probs and entropies kept from the sampler's logits (a left-padded batch, the
+    preallocated cache) are group_logps' for the same answers, on every answer token."""
+    from trainers.loop import _eos_ids, _prompt_ids, group_logps, sample_groups
+    policy, tokenizer = _policy(smollm, False)
+    config = TrainConfig(num_generations=3, max_completion_length=10, temperature=0.7, lora_r=4, lora_alpha=8)
+    prompts = [_prompt_ids(tokenizer, t, "cpu") for t in
+               ("Write one trading formula.", "Write an alpha for US stocks that trades on volume and close.")]
+    eos = _eos_ids(policy, tokenizer)
+    torch.manual_seed(3)
+    sampled = sample_groups(policy, tokenizer, prompts, config, eos, with_logps=True)
+    torch.manual_seed(3)
+    plain = sample_groups(policy, tokenizer, prompts, config, eos)
+    for p, (ids, mask, texts, logp, entropy), (ids0, _, texts0) in zip(prompts, sampled, plain):
+        assert torch.equal(ids, ids0) and texts == texts0  # keeping the logits draws no other answers
+        assert logp.shape == ids.shape == entropy.shape and torch.isfinite(logp).all() and torch.isfinite(entropy).all()
+        with torch.no_grad():
+            want, want_entropy = group_logps(policy, p, ids, 0.7, with_entropy=True)
+        on = mask.bool()
+        assert on.sum() > 3 and (logp[on] < 0).all()
+        torch.testing.assert_close(logp[on], want[on], rtol=0, atol=1e-5)
+        torch.testing.assert_close(entropy[on], want_entropy[on], rtol=0, atol=1e-5)
+
+
 def test_speed_switches_are_validated():
     with pytest.raises(ValueError, match="share_prompt_cache"):
         TrainConfig(share_prompt_cache=1)
     with pytest.raises(ValueError, match="batch_generation"):
         TrainConfig(batch_generation="yes")
-    assert TrainConfig().share_prompt_cache and TrainConfig().batch_generation
+    with pytest.raises(ValueError, match="sampler_logps"):
+        TrainConfig(sampler_logps=None)
+    assert TrainConfig().share_prompt_cache and TrainConfig().batch_generation and TrainConfig().sampler_logps
 
 
 def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_synthetic):
@@ -171,9 +198,10 @@ def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_syn
     from trainers.loop import train
     verifier = Verifier(small_synthetic)
     old = {k: v for k, v in S.to_dict(RECIPES["dapo"]).items() if k not in COMPUTE_ONLY}
-    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation"} and len(old) > 20
+    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps"} and len(old) > 20
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
-    for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False)):
+    for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False,
+                                                          sampler_logps=False)):
         with pytest.raises(Exception) as info:  # got past the settings check, to the model
             train(config, verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
         assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)

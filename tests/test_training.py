@@ -81,7 +81,8 @@ def planting(valid_briefs=None, flat_text=None):
     real = loop.sample_groups
     calls = []
 
-    def plant(tokenizer, prompt_ids, eos_ids, ids, mask, texts):
+    def plant(tokenizer, prompt_ids, eos_ids, ids, mask, texts, *sampler_logps):
+        # a planted group drops the sampler's log-probs (they score other tokens): the loop computes them
         calls.append(prompt_ids)
         if flat_text is not None:
             texts = [flat_text] * len(texts)
@@ -96,6 +97,8 @@ def planting(valid_briefs=None, flat_text=None):
             mask[0] = 0.0
             mask[0, :len(planted)] = 1.0
             texts = [VALID_ANSWER, *texts[1:]]
+        elif flat_text is None:
+            return ids, mask, texts, *sampler_logps
         return ids, mask, texts
 
     def sample_groups(model, tokenizer, prompts, config, eos_ids, **kw):
@@ -297,6 +300,26 @@ def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_pa
     assert dapo_log["ratio_mean"] != 1.0 and cispo_log["ratio_mean"] != 1.0
     assert dapo_log["clipped_share"] > 0 or cispo_log["clipped_share"] > 0
     assert any(not torch.equal(dapo_w[k], cispo_w[k]) for k in dapo_w), "DAPO and CISPO took the same step"
+
+
+@pytest.mark.slow
+def test_old_logps_from_the_sampler_give_the_recomputed_step(smollm, verifier, tmp_path):
+    """sampler_logps on (the default) and off: the same answers and rewards, and the step's old log-probs
+    and entropies (ratio, entropy, KL, loss of the log line) agree to float rounding."""
+    from trainers import loop
+    logs = {}
+    for on in (True, False):
+        config = recipe("cispo", **{**TINY, "sampler_logps": on, "steps_per_generation": 2})
+        loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on), model=fresh_policy(smollm, config), steps=1,
+                   progress=False)
+        logs[on] = loop.read_log(tmp_path / str(on))[0]
+    answers = [[json.loads(ln)["answer"] for ln in (tmp_path / str(on) / "completions.jsonl").read_text().splitlines()]
+               for on in (True, False)]
+    assert answers[0] == answers[1] and len(answers[0]) == 8
+    a, b = logs[True], logs[False]
+    assert a["reward"] == b["reward"] and a["entropy"] > 0
+    for key in ("entropy", "ratio_mean", "kl", "loss"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ OUTPUT_ONLY = ("log_completions", "logging_steps")
 
 #: Fields that change how a step is computed, never its losses: a resume may change them, so runs begun
 #: before they existed stay resumable. (batch_generation draws other random numbers from the resume on.)
-COMPUTE_ONLY = ("share_prompt_cache", "batch_generation")
+COMPUTE_ONLY = ("share_prompt_cache", "batch_generation", "sampler_logps")
 
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
@@ -88,6 +88,9 @@ class TrainConfig:
     batch_generation: bool = True       # sample the step's prompts as one left-padded batch, KV cache
                                         # preallocated; off: one prompt's group at a time, as before (the same
                                         # distribution; on draws other random numbers, so other answers)
+    sampler_logps: bool = True          # old log-probs and entropies from the logits the sampler computed
+                                        # anyway (the sampling policy's, to float rounding); off: one more
+                                        # no-grad pass over every group after sampling, as before
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
@@ -179,6 +182,7 @@ def _problems(c: TrainConfig) -> list[str]:
     number("refill_rounds", 0, integer=True)
     need(isinstance(c.share_prompt_cache, bool), f"share_prompt_cache must be True or False, got {c.share_prompt_cache!r}")
     need(isinstance(c.batch_generation, bool), f"batch_generation must be True or False, got {c.batch_generation!r}")
+    need(isinstance(c.sampler_logps, bool), f"sampler_logps must be True or False, got {c.sampler_logps!r}")
     number("save_steps", 0, integer=True)
     number("logging_steps", 1, integer=True)
     need(isinstance(c.log_completions, bool), f"log_completions must be True or False, got {c.log_completions!r}")

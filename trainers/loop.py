@@ -75,6 +75,8 @@ class Group:
     completion_ids: torch.Tensor    # (G, T)
     mask: torch.Tensor              # (G, T) float, 1 on answer tokens (the first EOS included)
     texts: list[str]
+    old_logp: torch.Tensor | None = None   # (G, T) the sampling policy's log-probs, when the sampler kept them
+    entropy: torch.Tensor | None = None    # (G, T) its entropies, likewise
 
 
 # ------------------------------------------------------------------------------------------- the loop
@@ -175,10 +177,13 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # 5. one length for the batch; old log-probs + entropies (sampling policy) and reference log-probs
         completion_ids, mask = _pad_batch(groups, tokenizer.pad_token_id)   # (P, G, T)
         with torch.no_grad():
-            old_logp, entropy = zip(*(group_logps(policy, g.prompt_ids, ids, config.temperature, with_entropy=True,
-                                                  share_prompt=config.share_prompt_cache)
-                                      for g, ids in zip(groups, completion_ids)))
-            old_logp, entropy = torch.stack(old_logp), torch.stack(entropy)
+            if all(g.old_logp is not None for g in groups):  # the sampler's own logits (sampler_logps)
+                old_logp, entropy = _pad_like(groups, "old_logp", mask), _pad_like(groups, "entropy", mask)
+            else:
+                old_logp, entropy = zip(*(group_logps(policy, g.prompt_ids, ids, config.temperature,
+                                                      with_entropy=True, share_prompt=config.share_prompt_cache)
+                                          for g, ids in zip(groups, completion_ids)))
+                old_logp, entropy = torch.stack(old_logp), torch.stack(entropy)
             ref_logp = None
             if config.beta != 0.0:
                 with policy.disable_adapter():  # the reference is the base model: adapters off
@@ -393,9 +398,11 @@ def _roomy_layer_class():
 
 @torch.no_grad()
 def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: TrainConfig, eos_ids: list[int],
-                  preallocate: bool = True):
+                  preallocate: bool = True, with_logps: bool = False):
     """`num_generations` answers to each prompt (1, L_i), all prompts in one batch: a list of
-    (completion ids (G, T), mask (G, T), texts), one per prompt.
+    (completion ids (G, T), mask (G, T), texts), one per prompt; with_logps adds (log-probs (G, T),
+    entropies (G, T)) of the sampled tokens at `temperature`, from the logits the sampler computed:
+    what `group_logps` computes for the same answers, to float rounding (the batch is left-padded).
 
     Plain multinomial sampling at `temperature` (top_k=0, top_p=1: transformers' default top_k=50 would
     sample from a different distribution than the one the loss scores). Prompts are left-padded to one
@@ -412,14 +419,26 @@ def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: Tra
         out = model.generate(input_ids=ids.repeat_interleave(G, 0), attention_mask=attention.repeat_interleave(G, 0),
                              cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
                              max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
-                             pad_token_id=tokenizer.pad_token_id)
-    completion = out[:, L:]
+                             pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True,
+                             output_logits=with_logps)
+    completion = out.sequences[:, L:]
     # The answer runs up to and including its first EOS (as TRL); what generate pads after it is masked.
     is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device))
     first = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1])
     mask = (torch.arange(completion.shape[1], device=completion.device)[None] <= first[:, None]).float()
     texts = [tokenizer.decode(c[:f], skip_special_tokens=True) for c, f in zip(completion, first.tolist())]
-    return [(completion[k * G:(k + 1) * G], mask[k * G:(k + 1) * G], texts[k * G:(k + 1) * G]) for k in range(P)]
+    groups = [(completion[k * G:(k + 1) * G], mask[k * G:(k + 1) * G], texts[k * G:(k + 1) * G]) for k in range(P)]
+    if not with_logps:
+        return groups
+    # out.logits: the raw (unprocessed) logits of each new position, one (P*G, V) tensor a token; one
+    # position at a time keeps the log-softmax's memory at one row of the batch
+    logp, entropy = [], []
+    for t, raw in enumerate(out.logits):
+        lp = torch.log_softmax(raw.float() / config.temperature, dim=-1)
+        logp.append(lp.gather(-1, completion[:, t:t + 1]).squeeze(-1))
+        entropy.append(-(lp.exp() * lp).sum(-1))
+    logp, entropy = torch.stack(logp, 1), torch.stack(entropy, 1)
+    return [(*g, logp[k * G:(k + 1) * G], entropy[k * G:(k + 1) * G]) for k, g in enumerate(groups)]
 
 
 def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig, eos_ids: list[int]):
@@ -445,15 +464,16 @@ def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, e
     """Sample a group per prompt (all prompts in one batch, or, with `batch_generation` off, one prompt at a
     time with transformers' own cache: the sampler as it was) and score each group. Returns (groups, scores)."""
     t0 = time.perf_counter()
+    kw = {"with_logps": config.sampler_logps}
     if config.batch_generation:
-        sampled = sample_groups(policy, tokenizer, prompts, config, eos_ids)
+        sampled = sample_groups(policy, tokenizer, prompts, config, eos_ids, **kw)
     else:
-        sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False)[0] for p in prompts]
+        sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False, **kw)[0] for p in prompts]
     t1 = time.perf_counter()
-    scores = [verifier.score_group(texts) for _, _, texts in sampled]
+    scores = [verifier.score_group(s[2]) for s in sampled]
     t["generation"] += t1 - t0
     t["scoring"] += time.perf_counter() - t1
-    groups = [Group(b, p, ids, mask, texts) for b, p, (ids, mask, texts) in zip(brief_ids, prompts, sampled)]
+    groups = [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
     return groups, scores
 
 
@@ -496,6 +516,12 @@ def _pad_batch(groups: list[Group], pad_id: int):
     ids = torch.stack([F.pad(g.completion_ids, (0, T - g.completion_ids.shape[1]), value=pad_id) for g in groups])
     mask = torch.stack([F.pad(g.mask, (0, T - g.mask.shape[1]), value=0.0) for g in groups])
     return ids, mask
+
+
+def _pad_like(groups: list[Group], field: str, mask: torch.Tensor) -> torch.Tensor:
+    """(P, G, T) of a per-token field of every group, right-padded with 0 (masked) to the batch's T."""
+    T = mask.shape[-1]
+    return torch.stack([F.pad(getattr(g, field), (0, T - getattr(g, field).shape[1]), value=0.0) for g in groups])
 
 
 def _loss_kwargs(config: TrainConfig, eps_high: float, n_tokens: torch.Tensor) -> dict:
