@@ -232,7 +232,7 @@ def test_samples_per_brief_and_the_pick():
 
 
 @pytest.mark.slow
-def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, tmp_path):
+def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, tmp_path, capsys):
     pytest.importorskip("transformers")
     from alpha_gym.env import brief_set
     from trainers.best_of_n import run_best_of_n_rung
@@ -257,6 +257,28 @@ def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, t
             assert r["train_cpcv"] is None and not verifier.score(r["answer"]).valid
     assert (out / "seed-42" / "best_of_n" / "holdout-step-2.json").exists()
     assert (out / "seed-42" / "best_of_n" / "archive.npz").exists()
+    run_dir = out / "seed-42" / "best_of_n"
+    assert not (run_dir / "samples.partial.jsonl").exists()  # finished: the partial file is gone
+
+    # interrupted after brief 1 (its line kept, brief 2's cut mid-write): the rerun samples brief 2 only and
+    # gives the uninterrupted run's records, rows and grown archive
+    archive = (run_dir / "archive.npz").read_bytes()
+    head = json.dumps({"settings": json.loads((run_dir / "samples.json").read_text())["settings"]})
+    (run_dir / "samples.partial.jsonl").write_text(f"{head}\n{json.dumps(samples[0])}\n{json.dumps(samples[1])[:40]}")
+    (run_dir / "samples.json").unlink()
+    kept_rows = (results / "seed-42" / "best_of_n.jsonl").read_text()
+    capsys.readouterr()
+    again = run_best_of_n_rung(scale, 42, None, verifier, train, holdout, probe, results, out=out)
+    assert "resuming after 1 of 2 briefs" in capsys.readouterr().out
+    assert json.loads((run_dir / "samples.json").read_text())["briefs"] == samples
+    assert (results / "seed-42" / "best_of_n.jsonl").read_text() == kept_rows
+    assert again["verifier_calls"] == numbers["verifier_calls"] and (run_dir / "archive.npz").read_bytes() == archive
+    # a kept sample that no longer scores as it did is an error, not a blend of two experiments
+    bad = {**samples[0], "rewards": [r + 1.0 for r in samples[0]["rewards"]]}
+    (run_dir / "samples.partial.jsonl").write_text(f"{head}\n{json.dumps(bad)}\n")
+    (run_dir / "samples.json").unlink()
+    with pytest.raises(RuntimeError, match="do not score as they did"):
+        run_best_of_n_rung(scale, 42, None, verifier, train, holdout, probe, results, out=out)
 
 
 # ------------------------------------------------------------------------------------- the variations

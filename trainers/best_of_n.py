@@ -56,21 +56,37 @@ def best_sample(rewards: Sequence[float]) -> int:
     return int(np.argmax(np.asarray(rewards, dtype=np.float64)))
 
 
-def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Sampling, seed: int) -> list[dict]:
+def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Sampling, seed: int,
+                    done: Sequence[dict] = (), on_brief=None) -> list[dict]:
     """Per brief: k sampled answers, their rewards (scored as one group, archive updated after it), the best.
 
     Returns one dict a brief: brief_id, answers, rewards, valid, cpcv (R1 when valid, else None), best.
+    `done`: the records of the first briefs from an interrupted run; their answers are scored again in order
+    (the archive grows as it did; a reward that differs is an error, not a silent blend), and sampling goes on
+    from the next brief with its own seed, so a resumed run gives the uninterrupted one's records.
+    `on_brief(record)` is called after each newly sampled brief (the caller keeps it on disk).
     """
     from trainers.loop import _eos_ids, _prompt_ids, sample_group
+    out = []
+    for brief, record in zip(briefs, done):
+        group = verifier.score_group(record["answers"])
+        verifier.update_archive(group)
+        if record["brief_id"] != brief.id or group.rewards.tolist() != record["rewards"]:
+            raise RuntimeError(f"the kept samples of brief {record['brief_id']} do not score as they did: "
+                               "other verifier settings or data; delete the partial samples to start again")
+        out.append(record)
+    if len(out) == len(briefs):
+        return out
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = next(model.parameters()).device
     eos_ids = _eos_ids(model, tokenizer)
     was_training = model.training
     model.eval()
-    out = []
     try:
         for i, brief in enumerate(briefs):
+            if i < len(out):
+                continue
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
             _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, brief.prompt(), device), sampling,
                                        eos_ids)
@@ -80,6 +96,8 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
                         "valid": group.valid.tolist(),
                         "cpcv": [float(s.channels["cpcv"]) if s.valid else None for s in group.scores],
                         "best": best_sample(group.rewards)})
+            if on_brief is not None:
+                on_brief(out[-1])
     finally:
         model.train(was_training)
     return out
@@ -100,7 +118,8 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     is the scale's steps: the calls of that many training steps), and, when `out` is given,
     `out/seed-S/NAME/samples.json` (every sample and reward), `archive.npz` (the novelty archive the
     samples grew) and `holdout-step-N.json`. A rerun with the same
-    settings reuses samples.json instead of sampling again. Returns the numbers written to NAME.json.
+    settings reuses samples.json instead of sampling again; an interrupted one resumes after the last brief
+    it kept in samples.partial.jsonl. Returns the numbers written to NAME.json.
     """
     budget = scale_budget(scale)
     k = samples_per_brief(budget, len(probe))
@@ -116,14 +135,17 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
         from trainers.answers import load_for_inference
         model, tokenizer = load_for_inference(start_model)
         grown = verifier.fork()
-        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed)
+        done, keep = _partial(run_dir, settings)
+        if done:
+            print(f"best_of_n seed {seed}: resuming after {len(done)} of {len(probe)} briefs", flush=True)
+        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed, done=done, on_brief=keep)
         del model
         if run_dir is not None:
-            run_dir.mkdir(parents=True, exist_ok=True)
             grown.save_archive(run_dir / "archive.npz")  # the archive the samples grew, as a checkpoint keeps it
             tmp = run_dir / "samples.json.tmp"
             tmp.write_text(json_dumps({"settings": settings, "briefs": picked}, indent=1), encoding="utf-8")
             tmp.replace(run_dir / "samples.json")
+            (run_dir / PARTIAL).unlink(missing_ok=True)
     step = scale.steps
     rows, formulas, cpcvs = [], [], []
     for brief, p in zip(probe, picked):
@@ -142,6 +164,40 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
         valid_share=sum(sum(p["valid"]) for p in picked) / n_samples if n_samples else None)
     write_kept(results, seed, name, rows, numbers)
     return numbers
+
+
+#: One JSON line per brief sampled so far (the first line: the settings), so an interrupted run resumes.
+PARTIAL = "samples.partial.jsonl"
+
+
+def _partial(run_dir: Path | None, settings: dict):
+    """(the records an interrupted run with these settings kept, a callback that appends one more). A partial
+    file made with other settings is started again (the comparison's stamp refuses other settings first)."""
+    if run_dir is None:
+        return [], None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / PARTIAL
+    want = json.loads(json_dumps(settings))
+    done = []
+    if path.exists():
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the interruption: keep the whole ones before it
+                break
+        if rows and rows[0].get("settings") == want:
+            done = rows[1:]
+    with open(path, "w", encoding="utf-8") as fh:  # rewritten whole: a cut last line does not survive
+        fh.write(json.dumps({"settings": want}) + "\n")
+        fh.writelines(json.dumps(r) + "\n" for r in done)
+
+    def keep(record: dict) -> None:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json_dumps(record) + "\n")
+            fh.flush()
+
+    return done, keep
 
 
 def _cached(run_dir: Path | None, settings: dict) -> list[dict] | None:
