@@ -19,7 +19,8 @@ from alpha_gym.market import Panel, load_panel, synthetic_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
-from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+from alpha_gym.tasks.briefs import Brief
+from alpha_gym.tasks.sets import brief_set
 
 log = logging.getLogger("alpha_gym")
 _ANNOUNCED: set[tuple[str, str | None]] = set()  # world models already logged by this process
@@ -31,20 +32,6 @@ class EpisodeOverError(ResetNeeded, RuntimeError):
 #: Characters of observations and actions: printable ASCII (letters, digits, punctuation, whitespace).
 CHARSET = string.printable
 MAX_PROMPT_CHARS = 4096
-
-
-@lru_cache(maxsize=2)
-def brief_set(name: str) -> tuple[Brief, ...]:
-    """Named brief sets: `train` and `probe` (the seeded 500 briefs split by template family), `fixed`."""
-    if name == "fixed":
-        return FIXED_BRIEFS
-    from alpha_gym.tasks.generator import generate_briefs, split_briefs
-    split = split_briefs(generate_briefs(500, seed=0), n_probe=50)
-    if name == "train":
-        return tuple(split.train)
-    if name == "probe":
-        return tuple(split.probe)
-    raise ValueError(f"unknown brief set {name!r}; use 'train', 'probe', 'fixed' or a sequence of Brief")
 
 
 @lru_cache(maxsize=4)

@@ -52,7 +52,7 @@ def prepare(folder: Path, hidden: int = 128, layers: int = 4) -> Path:
 
 def check(model_dir: str, out: Path, steps: int = 2) -> dict:
     import torch
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.market import synthetic_panel
     from alpha_gym.scoring.verifier import Verifier
     from trainers.config import RECIPES as ALL

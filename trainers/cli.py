@@ -96,7 +96,7 @@ def verifier_config_from_args(args):
 
 def briefs_from_args(value: str):
     """--briefs: a named set or a JSONL file."""
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     if value in ("train", "probe", "fixed"):
         return list(brief_set(value))
     from alpha_gym.tasks.generator import load_briefs

@@ -93,7 +93,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     """
     from tqdm.auto import tqdm
     if briefs is None:
-        from alpha_gym.env import brief_set
+        from alpha_gym.tasks.sets import brief_set
         briefs = brief_set("train")
     briefs = list(briefs)
     if not briefs:

@@ -123,7 +123,7 @@ def shared_verifier(panel: Panel | None = None, config: Any = None, *, data: Any
 
 @lru_cache(maxsize=1)
 def _briefs_by_id() -> dict:
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     return {b.id: b for name in ("fixed", "probe", "train") for b in brief_set(name)}
 
 

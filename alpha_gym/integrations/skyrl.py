@@ -66,7 +66,7 @@ def register_env(env_id: str = ENV_CLASS) -> str:
 
 def dataset_rows(briefs="train") -> list[dict]:
     """skyrl-train dataset rows for the briefs: prompt, env_class, reward_spec, extra_info (with brief_id)."""
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
     return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": b.prompt()}], "env_class": ENV_CLASS,
              "reward_spec": {"method": "rule", "ground_truth": None}, "brief_id": b.id,

@@ -126,7 +126,7 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
     """alpha-gym's design briefs, one task each."""
 
     def load(self) -> Iterator[AlphaTask]:
-        from alpha_gym.env import brief_set
+        from alpha_gym.tasks.sets import brief_set
         for brief in brief_set(self.config.briefs):
             yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=brief.prompt(), brief_id=brief.id,
                                       family=brief.family), self.config.task)

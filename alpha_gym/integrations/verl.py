@@ -73,7 +73,7 @@ def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
 
     Write them with pandas: `pd.DataFrame(dataset_rows("train")).to_parquet("train.parquet")`.
     """
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
     return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": b.prompt()}], "ability": "alpha",
              "reward_model": {"style": "rule", "ground_truth": ""},

@@ -101,7 +101,7 @@ def _kept_brief_ids(results: Path) -> list[str] | None:
 
 
 def cmd_compare(args) -> int:
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.settings import to_dict
     from alpha_gym.stress.registry import resolve
