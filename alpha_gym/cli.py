@@ -81,7 +81,7 @@ def _demo_training(args) -> int:
         from trainers.loop import train
     except ImportError as err:
         return _missing_extra("train", err)
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
     settings = settings_from_args(args, {"train": {"recipe": "cispo_repo_r", "prompts_per_step": 1,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import string
-from functools import lru_cache
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -15,7 +14,8 @@ from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
-from alpha_gym.market import Panel, load_panel, synthetic_panel
+from alpha_gym.market import Panel
+from alpha_gym.market.resolve import resolve_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
@@ -32,31 +32,6 @@ class EpisodeOverError(ResetNeeded, RuntimeError):
 #: Characters of observations and actions: printable ASCII (letters, digits, punctuation, whitespace).
 CHARSET = string.printable
 MAX_PROMPT_CHARS = 4096
-
-
-@lru_cache(maxsize=4)
-def default_panel(n_stocks: int = 46, n_days: int = 3304, seed: int = 0) -> Panel:
-    """The embedded synthetic market, built once per process."""
-    return synthetic_panel(n_stocks=n_stocks, n_days=n_days, seed=seed)
-
-
-def resolve_panel(panel: Panel | None = None, data: str | None = None, universe=None,
-                  train_start=None, train_end=None) -> Panel:
-    """The training panel from the env's options: an explicit panel, a data file, or the synthetic default.
-
-    `train_end` cuts the panel: sessions after it are not reachable from the result.
-    """
-    if panel is not None and data is not None:
-        raise ValueError("pass either panel= or data=, not both")
-    if data is not None:
-        return load_panel(data, universe=universe, start=train_start, end=train_end)
-    base = panel if panel is not None else default_panel()
-    if universe is not None:
-        from alpha_gym.market import load_universe
-        base = base.select(load_universe(universe))
-    if train_start is not None or train_end is not None:
-        base = base.window(train_start, train_end)
-    return base
 
 
 class AlphaFormulaEnv(gym.Env):

@@ -23,7 +23,7 @@ ANSWERS = [GOOD, "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"
 
 @pytest.fixture(scope="module")
 def direct():
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     return Verifier(default_panel())
 
 
@@ -127,7 +127,7 @@ def test_concurrent_sessions(server, direct):
 
 
 def test_settings_reach_the_environment_and_the_server(changed_settings):
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     from alpha_gym.integrations.openenv_server import main
     toml, sets, config = changed_settings
     want = Verifier(default_panel(), config).score(GOOD)

@@ -8,7 +8,7 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed")
 
-from alpha_gym.env import default_panel  # noqa: E402
+from alpha_gym.market.resolve import default_panel  # noqa: E402
 from alpha_gym.tasks.sets import brief_set  # noqa: E402
 from alpha_gym.integrations.skyrl import AlphaSkyRLEnv, dataset_rows, register_env  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402

@@ -13,7 +13,7 @@ from verifiers.v1.graph import MessageNode  # noqa: E402
 from verifiers.v1.trace import AgentInfo, Trace, TraceTask  # noqa: E402
 from verifiers.v1.types import AssistantMessage, UserMessage  # noqa: E402
 
-from alpha_gym.env import default_panel  # noqa: E402
+from alpha_gym.market.resolve import default_panel  # noqa: E402
 from alpha_gym.tasks.sets import brief_set  # noqa: E402
 from alpha_gym.integrations import verifiers as av  # noqa: E402
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES, VerifierConfig  # noqa: E402

@@ -318,7 +318,7 @@ def _claim_eval_dir(out: Path, stamp: dict) -> None:
 
 def _eval_panels(args):
     """(train panel, holdout panel or None): with --holdout-start the train window ends the day before it."""
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     universe = universe_arg(args.universe)
     if args.holdout_start is None:
         return resolve_panel(data=args.data, universe=universe, train_start=args.start, train_end=args.end), None

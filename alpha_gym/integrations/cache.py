@@ -86,7 +86,7 @@ def resolve_config(config: Any = None, settings: Sequence[str] | str = ()) -> Ve
 
 def cached_panel(data: Any = None, universe=None, start=None, end=None) -> Panel:
     """`resolve_panel` for file paths (or the synthetic default), loaded once per process per arguments."""
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     key = (None if data is None else str(data), None if universe is None else json_dumps(universe, default=str),
            None if start is None else str(start), None if end is None else str(end))
     with _LOCK:
