@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("openenv.core.env_server.interfaces", reason="openenv-core (and fastapi, fastmcp) not installed")
 pytest.importorskip("uvicorn", reason="uvicorn is not installed")
 
-from alpha_gym.integrations.cache import shared_verifier  # noqa: E402
+from alpha_gym.pool import shared_verifier  # noqa: E402
 from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment, AlphaObservation  # noqa: E402
 from alpha_gym.integrations.openenv_server import AlphaEnvClient, create_app  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402

@@ -37,7 +37,8 @@ class AlphaSkyRLEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
         super().__init__()
-        from alpha_gym.integrations.cache import brief_by_id, shared_verifier
+        from alpha_gym.pool import shared_verifier
+        from alpha_gym.tasks.sets import brief_by_id
         self.verifier = shared_verifier(data=_get(env_config, "data"), universe=_get(env_config, "universe"),
                                         start=_get(env_config, "start"), end=_get(env_config, "end"),
                                         config=_get(env_config, "config"), settings=_get(env_config, "settings") or ())

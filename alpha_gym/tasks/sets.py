@@ -23,3 +23,13 @@ def brief_set(name: str) -> tuple[Brief, ...]:
     if name == "probe":
         return tuple(split.probe)
     raise ValueError(f"unknown brief set {name!r}; use 'train', 'probe', 'fixed' or a sequence of Brief")
+
+
+@lru_cache(maxsize=1)
+def _briefs_by_id() -> dict:
+    return {b.id: b for name in ("fixed", "probe", "train") for b in brief_set(name)}
+
+
+def brief_by_id(brief_id: str):
+    """The seeded or fixed brief with this id (None if there is none); the index is built once per process."""
+    return _briefs_by_id().get(brief_id)
