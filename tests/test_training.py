@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from alpha_gym.threads import torch_threads
 from trainers.config import RECIPES, TrainConfig, recipe
 
 # Valid on us46 with a core score above 0 (about 0.66: the ladder recipes' advantage floor is 0) and not
@@ -48,10 +49,8 @@ BRIEFS = [TinyBrief("tiny-0", "Write one trading formula."), TinyBrief("tiny-1",
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
     """One torch thread: on a shared 2-core machine two threads can be several times slower, not faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1")))
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1"))):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ class Scorer:
         self.stamp = scored_with(panel.fingerprint(), config_key(config))
 
     def score(self, chunk: list[tuple[int, str, str]]) -> list[str]:
-        from alpha_gym.stress._blas import blas_threads
+        from alpha_gym.threads import blas_threads
         v = self.verifier
         with blas_threads(1):  # set after numpy loaded too (the environment variable only counts before)
             return [record(i, kind, text, v.score_formula(text) if kind == "formula" else v.score(text), self.stamp)
