@@ -199,7 +199,7 @@ def _verifier_section() -> Section:
 
 def _holdout_section() -> Section:
     from alpha_gym.book.costs import RealisticCosts
-    from alpha_gym.evaluation.holdout import HoldoutConfig
+    from alpha_gym.scoring.holdout_config import HoldoutConfig
 
     def defaults():
         d = {k: v for k, v in to_dict(HoldoutConfig()).items() if k not in _HOLDOUT_SHARED}
