@@ -78,9 +78,11 @@ def cmd_demo(args) -> int:
 def _demo_training(args) -> int:
     """A short RL run: SmolLM2-135M, recipe cispo_repo_r, tiny settings, on the same synthetic market."""
     try:
+        from trainers.config import register_train_table
         from trainers.loop import train
     except ImportError as err:
         return _missing_extra("train", err)
+    register_train_table()
     from alpha_gym.market.resolve import default_panel
     from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier

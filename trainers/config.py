@@ -261,9 +261,13 @@ def _train_section():
                    lambda table, built: TrainSettings(*train_config_from_table(table)))
 
 
-def _register() -> None:
+def register_train_table() -> None:
+    """Teach the settings file its [train] table (idempotent). The trainers' entry points call it.
+
+    Explicit, not a side effect of importing this module: which tables `alpha_gym.settings` checks does
+    not depend on what happened to be imported first. Before the call a [train] table loads as given,
+    unchecked (the environment never imports the trainers), and `settings["train"]` raises
+    `UnregisteredTableError` naming the table.
+    """
     from alpha_gym.settings import register_section
     register_section("train", _train_section)
-
-
-_register()

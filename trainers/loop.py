@@ -49,7 +49,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
-from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, TrainConfig
+from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, TrainConfig, register_train_table
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 from trainers.run_book import ARCHIVE_LOG, append_admitted, truncate_admitted
@@ -92,6 +92,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
     from tqdm.auto import tqdm
+    register_train_table()  # the run folder's settings.toml holds a checked [train] table
     if briefs is None:
         from alpha_gym.tasks.sets import brief_set
         briefs = brief_set("train")

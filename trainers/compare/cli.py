@@ -46,13 +46,14 @@ from pathlib import Path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
-import trainers.config  # noqa: F401  (registers the [train] table)
 from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES, VERIFIER_CHANGES, panels
 from trainers.compare.runner import CompareError
+from trainers.config import register_train_table
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add `compare` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns)."""
+    """Add `compare` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns); registers [train]."""
+    register_train_table()
     p = subparsers.add_parser("compare", help="the trainer comparison: the recipe ladder over seeds, with "
                                               "intervals against model-free baselines",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,6 +113,7 @@ def cmd_compare(args) -> int:
     from trainers.compare.runner import (answer_rows, claim_out_dir, filtered_briefs, keep_answers, keep_run_book,
                                          out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+    register_train_table()
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
