@@ -84,8 +84,8 @@ def _demo_training(args) -> int:
         return _missing_extra("train", err)
     register_train_table()
     from alpha_gym.market.resolve import default_panel
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     settings = settings_from_args(args, {"train": {"recipe": "cispo_repo_r", "prompts_per_step": 1,
                                                    "num_generations": 4, "max_completion_length": 48,
                                                    "save_steps": 0, "seed": args.seed}})
@@ -100,9 +100,9 @@ def _demo_training(args) -> int:
 
 
 def cmd_sft_data(args) -> int:
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.sft_data import build_sft_dataset
     verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
@@ -118,8 +118,8 @@ def cmd_sft(args) -> int:
                            batch_size=args.batch_size, seed=args.seed)
     summary = run_sft(args.model, args.data, args.out, settings)
     if args.probe:
-        from alpha_gym.tasks.sets import brief_set
         from alpha_gym.scoring.verifier import Verifier
+        from alpha_gym.tasks.sets import brief_set
         verifier = Verifier(panel_from_args(args, data_attr="market_data"), settings_from_args(args).verifier)
         probe = brief_set("probe")[: args.probe]
         before = probe_valid_rate(args.model, verifier, probe)

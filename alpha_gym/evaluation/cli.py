@@ -196,11 +196,11 @@ def _print_report(report) -> None:
 
 def cmd_holdout(args) -> int:
     """Greedy answers of a checkpoint to the probe briefs, scored on the holdout window."""
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     from trainers.answers import generate_answers, load_for_inference
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
@@ -291,8 +291,8 @@ def _api_key(name: str | None) -> str | None:
 
 
 def _briefs(args):
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sets import brief_set
     briefs = list(load_briefs(args.briefs)) if args.briefs else list(brief_set("probe"))
     if args.limit:
         briefs = briefs[: args.limit]

@@ -53,11 +53,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from alpha_gym.book import metrics
+from alpha_gym.book.answer import InvalidVerdict, answer_to_book
 from alpha_gym.book.book import daily_turnover, gross_pnl, open_to_open_returns, weights_from_signal
 from alpha_gym.book.costs import RealisticCosts, realistic_cost
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
-from alpha_gym.book.answer import InvalidVerdict, answer_to_book
 from alpha_gym.language import canonical
 from alpha_gym.market.panel import BASE_FIELDS, DataError, Panel
 from alpha_gym.scoring import cpcv as cpcv_mod

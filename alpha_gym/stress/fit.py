@@ -49,11 +49,11 @@ import torch.nn.functional as F
 
 from alpha_gym.market.panel import Panel
 from alpha_gym.stress import checkpoint as ck
+from alpha_gym.stress import scenarios as sc
 from alpha_gym.stress.config import SCENARIOS, StressConfig, StressError
 from alpha_gym.stress.data import data_info, feature_stats, raw_features, scaled_features
 from alpha_gym.stress.geometry import TARGET_NAMES, stylised_facts, window_targets
 from alpha_gym.stress.model import WorldModel, deterministic_torch, factor_nll, factor_scores, normalised
-from alpha_gym.stress import scenarios as sc
 from alpha_gym.threads import blas_threads, single_threaded
 
 

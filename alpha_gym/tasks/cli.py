@@ -39,9 +39,9 @@ def cmd_briefs_split(args) -> int:
 
 
 def cmd_briefs_filter(args) -> int:
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs, save_briefs
+    from alpha_gym.tasks.sets import brief_set
     from trainers.difficulty import filter_briefs, pass_rates
     from trainers.models import load_base
     briefs = load_briefs(args.briefs) if args.briefs else list(brief_set("train"))

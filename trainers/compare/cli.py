@@ -102,10 +102,10 @@ def _kept_brief_ids(results: Path) -> list[str] | None:
 
 
 def cmd_compare(args) -> int:
-    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.settings import to_dict
     from alpha_gym.stress.registry import resolve
+    from alpha_gym.tasks.sets import brief_set
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
     from alpha_gym.search.rung import run_search_rung, scale_budget
