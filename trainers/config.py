@@ -218,11 +218,11 @@ RECIPES: dict[str, TrainConfig] = {
                                       top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
     # Part 2's arms: DAPO with dynamic sampling (resample groups whose rewards are all equal), no floor.
     "dapo_refill": RECIPE_BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
-                               top_entropy_quantile=0.2, refill_rounds=2),
+                                     top_entropy_quantile=0.2, refill_rounds=2),
     # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
     # averaging, no dynamic sampling, no floor.
     "grpo": RECIPE_BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
-                        top_entropy_quantile=1.0),
+                              top_entropy_quantile=1.0),
 }
 
 
