@@ -78,11 +78,14 @@ def cmd_demo(args) -> int:
 def _demo_training(args) -> int:
     """A short RL run: SmolLM2-135M, recipe cispo_repo_r, tiny settings, on the same synthetic market."""
     try:
+        from trainers.config import register_train_table
         from trainers.loop import train
     except ImportError as err:
         return _missing_extra("train", err)
-    from alpha_gym.env import brief_set, default_panel
+    register_train_table()
+    from alpha_gym.market.resolve import default_panel
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     settings = settings_from_args(args, {"train": {"recipe": "cispo_repo_r", "prompts_per_step": 1,
                                                    "num_generations": 4, "max_completion_length": 48,
                                                    "save_steps": 0, "seed": args.seed}})
@@ -97,9 +100,9 @@ def _demo_training(args) -> int:
 
 
 def cmd_sft_data(args) -> int:
-    from alpha_gym.env import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.sft_data import build_sft_dataset
     verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
@@ -115,8 +118,8 @@ def cmd_sft(args) -> int:
                            batch_size=args.batch_size, seed=args.seed, threads=args.threads)
     summary = run_sft(args.model, args.data, args.out, settings)
     if args.probe:
-        from alpha_gym.env import brief_set
         from alpha_gym.scoring.verifier import Verifier
+        from alpha_gym.tasks.sets import brief_set
         verifier = Verifier(panel_from_args(args, data_attr="market_data"), settings_from_args(args).verifier)
         probe = brief_set("probe")[: args.probe]
         before = probe_valid_rate(args.model, verifier, probe)
@@ -195,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_args(p)
     p.set_defaults(func=cmd_sft)
 
+    from alpha_gym.tasks.cli import register as register_briefs
+    register_briefs(sub)
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)
     try:  # `train` and `compare` need the train extra (torch); without it the command says how to install it

@@ -91,7 +91,7 @@ def add_data_args(p: argparse.ArgumentParser, dates: bool = True, data_flag: str
 
 def panel_from_args(args, data_attr: str = "data"):
     """The training panel the data flags name (the embedded synthetic market without --data)."""
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     return resolve_panel(data=getattr(args, data_attr), universe=universe_arg(args.universe),
                          train_start=getattr(args, "start", None), train_end=getattr(args, "end", None))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import string
-from functools import lru_cache
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -15,11 +14,13 @@ from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
-from alpha_gym.market import Panel, load_panel, synthetic_panel
+from alpha_gym.market import Panel
+from alpha_gym.market.resolve import resolve_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
-from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+from alpha_gym.tasks.briefs import Brief
+from alpha_gym.tasks.sets import brief_set
 
 log = logging.getLogger("alpha_gym")
 _ANNOUNCED: set[tuple[str, str | None]] = set()  # world models already logged by this process
@@ -31,45 +32,6 @@ class EpisodeOverError(ResetNeeded, RuntimeError):
 #: Characters of observations and actions: printable ASCII (letters, digits, punctuation, whitespace).
 CHARSET = string.printable
 MAX_PROMPT_CHARS = 4096
-
-
-@lru_cache(maxsize=2)
-def brief_set(name: str) -> tuple[Brief, ...]:
-    """Named brief sets: `train` and `probe` (the seeded 500 briefs split by template family), `fixed`."""
-    if name == "fixed":
-        return FIXED_BRIEFS
-    from alpha_gym.tasks.generator import generate_briefs, split_briefs
-    split = split_briefs(generate_briefs(500, seed=0), n_probe=50)
-    if name == "train":
-        return tuple(split.train)
-    if name == "probe":
-        return tuple(split.probe)
-    raise ValueError(f"unknown brief set {name!r}; use 'train', 'probe', 'fixed' or a sequence of Brief")
-
-
-@lru_cache(maxsize=4)
-def default_panel(n_stocks: int = 46, n_days: int = 3304, seed: int = 0) -> Panel:
-    """The embedded synthetic market, built once per process."""
-    return synthetic_panel(n_stocks=n_stocks, n_days=n_days, seed=seed)
-
-
-def resolve_panel(panel: Panel | None = None, data: str | None = None, universe=None,
-                  train_start=None, train_end=None) -> Panel:
-    """The training panel from the env's options: an explicit panel, a data file, or the synthetic default.
-
-    `train_end` cuts the panel: sessions after it are not reachable from the result.
-    """
-    if panel is not None and data is not None:
-        raise ValueError("pass either panel= or data=, not both")
-    if data is not None:
-        return load_panel(data, universe=universe, start=train_start, end=train_end)
-    base = panel if panel is not None else default_panel()
-    if universe is not None:
-        from alpha_gym.market import load_universe
-        base = base.select(load_universe(universe))
-    if train_start is not None or train_end is not None:
-        base = base.window(train_start, train_end)
-    return base
 
 
 class AlphaFormulaEnv(gym.Env):

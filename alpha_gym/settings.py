@@ -10,8 +10,9 @@ Sections (each is one dataclass; a nested dataclass is a sub-table):
     [holdout]        HoldoutConfig's own fields (context, min_turnover, crash_threshold) and
     [holdout.costs]  RealisticCosts: the costs the holdout charges.
     [stress]         StressConfig: the R3 world model, its gates and scenarios.
-    [train]          TrainConfig with its `recipe` (registered when `trainers` is imported; the command line
-                     imports it; before that a [train] table is kept as given, unchecked).
+    [train]          TrainConfig with its `recipe` (registered by `trainers.config.register_train_table()`,
+                     which the trainers' entry points call; before that a [train] table is kept as given,
+                     unchecked, and `settings["train"]` raises UnregisteredTableError naming the table).
 
 TOML has no null: an optional setting that is unset is written as the string "none".
 A file may hold any subset of the keys; the rest keep their defaults. Unknown keys are errors that
@@ -199,7 +200,7 @@ def _verifier_section() -> Section:
 
 def _holdout_section() -> Section:
     from alpha_gym.book.costs import RealisticCosts
-    from alpha_gym.evaluation.holdout import HoldoutConfig
+    from alpha_gym.scoring.holdout_config import HoldoutConfig
 
     def defaults():
         d = {k: v for k, v in to_dict(HoldoutConfig()).items() if k not in _HOLDOUT_SHARED}
@@ -237,13 +238,28 @@ _SECTIONS: dict[str, Callable[[], Section]] = {"verifier": _verifier_section, "h
 
 
 def register_section(name: str, factory: Callable[[], Section]) -> None:
-    """Add a [name] table (the trainers package adds [train]); `factory` is called when it is needed."""
+    """Add a [name] table (`trainers.config.register_train_table` adds [train]); `factory` is called when it is
+    needed."""
     _SECTIONS[name] = factory
 
 
-#: Tables that another package registers when it is imported (`trainers.config` adds [train]). Until then
-#: such a table is kept as given, unchecked: the environment never imports the trainers.
+#: Tables that another package registers by an explicit call (`trainers.config.register_train_table()` adds
+#: [train]; the trainers' entry points make it). Until then such a table is kept as given, unchecked, in
+#: `Settings.tables`: the environment never imports the trainers.
 OPTIONAL_SECTIONS = ("train",)
+
+#: Who registers each optional table, for the error that asks for it.
+_REGISTERED_BY = {"train": "trainers.config.register_train_table()"}
+
+
+class UnregisteredTableError(ConfigError, LookupError):
+    """An optional settings table (such as [train]) asked for before the package that owns it registered it."""
+
+
+def _unregistered(name: str) -> UnregisteredTableError:
+    return UnregisteredTableError(
+        f"the [{name}] settings table is not registered: call {_REGISTERED_BY[name]} before loading the settings "
+        f"(the trainers' commands do); until then [{name}] is kept unchecked in settings.tables[{name!r}]")
 
 
 @dataclass(frozen=True)
@@ -256,11 +272,15 @@ class Settings:
 
     def __getattr__(self, name):
         try:
-            return self.objects[name]
+            return self[name]
+        except UnregisteredTableError:
+            raise
         except KeyError:
             raise AttributeError(name) from None
 
     def __getitem__(self, name):
+        if name in OPTIONAL_SECTIONS and name not in self.objects:
+            raise _unregistered(name)
         return self.objects[name]
 
     def toml(self) -> str:
@@ -335,7 +355,7 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
         effective[name] = _effective_table(section, built[name])
     for name in OPTIONAL_SECTIONS:
         if name not in _SECTIONS and name in tables:
-            built[name] = effective[name] = dict(tables[name])
+            effective[name] = dict(tables[name])  # unchecked; `settings[name]` asks for the registration
     return Settings(objects=built, tables=effective, given=tables)
 
 

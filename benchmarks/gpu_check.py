@@ -52,9 +52,9 @@ def prepare(folder: Path, hidden: int = 128, layers: int = 4) -> Path:
 
 def check(model_dir: str, out: Path, steps: int = 2) -> dict:
     import torch
-    from alpha_gym.env import brief_set
     from alpha_gym.market import synthetic_panel
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     from trainers.config import RECIPES as ALL
     from trainers.loop import read_log, train
     from trainers.models import load_policy, resolve_4bit

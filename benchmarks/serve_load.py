@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=300.0)
     args = ap.parse_args()
 
-    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.pool import shared_verifier
     from alpha_gym.service.client import ScoringClient
 
     data = Path(args.data) / "us_daily_train.csv.gz"

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from alpha_gym.book.answer import InvalidVerdict, Traded, answer_to_book
-from alpha_gym.evaluation.holdout import HoldoutConfig, HoldoutEvaluator, evaluate_holdout
+from alpha_gym.evaluation.holdout import HoldoutEvaluator, evaluate_holdout
 from alpha_gym.language import DEFAULT_LIMITS, FormulaError, FormulaLimitError, Limits, depth, lookback, parse
 from alpha_gym.language.errors import MODEL_FAULTS, is_model_fault
 from alpha_gym.scoring.config import VerifierConfig
+from alpha_gym.scoring.holdout_config import HoldoutConfig
 from alpha_gym.scoring.seed_cache import compute_seed_books
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.stress.provider import StressProvider

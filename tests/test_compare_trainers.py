@@ -242,7 +242,7 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     The endpoint answers each probe brief as the kept step-0 answers do, so its row must score what step 0
     scores (its two samples in place of seeds); a folder missing a brief, or not an eval folder, is refused.
     """
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     from trainers.compare.runner import write_jsonl
     probe = list(brief_set("probe"))[:2]               # the smoke scale's probe briefs
     answers = {probe[0].prompt(): "<alpha>rank(-ts_delta(close, 5))</alpha>",
@@ -301,7 +301,7 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
 # ------------------------------------------------------------------------------ controls and run books
 def _kept_step0(results, formulas):
     """A kept step-0.jsonl for the smoke scale's probe briefs (the table's step-0 row)."""
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     from trainers.compare.ladder import SCALES
     from trainers.compare.runner import write_jsonl
     probe = list(brief_set("probe"))[: SCALES["smoke"].probe]

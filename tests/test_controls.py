@@ -67,7 +67,7 @@ def verifier(panels):
 
 @pytest.fixture(scope="module")
 def probe():
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     return list(brief_set("probe"))[:6]
 
 
@@ -234,7 +234,7 @@ def test_samples_per_brief_and_the_pick():
 @pytest.mark.slow
 def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, tmp_path, capsys):
     pytest.importorskip("transformers")
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     from trainers.best_of_n import run_best_of_n_rung
     train, holdout = panels
     probe = list(brief_set("probe"))[:2]

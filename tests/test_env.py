@@ -91,7 +91,7 @@ def test_import_does_not_pull_torch():
 
 
 def test_default_briefs_are_the_training_split_and_report_compliance(small_synthetic):
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     train, probe = brief_set("train"), brief_set("probe")
     assert len(probe) == 50 and len(train) >= 400
     assert not {b.family for b in train} & {b.family for b in probe}

@@ -316,7 +316,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
     raw = read_raw(out / "endpoint.jsonl")
     assert len(raw) == 6 and all(x["ok"] and isinstance(x["completion"], str) for x in raw.values())
     rows = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     assert [(x["brief_id"], x["sample"]) for x in rows] == [(b.id, k) for b in brief_set("probe")[:3] for k in (0, 1)]
     assert {k for k in ("brief_id", "step", "answer", "formula", "train_cpcv", "train_valid")} <= set(rows[0])
     holdout = json.loads((out / "holdout.json").read_text())
@@ -337,7 +337,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
 
 
 def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, tmp_path):
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     proxy = RecordingProxy(llama_server)
     briefs = list(brief_set("probe"))[:4]
     by_prompt = {b.prompt(): b.id for b in briefs}

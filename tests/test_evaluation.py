@@ -17,6 +17,7 @@ from alpha_gym.evaluation import (Candidate, HoldoutConfig, HoldoutEvaluator, Ho
                                   holdout_score, load_holdout, select_checkpoint, select_correlation_capped,
                                   select_top_k)
 from alpha_gym.evaluation.cli import register
+from alpha_gym.tasks.cli import register as register_briefs
 from alpha_gym.evaluation.holdout import holdout_formula_score
 from alpha_gym.evaluation.report import write_report
 from alpha_gym.evaluation.selection import save_books, save_checkpoints
@@ -392,7 +393,9 @@ def test_holdout_report_carries_baselines_and_an_interval(small_synthetic, tmp_p
 # ----------------------------------------------------------------------------- CLI
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="test")
-    register(parser.add_subparsers(dest="command", required=True))
+    sub = parser.add_subparsers(dest="command", required=True)
+    register_briefs(sub)
+    register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("openenv.core.env_server.interfaces", reason="openenv-core (and fastapi, fastmcp) not installed")
 pytest.importorskip("uvicorn", reason="uvicorn is not installed")
 
-from alpha_gym.integrations.cache import shared_verifier  # noqa: E402
 from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment, AlphaObservation  # noqa: E402
 from alpha_gym.integrations.openenv_server import AlphaEnvClient, create_app  # noqa: E402
+from alpha_gym.pool import shared_verifier  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402
 from alpha_gym.service.client import ServiceError  # noqa: E402
 from alpha_gym.service.server import BackgroundServer  # noqa: E402
@@ -23,7 +23,7 @@ ANSWERS = [GOOD, "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"
 
 @pytest.fixture(scope="module")
 def direct():
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     return Verifier(default_panel())
 
 
@@ -127,8 +127,8 @@ def test_concurrent_sessions(server, direct):
 
 
 def test_settings_reach_the_environment_and_the_server(changed_settings):
-    from alpha_gym.env import default_panel
     from alpha_gym.integrations.openenv_server import main
+    from alpha_gym.market.resolve import default_panel
     toml, sets, config = changed_settings
     want = Verifier(default_panel(), config).score(GOOD)
     assert want.reward != Verifier(default_panel()).score(GOOD).reward

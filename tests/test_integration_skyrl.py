@@ -8,9 +8,10 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed")
 
-from alpha_gym.env import brief_set, default_panel  # noqa: E402
 from alpha_gym.integrations.skyrl import AlphaSkyRLEnv, dataset_rows, register_env  # noqa: E402
+from alpha_gym.market.resolve import default_panel  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402
+from alpha_gym.tasks.sets import brief_set  # noqa: E402
 
 ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_mean(close, 250))</alpha>",
            "<alpha>rank(close -)</alpha>", "nothing"]

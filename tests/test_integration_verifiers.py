@@ -13,10 +13,11 @@ from verifiers.v1.graph import MessageNode  # noqa: E402
 from verifiers.v1.trace import AgentInfo, Trace, TraceTask  # noqa: E402
 from verifiers.v1.types import AssistantMessage, UserMessage  # noqa: E402
 
-from alpha_gym.env import brief_set, default_panel  # noqa: E402
 from alpha_gym.integrations import verifiers as av  # noqa: E402
+from alpha_gym.market.resolve import default_panel  # noqa: E402
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES, VerifierConfig  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402
+from alpha_gym.tasks.sets import brief_set  # noqa: E402
 
 ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>",
            "<think>fade volume</think><alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",

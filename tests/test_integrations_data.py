@@ -32,7 +32,7 @@ def long_frame(panel):
 
 @pytest.fixture(scope="module")
 def verifier(panel):
-    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.pool import shared_verifier
     return shared_verifier(panel)
 
 
@@ -149,15 +149,15 @@ def test_alphalens_factor_returns_equal_alpha_gym_gross_pnl(verifier):
     assert np.abs(naive.to_numpy() - gross.reindex(naive.index.tz_localize(None)).to_numpy()).max() > 1e-4
 
 
-# ------------------------------------------------------------------ the cache
+# ------------------------------------------------------------------ the verifier pool
 def test_shared_verifier_is_one_per_panel_and_config(panel):
-    from alpha_gym.integrations import cache
-    a = cache.shared_verifier(panel)
-    assert cache.shared_verifier(panel, VerifierConfig()) is a
-    assert cache.shared_verifier(synthetic_panel(n_stocks=10, n_days=300, seed=5)) is a  # same data, new object
-    other = cache.shared_verifier(panel, VerifierConfig(turnover_cap=0.4))
+    from alpha_gym import pool
+    a = pool.shared_verifier(panel)
+    assert pool.shared_verifier(panel, VerifierConfig()) is a
+    assert pool.shared_verifier(synthetic_panel(n_stocks=10, n_days=300, seed=5)) is a  # same data, new object
+    other = pool.shared_verifier(panel, VerifierConfig(turnover_cap=0.4))
     assert other is not a and other.config.turnover_cap == 0.4
-    assert cache.shared_verifier(panel, fresh=True) is not a
+    assert pool.shared_verifier(panel, fresh=True) is not a
     assert a._archive is not None  # warmed before it was handed out
     # it scores exactly as a verifier built by hand
     for answer in ("<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(close -)</alpha>", "no tag"):
@@ -165,12 +165,12 @@ def test_shared_verifier_is_one_per_panel_and_config(panel):
 
 
 def test_cached_panel_loads_a_file_once(panel, long_frame, tmp_path):
-    from alpha_gym.integrations import cache
+    from alpha_gym import pool
     path = tmp_path / "bars.csv"
     long_frame.to_csv(path, index=False)
-    first = cache.cached_panel(path, universe=list(panel.tickers))
-    assert cache.cached_panel(str(path), universe=list(panel.tickers)) is first
+    first = pool.cached_panel(path, universe=list(panel.tickers))
+    assert pool.cached_panel(str(path), universe=list(panel.tickers)) is first
     assert first.fingerprint() == panel.fingerprint()
-    assert cache.shared_verifier(data=path, universe=list(panel.tickers)) is cache.shared_verifier(panel)
+    assert pool.shared_verifier(data=path, universe=list(panel.tickers)) is pool.shared_verifier(panel)
     with pytest.raises(ValueError):
-        cache.shared_verifier(panel, data=path)
+        pool.shared_verifier(panel, data=path)

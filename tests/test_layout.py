@@ -118,6 +118,55 @@ def test_the_environment_does_not_import_the_trainers():
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
+#: The floors, lowest first. A module imports from its own floor and the floors below, never from one
+#: above: the market knows nothing of books, a book nothing of scores, the scoring nothing of the holdout
+#: evaluation, the settings nothing of evaluation or the trainers, and the training loop gets its briefs
+#: and panels without the Gym env (on the top floor: nothing is built on it). Command-line modules and
+#: the package roots stand above every floor (see the module docstring).
+FLOORS = (
+    ("alpha_gym.errors", "alpha_gym.ranges", "alpha_gym.jsonable", "alpha_gym._version", "alpha_gym.user_cache",
+     "alpha_gym.threads"),                                            # the basement: utilities every floor uses
+    ("alpha_gym.language", "alpha_gym.market"),                       # the ground: formulas, market data
+    ("alpha_gym.alpha101", "alpha_gym.book"),                         # formulas as data; weights, P&L, costs
+    ("alpha_gym.tasks",),                                             # the briefs
+    ("alpha_gym.stress",),                                            # the world model (R3)
+    ("alpha_gym.scoring",),                                           # the verifier and its configs
+    ("alpha_gym.settings", "alpha_gym.pool"),                         # the settings file; the verifier pool
+    ("alpha_gym.evaluation", "alpha_gym.service", "alpha_gym.batch"),  # holdout and reports; serving scores
+    ("alpha_gym.search",),                                            # the model-free search control
+    ("alpha_gym.integrations", "trainers"),                           # other libraries' glue; the trainers
+    ("alpha_gym.env",),                                               # the Gym env
+)
+_FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module from a higher floor than its own, as "importer -> imported (floor i -> j)"."""
+    return sorted(f"{m} -> {d} (floor {_FLOOR[_package(m)]} -> {_FLOOR[_package(d)]})"
+                  for m, deps in graph.items() for d in deps
+                  if _package(m) in _FLOOR and _package(d) in _FLOOR and _FLOOR[_package(d)] > _FLOOR[_package(m)])
+
+
+def test_every_package_stands_on_one_floor():
+    units = {_package(m) for m in _graph()}
+    listed = [u for floor in FLOORS for u in floor]
+    assert len(listed) == len(set(listed)), "a package is on two floors"
+    assert sorted(units - set(listed)) == [], "place each new package on a floor of FLOORS"
+    assert sorted(set(listed) - units) == [], "FLOORS names a package that is not in the tree"
+
+
+def test_no_module_imports_from_a_higher_floor():
+    assert _upward_imports(_graph()) == []
+
+
+def test_the_floor_rule_catches_what_it_forbids():
+    graph = {"alpha_gym.market.synthetic": {"alpha_gym.book.metrics", "alpha_gym.market.panel"},
+             "trainers.loop": {"alpha_gym.env", "alpha_gym.tasks.sets"},
+             "alpha_gym.settings": {"alpha_gym.scoring.config"}}
+    assert _upward_imports(graph) == ["alpha_gym.market.synthetic -> alpha_gym.book.metrics (floor 1 -> 2)",
+                                      "trainers.loop -> alpha_gym.env (floor 9 -> 10)"]
+
+
 @pytest.mark.parametrize("package", sorted(p for p in MODULES if MODULES[p].name == "__init__.py"))
 def test_each_package_states_its_idea(package):
     doc = ast.get_docstring(ast.parse(MODULES[package].read_text()))

@@ -330,7 +330,7 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
                                                                                   tmp_path):
     """A settings file (or its --set items) through the env, the shared verifier and batch scoring: one reward."""
     from alpha_gym.batch.runner import score_batch
-    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.pool import shared_verifier
     toml, sets, config = changed_settings
     answers = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"]
     direct, default = Verifier(small_synthetic, config), Verifier(small_synthetic)

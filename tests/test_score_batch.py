@@ -182,7 +182,7 @@ def test_ray_workers_give_the_serial_bytes_and_resume(local_ray, panel, pool, se
 
 def test_cli_score_batch_takes_the_settings_file(tmp_path, changed_settings):
     from alpha_gym.cli import main
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     toml, sets, config = changed_settings
     pool = tmp_path / "pool.txt"
     pool.write_text("rank(-ts_delta(close, 5))\n")

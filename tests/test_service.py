@@ -199,7 +199,7 @@ def test_cli_serve_starts_scores_like_cli_score_and_stops_on_sigterm():
 
 
 def test_cli_serve_takes_the_settings_file(changed_settings):
-    from alpha_gym.env import default_panel
+    from alpha_gym.market.resolve import default_panel
     toml, sets, config = changed_settings
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from alpha_gym import settings as S
 from alpha_gym.book.costs import REALISTIC_COST_RANGES, TRAINING_COST_RANGES, RealisticCosts, TrainingCosts
 from alpha_gym.cli import main
-from alpha_gym.evaluation.holdout import HOLDOUT_RANGES, HoldoutConfig
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.parser import LIMIT_RANGES, Limits
 from alpha_gym.market import synthetic_panel
 from alpha_gym.ranges import INF, Range, SettingError, unranged_numeric_fields
+from alpha_gym.scoring.holdout_config import HOLDOUT_RANGES, HoldoutConfig
 from alpha_gym.scoring.config import (CHANNELS, DEFAULT_PRIORITIES, PRIORITY, VERIFIER_RANGES, ConfigError,
                                       VerifierConfig, weighted_sum)
 from alpha_gym.scoring.cpcv import CPCV_RANGES, MAX_SLICES, CPCVConfig

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import trainers.config  # noqa: F401  (registers the [train] table)
 from alpha_gym import settings as S
 from alpha_gym.cli import main
 from alpha_gym.scoring.config import ConfigError, VerifierConfig, weighted_sum
 from alpha_gym.scoring.verifier import Verifier
+from trainers.config import register_train_table
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _train_table():
+    """These tests read [train]: registered explicitly, as the trainers' entry points do."""
+    register_train_table()
 
 #: Every channel constant of VerifierConfig, and a changed value that must move some answer's reward.
 CHANNEL_CONSTANTS = {
@@ -65,6 +74,42 @@ def test_defaults_file_loads_back_to_the_defaults(tmp_path):
     assert loaded["train"].recipe == "cispo_repo_r"
     from trainers.config import RECIPES
     assert loaded["train"].config == RECIPES["cispo_repo_r"]
+
+
+def test_a_train_table_loads_once_registered(tmp_path):
+    path = tmp_path / "train.toml"
+    path.write_text('[train]\nrecipe = "dapo"\nlearning_rate = 3e-5\n')
+    s = S.load(path)
+    assert s["train"].recipe == "dapo" and s["train"].config.learning_rate == 3e-5
+    with pytest.raises(ConfigError, match="unknown setting 'train.learning_rat'"):  # checked, not kept as given
+        S.load(None, ["train.learning_rat=1"])
+
+
+#: Run in a fresh interpreter: the registration is process-wide, and this module's fixture has made it.
+_UNREGISTERED = """
+import alpha_gym.settings as S
+import trainers.config  # importing the trainers registers nothing: only register_train_table() does
+s = S.load({path!r})
+assert s.tables["train"] == {{"recipe": "dapo", "learning_rate": 3e-5}}, s.tables["train"]  # kept as given
+assert s.verifier == S.load(None).verifier
+try:
+    s["train"]
+except S.UnregisteredTableError as err:
+    assert isinstance(err, S.ConfigError), type(err).__mro__
+    print(err)
+else:
+    raise SystemExit("settings['train'] did not raise without the registration")
+"""
+
+
+def test_a_train_table_without_the_registration_is_kept_unchecked_and_asked_for_by_name(tmp_path):
+    path = tmp_path / "train.toml"
+    path.write_text('[train]\nrecipe = "dapo"\nlearning_rate = 3e-5\n')
+    run = subprocess.run([sys.executable, "-c", _UNREGISTERED.format(path=str(path))], capture_output=True,
+                         text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])  # this checkout's package
+    assert run.returncode == 0, run.stderr
+    assert "[train] settings table is not registered" in run.stdout
+    assert "trainers.config.register_train_table()" in run.stdout
 
 
 def test_every_channel_constant_is_read_from_the_file(tmp_path, base):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from alpha_gym import Verifier
-from alpha_gym.env import brief_set
+from alpha_gym.tasks.sets import brief_set
 from alpha_gym.tasks.sft_data import build_sft_dataset, formula_pool, pair_rows
 
 

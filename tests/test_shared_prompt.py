@@ -22,6 +22,7 @@ import copy
 import pytest
 import torch
 
+from alpha_gym.threads import torch_threads
 from trainers.config import LOSS_TYPES, TrainConfig
 
 TOKENS = 6
@@ -29,10 +30,8 @@ TOKENS = 6
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

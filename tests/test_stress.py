@@ -542,7 +542,7 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     assert "prediction beats 'no change'" in printed and "geometry R^2" in printed
     # registered for the CSV's panel: `alpha-gym score` on that data names the model (or why it is off) unasked
     from alpha_gym.cli import main as cli_main
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     from alpha_gym.stress.registry import lookup
     assert lookup(resolve_panel(data=str(data))) == out.resolve()
     assert cli_main(["score", "rank(-ts_delta(close, 5))", "--data", str(data), "--json"]) == 0

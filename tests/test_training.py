@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from alpha_gym.threads import torch_threads
 from trainers.config import RECIPES, TrainConfig, recipe
 
 # Valid on us46 with a core score above 0 (about 0.66: the ladder recipes' advantage floor is 0) and not
@@ -48,10 +49,8 @@ BRIEFS = [TinyBrief("tiny-0", "Write one trading formula."), TinyBrief("tiny-1",
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
     """One torch thread: on a shared 2-core machine two threads can be several times slower, not faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1")))
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1"))):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -437,7 +436,7 @@ def test_config_validation_and_recipes():
     assert all(c.steps_per_generation == 2 for c in RECIPES.values())
     base = TrainConfig()
     assert (base.learning_rate, base.beta, base.num_generations, base.prompts_per_step, base.seed,
-            base.lora_r, base.lora_alpha, base.advantage_floor) == (1e-5, 0.08, 12, 4, 42, 32, 64, None)
+            base.lora_r, base.lora_alpha, base.advantage_floor) == (1e-5, 0.08, 12, 4, 42, 32, 64, 0.0)
     bad = [dict(loss_type="ppo"), dict(num_generations=1), dict(learning_rate=0), dict(epsilon=1.5),
            dict(top_entropy_quantile=1.2), dict(advantage_mode="sum"), dict(refill_rounds=-1),
            dict(temperature=0.0), dict(adapo=True, loss_type="cispo"), dict(advantage_floor=float("nan")),
@@ -450,6 +449,17 @@ def test_config_validation_and_recipes():
         base.with_(lr=1e-4)
     with pytest.raises(ValueError, match="unknown recipe"):
         recipe("ppo")
+
+
+def test_the_default_config_is_the_default_recipe():
+    """`TrainConfig()` trains what `alpha-gym train` with no --recipe trains, and what the settings file defaults to."""
+    from trainers.config import DEFAULT_RECIPE, RECIPE_BASE
+    assert DEFAULT_RECIPE == "cispo_repo_r"
+    assert TrainConfig() == RECIPES["cispo_repo_r"] == recipe(DEFAULT_RECIPE)
+    # the recipes' own base keeps the settings they were defined against (it was TrainConfig() before)
+    assert (RECIPE_BASE.loss_type, RECIPE_BASE.epsilon_high, RECIPE_BASE.num_iterations, RECIPE_BASE.repo_r,
+            RECIPE_BASE.advantage_floor) == ("dapo", None, 1, False, None)
+    assert RECIPES["dapo"] == RECIPE_BASE.with_(advantage_floor=0.0, epsilon_high=0.28, top_entropy_quantile=0.2)
 
 
 def test_cli_parses_and_applies_overrides():

@@ -15,11 +15,12 @@ from pathlib import Path
 from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
-from trainers.config import DEFAULT_RECIPE, RECIPES
+from trainers.config import DEFAULT_RECIPE, RECIPES, register_train_table
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add `train` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns)."""
+    """Add `train` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns); registers [train]."""
+    register_train_table()  # the settings file's [train] table: `config show` lists it, --config checks it
     p = subparsers.add_parser("train", help="RL-train a policy on the verifier with a named recipe",
                               description=__doc__.splitlines()[0])
     p.add_argument("--recipe", choices=sorted(RECIPES),
@@ -81,6 +82,7 @@ def _flag_overrides(args) -> dict:
 
 def settings_from_train_args(args):
     """The effective settings of a `train` command (ConfigError names a bad value)."""
+    register_train_table()
     return settings_from_args(args, _flag_overrides(args))
 
 
@@ -96,7 +98,7 @@ def verifier_config_from_args(args):
 
 def briefs_from_args(value: str):
     """--briefs: a named set or a JSONL file."""
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     if value in ("train", "probe", "fixed"):
         return list(brief_set(value))
     from alpha_gym.tasks.generator import load_briefs

@@ -36,7 +36,9 @@ LR_SCHEDULES = ("linear", "constant")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run. `TrainConfig()` is the reference base; `RECIPES` holds the named variants."""
+    """One training run. `TrainConfig()` is the default recipe, `cispo_repo_r` (the reference's best held-out
+    run: CISPO, REPO-R, full-token loss, two passes, the advantage floor at 0); `RECIPES` holds the named
+    variants, each built from `RECIPE_BASE`."""
 
     # --- optimisation (TRL GRPOConfig names and meanings)
     learning_rate: float = 1e-5
@@ -45,7 +47,7 @@ class TrainConfig:
     prompts_per_step: int = 4           # groups per optimizer step (TRL: generation_batch_size / num_generations)
     temperature: float = 1.0
     max_completion_length: int = 128
-    num_iterations: int = 1             # optimizer passes over each rollout batch (TRL's mu)
+    num_iterations: int = 2             # optimizer passes over each rollout batch (TRL's mu)
     # Optimizer steps per rollout batch (TRL's name and meaning): every group's answers are split into this
     # many slices, and slice k of all groups makes mini-batch k, one optimizer step each, all scored against the log-probs of the policy that SAMPLED
     # them. From the second mini-batch on the policy has moved, so importance ratios leave 1 and DAPO's clip
@@ -55,8 +57,8 @@ class TrainConfig:
     # Upper clip margin (grpo, dapo: clip(r, 1 - epsilon, 1 + epsilon_high)) or the CISPO weight cap margin
     # (cispo: min(r, 1 + epsilon_high)). None = the loss's default: grpo epsilon, dapo 0.28, cispo 0.2.
     # TRL differs for cispo: there epsilon_high is the absolute cap (ours 0.2 = TRL's 1.2).
-    epsilon_high: float | None = None
-    loss_type: str = "dapo"             # "grpo" | "dapo" | "cispo"
+    epsilon_high: float | None = 0.2
+    loss_type: str = "cispo"            # "grpo" | "dapo" | "cispo"
     top_entropy_quantile: float = 1.0   # share of completion tokens (highest entropy) kept in the policy term
     max_grad_norm: float = 1.0          # 0 or None: no clipping
     weight_decay: float = 0.0
@@ -72,11 +74,11 @@ class TrainConfig:
 
     # --- advantages
     advantage_mode: str = "gdpo"        # "gdpo": standardise each channel per group, then add with priorities
-    advantage_floor: float | None = None  # None = off; answers with core score <= floor never get A > 0
+    advantage_floor: float | None = 0.0   # None = off; answers with core score <= floor never get A > 0
                                           # (the Environment A recipes use 0, as the reference ran them)
 
     # --- entropy control
-    repo_r: bool = False                # REPO-R token shaping with the entropy thermostat (zeta)
+    repo_r: bool = True                 # REPO-R token shaping with the entropy thermostat (zeta)
     adapo: bool = False                 # ADAPO: entropy feedback on epsilon_high (grpo, dapo only)
 
     # --- dynamic sampling
@@ -189,7 +191,10 @@ def _problems(c: TrainConfig) -> list[str]:
     return p
 
 
-_BASE = TrainConfig()
+#: What every recipe starts from: the shared reference settings with no loss-specific choice made (DAPO's
+#: loss and its default band, one pass, no REPO-R, no floor), which was `TrainConfig()` until the default
+#: became the default recipe. Checkpoints of that time record their config against it (`trainers.loop`).
+RECIPE_BASE = TrainConfig(loss_type="dapo", epsilon_high=None, num_iterations=1, repo_r=False, advantage_floor=None)
 
 #: The reference ladder (Part 3 section 6) plus the Part 2 arms (plain GRPO, DAPO-refill). All use GDPO but
 #: "grpo". Each choice follows a line of the reference (../shared/seed, the alpha gym and Part 3):
@@ -201,7 +206,7 @@ _BASE = TrainConfig()
 #:  * without REPO-R the policy term keeps the 20% highest-entropy tokens and makes one pass per batch; the
 #:    REPO-R rows keep every token and make two passes (Part 3 s.5: measured as a bundle).
 #:  * R12 (format) is a verifier setting and off by default ("always 0 in this run").
-_LADDER = _BASE.with_(advantage_floor=0.0)
+_LADDER = RECIPE_BASE.with_(advantage_floor=0.0)
 RECIPES: dict[str, TrainConfig] = {
     # DAPO: clip-higher band 0.8 / 1.28, token-level averaging.
     "dapo": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
@@ -216,12 +221,12 @@ RECIPES: dict[str, TrainConfig] = {
     "dapo_repo_r_dora": _LADDER.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"], repo_r=True,
                                       top_entropy_quantile=1.0, num_iterations=2, use_dora=True),
     # Part 2's arms: DAPO with dynamic sampling (resample groups whose rewards are all equal), no floor.
-    "dapo_refill": _BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
-                               top_entropy_quantile=0.2, refill_rounds=2),
+    "dapo_refill": RECIPE_BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
+                                     top_entropy_quantile=0.2, refill_rounds=2),
     # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
     # averaging, no dynamic sampling, no floor.
-    "grpo": _BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
-                        top_entropy_quantile=1.0),
+    "grpo": RECIPE_BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
+                              top_entropy_quantile=1.0),
 }
 
 
@@ -265,9 +270,13 @@ def _train_section():
                    lambda table, built: TrainSettings(*train_config_from_table(table)))
 
 
-def _register() -> None:
+def register_train_table() -> None:
+    """Teach the settings file its [train] table (idempotent). The trainers' entry points call it.
+
+    Explicit, not a side effect of importing this module: which tables `alpha_gym.settings` checks does
+    not depend on what happened to be imported first. Before the call a [train] table loads as given,
+    unchecked (the environment never imports the trainers), and `settings["train"]` raises
+    `UnregisteredTableError` naming the table.
+    """
     from alpha_gym.settings import register_section
     register_section("train", _train_section)
-
-
-_register()

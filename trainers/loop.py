@@ -49,7 +49,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
-from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, TrainConfig
+from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, RECIPE_BASE, TrainConfig, register_train_table
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 from trainers.run_book import ARCHIVE_LOG, append_admitted, truncate_admitted
@@ -94,8 +94,9 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
     from tqdm.auto import tqdm
+    register_train_table()  # the run folder's settings.toml holds a checked [train] table
     if briefs is None:
-        from alpha_gym.env import brief_set
+        from alpha_gym.tasks.sets import brief_set
         briefs = brief_set("train")
     briefs = list(briefs)
     if not briefs:
@@ -603,7 +604,8 @@ def check_checkpoint_settings(out: Path, tables: dict, ignore=()) -> None:
         if not isinstance(state.get("config"), dict):
             return
         known = {f.name for f in fields(TrainConfig)}
-        recorded = {"train": tomllib.loads(dumps({"t": to_dict(TrainConfig(
+        # fields the record lacks take the defaults of its time, RECIPE_BASE's
+        recorded = {"train": tomllib.loads(dumps({"t": to_dict(RECIPE_BASE.with_(
             **{k: v for k, v in state["config"].items() if k in known}))}))["t"]}
         tables = {"train": tables["train"]}
     refuse_other_settings(recorded, tables, ignore, f"{ckpt} was trained")

@@ -23,13 +23,13 @@ class Scorer:
 
     def __init__(self, panel, config=None):
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per worker: BLAS threads would fight each other
-        from alpha_gym.integrations.cache import config_key, shared_verifier
+        from alpha_gym.pool import config_key, shared_verifier
         self.verifier = shared_verifier(panel, config)
         # stamped where scored: a worker running another alpha-gym says so in its records
         self.stamp = scored_with(panel.fingerprint(), config_key(config))
 
     def score(self, chunk: list[tuple[int, str, str]]) -> list[str]:
-        from alpha_gym.stress._blas import blas_threads
+        from alpha_gym.threads import blas_threads
         v = self.verifier
         with blas_threads(1):  # set after numpy loaded too (the environment variable only counts before)
             return [record(i, kind, text, v.score_formula(text) if kind == "formula" else v.score(text), self.stamp)
@@ -58,7 +58,7 @@ def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | No
     "ray://host:10001"). `limit` stops after that many new items (a partial, resumable output).
     `restart` discards what `out` holds and scores everything again.
     """
-    from alpha_gym.integrations.cache import config_key
+    from alpha_gym.pool import config_key
     check_paths(formulas, out)
     items = read_items(formulas)
     if restart:

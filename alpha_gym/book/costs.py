@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alpha_gym.book.metrics import TRADING_DAYS
+from alpha_gym.market.calendar import TRADING_DAYS
 from alpha_gym.ranges import above, check_fields, closed, ints
 
 BPS = 1e-4

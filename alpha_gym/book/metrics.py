@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from alpha_gym.book.blocks import row_blocks
-
-TRADING_DAYS = 252
+from alpha_gym.market.calendar import TRADING_DAYS
 
 
 def sharpe(returns: np.ndarray, periods: int = TRADING_DAYS) -> float:

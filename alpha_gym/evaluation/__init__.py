@@ -7,9 +7,10 @@ Exports the holdout evaluator and the selection rules; `baselines`, `report` (th
 where used.
 """
 
-from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutConfig, HoldoutError, HoldoutEvaluator,
+from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutError, HoldoutEvaluator,
                                          HoldoutOverlapError, HoldoutReport, evaluate_holdout, holdout_score,
                                          load_holdout)
+from alpha_gym.scoring.holdout_config import HoldoutConfig
 from alpha_gym.evaluation.selection import (BookSelection, Candidate, CheckpointChoice, TrainRecord,
                                            checkpoint_table, compare_selectors, effective_bets, select_checkpoint,
                                            select_correlation_capped, select_top_k)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from alpha_gym.book import metrics
+from alpha_gym.market.calendar import TRADING_DAYS
 
 SOURCE = "docs/alpha_tests.md"
 TESTS = ("fitness", "sub_universe", "self_correlation", "max_weight", "turnover")
@@ -46,7 +47,7 @@ RULES = AlphaTestRules()
 
 
 # ------------------------------------------------------------------------------ the computations
-def annual_return(net: np.ndarray, periods: int = metrics.TRADING_DAYS) -> float:
+def annual_return(net: np.ndarray, periods: int = TRADING_DAYS) -> float:
     """Mean daily net P&L times 252, on a book of gross 1 (BRAIN's "Returns": annualised P&L over book size).
 
     Simple, not compounded (a dollar-neutral book's P&L is not reinvested). Reference: empyrical's

@@ -1,9 +1,7 @@
-"""Command-line pieces for briefs, holdout scoring of formula files, and reports.
+"""Command-line pieces for holdout scoring of formula files, and reports (the `briefs` commands: tasks/cli.py).
 
 `register(subparsers)` adds, to an `argparse` sub-parser collection:
 
-    briefs generate --n 500 --seed 0 --out FILE
-    briefs split --briefs FILE [--n-probe 50] [--seed 0] --train-out FILE --probe-out FILE
     holdout-formulas --data PATH [--universe U] --holdout-start DATE [--holdout-end DATE]
                      --formulas FILE [--train-start DATE] [--context 252] [--out RUN_DIR] [--json]
     report RUN_DIR
@@ -71,50 +69,6 @@ def read_formulas(path) -> list[str | None]:
                 raise InputError(f"{path}:{k}: expected a string or an object with a 'formula' key")
         return out
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-
-
-def cmd_briefs_generate(args) -> int:
-    from alpha_gym.tasks.generator import generate_briefs, save_briefs
-    briefs = generate_briefs(args.n, args.seed)
-    path = save_briefs(briefs, args.out)
-    print(f"wrote {len(briefs)} briefs ({len({b.family for b in briefs})} mechanism families) to {path}")
-    return 0
-
-
-def cmd_briefs_split(args) -> int:
-    from alpha_gym.tasks.generator import load_briefs, save_briefs, split_briefs
-    split = split_briefs(load_briefs(args.briefs), args.n_probe, args.seed)
-    save_briefs(split.train, args.train_out)
-    save_briefs(split.probe, args.probe_out)
-    info = split.to_dict()
-    print(f"train: {info['n_train']} briefs -> {args.train_out}\nprobe: {info['n_probe']} briefs "
-          f"(families {', '.join(info['probe_families'])}) -> {args.probe_out}"
-          + (f"\nunused: {info['n_unused']} briefs of the probe families" if info["n_unused"] else ""))
-    return 0
-
-
-def cmd_briefs_filter(args) -> int:
-    from alpha_gym.env import brief_set
-    from alpha_gym.scoring.verifier import Verifier
-    from alpha_gym.tasks.generator import load_briefs, save_briefs
-    from trainers.difficulty import filter_briefs, pass_rates
-    from trainers.models import load_base
-    briefs = load_briefs(args.briefs) if args.briefs else list(brief_set("train"))
-    if args.limit:
-        briefs = briefs[: args.limit]
-    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
-    model, tokenizer = load_base(args.model)
-    rates = pass_rates(model, tokenizer, verifier, briefs, tries=args.tries, max_new_tokens=args.max_new_tokens,
-                       seed=args.seed)
-    kept = filter_briefs(briefs, rates, args.upper)
-    save_briefs(kept, args.out)
-    rates_path = Path(args.out).with_suffix(".pass_rates.jsonl")
-    rates_path.write_text("".join(json_dumps(r.to_dict()) + "\n" for r in rates))
-    never = sum(r.solved == 0 for r in rates)
-    always = sum(r.solved == r.tries for r in rates)
-    print(f"kept {len(kept)}/{len(briefs)} briefs -> {args.out} (never solved {never}, always solved {always}); "
-          f"pass rates -> {rates_path}")
-    return 0
 
 
 def _day_before(date: str) -> str:
@@ -242,11 +196,11 @@ def _print_report(report) -> None:
 
 def cmd_holdout(args) -> int:
     """Greedy answers of a checkpoint to the probe briefs, scored on the holdout window."""
-    from alpha_gym.env import brief_set
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     from trainers.answers import generate_answers, load_for_inference
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
@@ -278,34 +232,7 @@ def cmd_report(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add `briefs`, `holdout-formulas` and `report` to an argparse sub-parser collection."""
-    p = subparsers.add_parser("briefs", help="generate or split design briefs")
-    bsub = p.add_subparsers(dest="briefs_command", required=True)
-    g = bsub.add_parser("generate", help="write N seeded six-part briefs as JSONL")
-    g.add_argument("--n", type=int, default=500)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--out", required=True, help="output JSONL file")
-    g.set_defaults(func=cmd_briefs_generate)
-    s = bsub.add_parser("split", help="hold out whole mechanism families as probe briefs")
-    s.add_argument("--briefs", required=True, help="briefs JSONL file")
-    s.add_argument("--n-probe", type=int, default=50)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--train-out", required=True)
-    s.add_argument("--probe-out", required=True)
-    s.set_defaults(func=cmd_briefs_split)
-    f = bsub.add_parser("filter", help="keep briefs a model solves in some but not all tries (needs the train extra)")
-    f.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct)")
-    f.add_argument("--tries", type=int, default=8)
-    f.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
-    f.add_argument("--out", required=True, help="kept briefs JSONL; pass rates go beside it")
-    f.add_argument("--upper", type=float, default=None, help="also drop briefs solved more often than this (e.g. 0.75)")
-    f.add_argument("--limit", type=int, default=0, help="only the first N briefs")
-    f.add_argument("--max-new-tokens", type=int, default=128)
-    f.add_argument("--seed", type=int, default=0)
-    add_data_args(f)
-    add_settings_args(f)
-    f.set_defaults(func=cmd_briefs_filter)
-
+    """Add `holdout-formulas`, `holdout` and `report` to an argparse sub-parser collection."""
     h = subparsers.add_parser("holdout-formulas", help="score a file of formulas on a holdout window "
                                                       "(realistic costs) and build their equal-weight book")
     h.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
@@ -364,8 +291,8 @@ def _api_key(name: str | None) -> str | None:
 
 
 def _briefs(args):
-    from alpha_gym.env import brief_set
     from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sets import brief_set
     briefs = list(load_briefs(args.briefs)) if args.briefs else list(brief_set("probe"))
     if args.limit:
         briefs = briefs[: args.limit]
@@ -391,7 +318,7 @@ def _claim_eval_dir(out: Path, stamp: dict) -> None:
 
 def _eval_panels(args):
     """(train panel, holdout panel or None): with --holdout-start the train window ends the day before it."""
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     universe = universe_arg(args.universe)
     if args.holdout_start is None:
         return resolve_panel(data=args.data, universe=universe, train_start=args.start, train_end=args.end), None

@@ -37,9 +37,9 @@ import numpy as np
 
 from alpha_gym.scoring.channels import cpcv_channel
 from alpha_gym.stress import checkpoint as ck
-from alpha_gym.stress._blas import blas_threads
 from alpha_gym.stress.config import SCENARIOS
 from alpha_gym.stress.geometry import auc, auc_bootstrap, auc_interval, percentile_interval, r3_value
+from alpha_gym.threads import blas_threads
 
 #: Base signals of the pool ({w}: a lookback window).
 _BASES = (

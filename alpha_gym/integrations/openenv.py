@@ -48,8 +48,8 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
                  config=None, settings=()):
         """`config`/`settings`: a VerifierConfig, a settings TOML or a mapping, and --set items (`cache.resolve_config`)."""
         super().__init__()
-        from alpha_gym.env import brief_set
-        from alpha_gym.integrations.cache import shared_verifier
+        from alpha_gym.pool import shared_verifier
+        from alpha_gym.tasks.sets import brief_set
         self.briefs = brief_set(briefs)
         self.verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config,
                                         settings=settings)

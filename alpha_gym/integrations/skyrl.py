@@ -37,7 +37,8 @@ class AlphaSkyRLEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
         super().__init__()
-        from alpha_gym.integrations.cache import brief_by_id, shared_verifier
+        from alpha_gym.pool import shared_verifier
+        from alpha_gym.tasks.sets import brief_by_id
         self.verifier = shared_verifier(data=_get(env_config, "data"), universe=_get(env_config, "universe"),
                                         start=_get(env_config, "start"), end=_get(env_config, "end"),
                                         config=_get(env_config, "config"), settings=_get(env_config, "settings") or ())
@@ -66,7 +67,7 @@ def register_env(env_id: str = ENV_CLASS) -> str:
 
 def dataset_rows(briefs="train") -> list[dict]:
     """skyrl-train dataset rows for the briefs: prompt, env_class, reward_spec, extra_info (with brief_id)."""
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
     return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": b.prompt()}], "env_class": ENV_CLASS,
              "reward_spec": {"method": "rule", "ground_truth": None}, "brief_id": b.id,

@@ -69,7 +69,7 @@ class AlphaTask(vf.Task[AlphaData, vf.State, AlphaTaskConfig]):
     """One brief; scoring runs the shared verifier once per trace and reads every reward off it."""
 
     def verifier(self):
-        from alpha_gym.integrations.cache import resolve_config, shared_verifier
+        from alpha_gym.pool import resolve_config, shared_verifier
         c = self.config
         config = resolve_config({"verifier": dict(c.verifier)} if c.verifier else None)
         if c.priorities:
@@ -126,7 +126,7 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
     """alpha-gym's design briefs, one task each."""
 
     def load(self) -> Iterator[AlphaTask]:
-        from alpha_gym.env import brief_set
+        from alpha_gym.tasks.sets import brief_set
         for brief in brief_set(self.config.briefs):
             yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=brief.prompt(), brief_id=brief.id,
                                       family=brief.family), self.config.task)
@@ -140,7 +140,7 @@ def load_environment(briefs: str = "train", data: str | None = None, universe: s
     overrides channel weights ({channel: weight}) after them. Every priority that differs from the
     default goes through verifiers' own per-reward weight config, so traces record the weights they
     were scored with."""
-    from alpha_gym.integrations.cache import resolve_config
+    from alpha_gym.pool import resolve_config
     from alpha_gym.settings import to_dict
     unknown = set(priorities or {}) - set(CHANNELS)
     if unknown:

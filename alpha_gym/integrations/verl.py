@@ -43,7 +43,7 @@ GDPO_KEYS = list(CHANNELS)
 def gdpo_weights(priorities=None, config=None, settings=()) -> list[float]:
     """The GDPO weights for GDPO_KEYS: the verifier's priorities (its defaults, or those of the `config`
     and `settings` that `compute_score` is given; `priorities` overrides some)."""
-    from alpha_gym.integrations.cache import resolve_config
+    from alpha_gym.pool import resolve_config
     base = resolve_config(config, settings).priorities if (config is not None or settings) else DEFAULT_PRIORITIES
     prios = dict(base, **(priorities or {}))
     return [float(prios[k]) for k in GDPO_KEYS]
@@ -60,7 +60,7 @@ def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground
     `--config` and `--set` do (`cache.resolve_config`).
     Never raises for model output: an invalid answer gets the verifier's invalid-answer reward.
     """
-    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.pool import shared_verifier
     verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config, settings=settings)
     score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
     guarded = score.valid and score.channels["motif_guard"] < 0  # R10 fired (GroupScore.guarded)
@@ -73,7 +73,7 @@ def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
 
     Write them with pandas: `pd.DataFrame(dataset_rows("train")).to_parquet("train.parquet")`.
     """
-    from alpha_gym.env import brief_set
+    from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
     return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": b.prompt()}], "ability": "alpha",
              "reward_model": {"style": "rule", "ground_truth": ""},

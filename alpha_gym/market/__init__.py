@@ -1,4 +1,5 @@
-"""Market data: the `Panel`, loaders for real data, and the embedded synthetic market."""
+"""Market data, the ground floor: the `Panel`, loaders for real data, the embedded synthetic market, the
+trading calendar (`calendar`) and which panel a run trains on (`resolve`). It imports nothing above it."""
 
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.market.loader import load_panel, load_universe

@@ -67,7 +67,7 @@ import warnings
 
 import numpy as np
 
-from alpha_gym.book.metrics import TRADING_DAYS
+from alpha_gym.market.calendar import TRADING_DAYS
 from alpha_gym.market.panel import Panel
 
 __all__ = ["SyntheticDataNotice", "synthetic_panel", "SECTOR_NAMES",

@@ -1,6 +1,7 @@
 """Scoring: the verifier that turns an answer into 12 reward channels and their weighted sum.
 
     config     VerifierConfig: every threshold, channel constant and priority (`weighted_sum`)
+    holdout_config  HoldoutConfig: how the holdout is scored, its shared rules copied from a VerifierConfig
     channels   one small pure function per channel, with its formula
     cpcv       combinatorial purged cross-validation of a P&L series (R1, R2)
     factors    the five known factors and residual Sharpe (R4)

@@ -9,7 +9,7 @@ import sys
 
 def cmd_serve(args) -> int:
     from alpha_gym.cli_args import settings_from_args, universe_arg
-    from alpha_gym.integrations.cache import shared_verifier
+    from alpha_gym.pool import shared_verifier
     from alpha_gym.service.server import serve
     universe = universe_arg(args.universe)
     config = settings_from_args(args).verifier  # read before listening: a bad file fails at once

@@ -20,7 +20,7 @@ from alpha_gym.jsonable import json_dumps
 
 
 def _load(data, universe, start, end):
-    from alpha_gym.env import resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     return resolve_panel(data=data, universe=universe, train_start=start, train_end=end)
 
 

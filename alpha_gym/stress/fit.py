@@ -37,7 +37,6 @@ written every `save_every` steps.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -50,12 +49,12 @@ import torch.nn.functional as F
 
 from alpha_gym.market.panel import Panel
 from alpha_gym.stress import checkpoint as ck
-from alpha_gym.stress._blas import blas_threads
+from alpha_gym.stress import scenarios as sc
 from alpha_gym.stress.config import SCENARIOS, StressConfig, StressError
 from alpha_gym.stress.data import data_info, feature_stats, raw_features, scaled_features
 from alpha_gym.stress.geometry import TARGET_NAMES, stylised_facts, window_targets
 from alpha_gym.stress.model import WorldModel, deterministic_torch, factor_nll, factor_scores, normalised
-from alpha_gym.stress import scenarios as sc
+from alpha_gym.threads import blas_threads, single_threaded
 
 
 @dataclass
@@ -439,22 +438,10 @@ def save_checkpoint(directory, model: WorldModel, manifest: dict) -> dict:
     return manifest
 
 
-@contextlib.contextmanager
-def _single_threaded():
-    """Gates, blend weights and scenarios run on one torch and one BLAS thread: bit-reproducible."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with blas_threads(1):
-            yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def finalise(directory, model: WorldModel, panel: Panel, cfg: StressConfig, prep: Prepared, data_extra: dict,
              fit_info: dict) -> dict:
     """Calibrate, gate, save, build and check the scenarios; returns the manifest."""
-    with _single_threaded():
+    with single_threaded():  # gates, blend weights and scenarios: bit-reproducible
         model.eval()
         calib = calibrate(model, prep, panel, cfg)
         blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
@@ -588,7 +575,7 @@ def regate(directory, panel: Panel) -> dict:
     manifest["config"] = {**manifest["config"], "gates": asdict(GateConfig())}   # this version's rules
     cfg = StressConfig.from_dict(manifest["config"])
     model = load_model(d, manifest)
-    with _single_threaded():
+    with single_threaded():  # gates, blend weights and scenarios: bit-reproducible
         prep = prepare(panel, cfg)
         blend = fit_geometry_blend(model, prep, cfg) if cfg.geometry_blend else None
         manifest["gates"] = evaluate_gates(model, prep, panel, cfg, manifest["calibration"], blend)

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from alpha_gym.stress._blas import blas_threads
+from alpha_gym.threads import blas_threads
 
 TARGET_NAMES: tuple[str, ...] = ("mean_corr", "market_share", "effective_fraction", "residual_fraction",
                                  "projector_drift", "top1_share", "top2_share", "top3_share", "top4_share",

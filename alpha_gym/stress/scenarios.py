@@ -108,14 +108,6 @@ def scenario_statistics(real: Panel, world: Panel, window: int) -> dict[str, flo
 
 
 # --------------------------------------------------------------------------- torch parts
-def _torch_single_thread():
-    import torch
-    from alpha_gym.stress.model import deterministic_torch
-    prev = torch.get_num_threads()
-    deterministic_torch(1)
-    return prev
-
-
 def window_tensor(x: np.ndarray, starts, window: int):
     """(n_windows, N, W, F) float32 tensor of the windows starting at `starts` of a (T, N, F) array."""
     import torch
@@ -320,8 +312,10 @@ def build_worlds(model, panel: Panel, manifest: dict, cfg: StressConfig) -> tupl
     import torch
 
     from alpha_gym.stress.data import raw_features, scaled_features
-    prev = _torch_single_thread()
-    try:
+    from alpha_gym.stress.model import deterministic_torch
+    from alpha_gym.threads import torch_threads
+    with torch_threads(1):
+        deterministic_torch()
         model.eval()
         stats, calib = manifest["features"], manifest["calibration"]
         raw = raw_features(panel, cfg.volume_window)
@@ -343,8 +337,6 @@ def build_worlds(model, panel: Panel, manifest: dict, cfg: StressConfig) -> tupl
                 arrays = simulate_world(panel, raw, stats, shifted, starts, W, calib, cfg.scenarios.seed)
             worlds[name] = arrays
         return worlds, info
-    finally:
-        torch.set_num_threads(prev)
 
 
 def scenario_checks(panel: Panel, worlds: dict[str, Panel], window: int) -> dict:

@@ -46,13 +46,14 @@ from pathlib import Path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
-import trainers.config  # noqa: F401  (registers the [train] table)
 from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES, VERIFIER_CHANGES, panels
 from trainers.compare.runner import CompareError
+from trainers.config import register_train_table
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add `compare` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns)."""
+    """Add `compare` to `subparsers` (the object `ArgumentParser.add_subparsers()` returns); registers [train]."""
+    register_train_table()
     p = subparsers.add_parser("compare", help="the trainer comparison: the recipe ladder over seeds, with "
                                               "intervals against model-free baselines",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,10 +102,10 @@ def _kept_brief_ids(results: Path) -> list[str] | None:
 
 
 def cmd_compare(args) -> int:
-    from alpha_gym.env import brief_set
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.settings import to_dict
     from alpha_gym.stress.registry import resolve
+    from alpha_gym.tasks.sets import brief_set
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
     from alpha_gym.search.rung import run_search_rung, scale_budget
@@ -113,6 +114,7 @@ def cmd_compare(args) -> int:
                                          keep_run_book, out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
     from trainers.models import model_identity
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+    register_train_table()
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)

@@ -30,9 +30,10 @@ ARMS = (("floor-0", 0.0), ("no-floor", None))
 def run(args) -> dict:
     """Both arms, each an ordinary training run under args.out (resumed where a checkpoint exists)."""
     from alpha_gym.book.costs import ENVIRONMENT_B_COSTS
-    from alpha_gym.env import brief_set, resolve_panel
+    from alpha_gym.market.resolve import resolve_panel
     from alpha_gym.scoring.config import VerifierConfig
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
     from trainers.config import RECIPES
     from trainers.loop import latest_checkpoint, read_log, train
     panel = resolve_panel(data=args.data, universe=args.universe, train_end=args.end)

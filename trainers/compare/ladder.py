@@ -79,8 +79,8 @@ SCALES = {
 def panels(scale_name: str, data=None, universe=None):
     """(train panel, pseudo-holdout panel) of a scale: the last `pseudo_holdout` sessions are cut off before
     training. Without `data`, the synthetic market (a small one for the smoke scale)."""
-    from alpha_gym.env import resolve_panel
     from alpha_gym.market import synthetic_panel
+    from alpha_gym.market.resolve import resolve_panel
     scale = SCALES[scale_name]
     if data:
         full = resolve_panel(data=data, universe=universe)

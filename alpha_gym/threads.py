@@ -1,7 +1,9 @@
-"""Limit numpy's OpenBLAS threads for a block (best effort, ctypes; a no-op where the symbol is not found).
+"""Thread pinning for a block: numpy's OpenBLAS threads, torch's intra-op threads, or both.
 
 Small LAPACK calls (46 x 46 eigen-decompositions, thousands of them) run far
-slower with several BLAS threads on a busy 2-core machine than with one.
+slower with several BLAS threads on a busy 2-core machine than with one, and the
+world model's gates and scenarios are bit-reproducible only on one torch thread.
+One module so the world model, its validation and batch scoring pin threads the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def _libraries():
 
 @contextlib.contextmanager
 def blas_threads(n: int = 1):
+    """numpy's OpenBLAS on `n` threads inside the block (best effort, ctypes; a no-op where the symbol is
+    not found). Unlike OMP_NUM_THREADS it works after numpy is loaded."""
     libs = _libraries()
     previous = []
     for setter, getter in libs:
@@ -55,3 +59,22 @@ def blas_threads(n: int = 1):
         for (setter, _), prev in zip(libs, previous):
             if prev is not None:
                 setter(ctypes.c_int(prev))
+
+
+@contextlib.contextmanager
+def torch_threads(n: int = 1):
+    """torch's intra-op thread count set to `n` inside the block, the previous count restored after."""
+    import torch
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """One torch thread and one BLAS thread inside the block (needs torch)."""
+    with torch_threads(1), blas_threads(1):
+        yield

@@ -1,0 +1,35 @@
+"""The named brief sets (`train`, `probe`, `fixed`): what every trainer, integration and the env draw from.
+
+They live with the briefs, not in the Gym env, so a training loop gets its briefs without building an
+environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+
+
+@lru_cache(maxsize=2)
+def brief_set(name: str) -> tuple[Brief, ...]:
+    """Named brief sets: `train` and `probe` (the seeded 500 briefs split by template family), `fixed`."""
+    if name == "fixed":
+        return FIXED_BRIEFS
+    from alpha_gym.tasks.generator import generate_briefs, split_briefs
+    split = split_briefs(generate_briefs(500, seed=0), n_probe=50)
+    if name == "train":
+        return tuple(split.train)
+    if name == "probe":
+        return tuple(split.probe)
+    raise ValueError(f"unknown brief set {name!r}; use 'train', 'probe', 'fixed' or a sequence of Brief")
+
+
+@lru_cache(maxsize=1)
+def _briefs_by_id() -> dict:
+    return {b.id: b for name in ("fixed", "probe", "train") for b in brief_set(name)}
+
+
+def brief_by_id(brief_id: str):
+    """The seeded or fixed brief with this id (None if there is none); the index is built once per process."""
+    return _briefs_by_id().get(brief_id)
