@@ -197,8 +197,8 @@ def _partial(run_dir: Path | None, settings: dict):
         if rows and rows[0].get("settings") == want:
             done = rows[1:]
     with open(path, "w", encoding="utf-8") as fh:  # rewritten whole: a cut last line does not survive
-        fh.write(json.dumps({"settings": want}) + "\n")
-        fh.writelines(json.dumps(r) + "\n" for r in done)
+        fh.write(json_dumps({"settings": want}) + "\n")
+        fh.writelines(json_dumps(r) + "\n" for r in done)
 
     def keep(record: dict) -> None:
         with open(path, "a", encoding="utf-8") as fh:
