@@ -139,10 +139,12 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
         if done:
             print(f"best_of_n seed {seed}: resuming after {len(done)} of {len(probe)} briefs", flush=True)
 
+        ids = [b.id for b in probe]
+
         def kept(record: dict) -> None:  # on disk first, then the progress line
             if keep is not None:
                 keep(record)
-            n = probe.index(next(b for b in probe if b.id == record["brief_id"])) + 1
+            n = ids.index(record["brief_id"]) + 1
             print(f"best_of_n seed {seed}: brief {n}/{len(probe)} ({record['brief_id']}), best reward "
                   f"{max(record['rewards']):+.3f}, {sum(record['valid'])}/{len(record['valid'])} valid, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)

@@ -24,6 +24,7 @@ import torch
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
+from alpha_gym.threads import torch_threads
 
 
 @dataclass
@@ -68,15 +69,10 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
                       task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=base, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora)
     t0 = time.perf_counter()
-    threads_before = torch.get_num_threads()
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
-    try:  # the merge is a matmul too: the same thread count for it
-        threads_used = torch.get_num_threads()
+    threads_used = settings.threads or torch.get_num_threads()
+    with torch_threads(threads_used):  # the merge is a matmul too: the same thread count for it
         result = trainer.train()
         merged = trainer.model.merge_and_unload()
-    finally:
-        torch.set_num_threads(threads_before)
     merged.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
