@@ -13,6 +13,7 @@ loss, backward, optimizer). The first step includes no model loading. Prints a m
 Rows of our loop, the same settings and the same fresh adapters each:
     before     batch_generation=False: one prompt's group at a time, transformers' own KV cache (the
                sampler before issue 28); sampler_logps=False: a no-grad pass for the old log-probs;
+               trim_padding=False: every answer scored up to the batch's longest;
                share_prompt_cache=True (main already shared the prompt)
     unshared   (--unshared) also share_prompt_cache=False: every answer runs its prompt again
     after      the defaults: the step's prompts sampled as one batch, preallocated cache, shared prompt
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
                     max_completion_length=a.tokens, refill_rounds=0)
     verifier, panel = build_verifier(a.data)
     briefs = list(FIXED_BRIEFS)
-    before = config.with_(batch_generation=False, sampler_logps=False)
+    before = config.with_(batch_generation=False, sampler_logps=False, trim_padding=False)
     variants = [("alpha-gym loop, before (per-prompt sampling, old log-probs recomputed)", before)]
     if a.unshared:
         variants.append(("alpha-gym loop, prompt run per answer",

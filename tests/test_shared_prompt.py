@@ -70,13 +70,13 @@ def _grads(policy) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 
 
-def _loss_and_grads(policy, prompt, ids, mask, old_logp, ref, adv, loss_type, repo_r, share):
+def _loss_and_grads(policy, prompt, ids, mask, old_logp, ref, adv, loss_type, repo_r, share, lengths=None):
     """One loop-style loss (KL to `ref` on): log-probs by one path, backward, the adapters' gradients."""
     from trainers.loop import group_logps
     from trainers.losses import policy_loss
     from trainers.repo_r import shape_advantages
     policy.zero_grad(set_to_none=True)
-    logp, _ = group_logps(policy, prompt, ids, 1.0, share_prompt=share)
+    logp, _ = group_logps(policy, prompt, ids, 1.0, share_prompt=share, lengths=lengths)
     a = shape_advantages(adv, logp.detach(), 0.3) if repo_r else adv
     kw = {"beta": 0.08, "epsilon_high": 0.28 if loss_type != "cispo" else 0.2}
     if loss_type != "cispo":
@@ -121,16 +121,97 @@ def test_shared_prompt_gives_the_unshared_logps_and_gradients(smollm, use_dora):
                                              False)
             where = f"{loss_type} repo_r={repo_r}"
             torch.testing.assert_close(loss_s, loss_u, rtol=1e-6, atol=1e-8, msg=where)
-            assert g_s.keys() == g_u.keys()
-            flat_s = torch.cat([g.flatten() for g in g_s.values()])
-            flat_u = torch.cat([g.flatten() for g in g_u.values()])
-            assert flat_s.norm() > 0, where
-            # every adapter matrix learns, A and B alike, in the prompt's layers too
-            assert all(g.abs().max() > 0 for n, g in g_s.items() if "lora_A" in n or "lora_B" in n), where
-            assert (flat_s - flat_u).norm() <= 1e-5 * flat_s.norm(), where
-            for n in g_s:
-                torch.testing.assert_close(g_s[n], g_u[n], rtol=1e-4, atol=2e-5 * g_s[n].abs().max().item() + 1e-12,
-                                           msg=lambda m: f"{where} {n}: {m}")
+            _assert_same_grads(g_s, g_u, where)
+
+
+def _assert_same_grads(g_s, g_u, where):
+    assert g_s.keys() == g_u.keys()
+    flat_s = torch.cat([g.flatten() for g in g_s.values()])
+    flat_u = torch.cat([g.flatten() for g in g_u.values()])
+    assert flat_s.norm() > 0, where
+    # every adapter matrix learns, A and B alike, in the prompt's layers too
+    assert all(g.abs().max() > 0 for n, g in g_s.items() if "lora_A" in n or "lora_B" in n), where
+    assert (flat_s - flat_u).norm() <= 1e-5 * flat_s.norm(), where
+    for n in g_s:
+        torch.testing.assert_close(g_s[n], g_u[n], rtol=1e-4, atol=2e-5 * g_s[n].abs().max().item() + 1e-12,
+                                   msg=lambda m: f"{where} {n}: {m}")
+
+
+def _ragged_inputs(tokenizer):
+    """A prompt and 5 answers of 1, 2, 4, 4 and 7 tokens, right-padded to 7, rows not in length order."""
+    from trainers.loop import _prompt_ids
+    prompt = _prompt_ids(tokenizer, "Write one trading formula.", "cpu")
+    lengths = [4, 1, 7, 2, 4]
+    ids = torch.randint(100, 20000, (5, 7), generator=torch.Generator().manual_seed(4))
+    mask = (torch.arange(7)[None] < torch.tensor(lengths)[:, None]).double()
+    ids[mask == 0] = tokenizer.pad_token_id
+    return prompt, ids, mask, lengths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call_cost", [0, 1000], ids=["a-batch-per-length", "one-batch"])
+def test_trimmed_answers_give_the_padded_logps_and_gradients(smollm, call_cost, monkeypatch):
+    """trim_padding: each answer computed only up to its own end, in batches of similar length that each
+    continue a copy of the shared prompt's cache, gives the unshared log-probs, entropies, losses and
+    adapter gradients on every answer token, for every loss (4 batches here, or 1); 0 after each end."""
+    from trainers import loop
+    monkeypatch.setattr(loop, "CALL_COST_TOKENS", call_cost)
+    assert len(loop.length_chunks([4, 1, 7, 2, 4])) == (4 if call_cost == 0 else 1)
+    policy, tokenizer = _policy(smollm, False)
+    prompt, ids, mask, lengths = _ragged_inputs(tokenizer)
+    on = mask.bool()
+    with torch.no_grad():
+        trimmed, ent_t = loop.group_logps(policy, prompt, ids, 0.7, with_entropy=True, lengths=lengths)
+        unshared, ent_u = loop.group_logps(policy, prompt, ids, 0.7, with_entropy=True, share_prompt=False)
+        with policy.disable_adapter():
+            ref_t = loop.group_logps(policy, prompt, ids, 1.0, lengths=lengths)[0]
+            ref_u = loop.group_logps(policy, prompt, ids, 1.0, share_prompt=False)[0]
+    assert trimmed.shape == ids.shape and (trimmed[~on] == 0).all() and (ent_t[~on] == 0).all()
+    for a, b in ((trimmed, unshared), (ent_t, ent_u), (ref_t, ref_u)):
+        torch.testing.assert_close(a[on], b[on], rtol=0, atol=1e-5)
+    old_logp = (unshared + 0.3 * torch.randn(ids.shape, generator=torch.Generator().manual_seed(2))) * mask
+    adv = torch.tensor([[1.0], [-0.5], [0.7], [-0.6], [-0.6]]).expand(5, 7).clone()
+    for loss_type in LOSS_TYPES:
+        for repo_r in (False, True):
+            loss_t, _, g_t = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref_t * mask, adv, loss_type,
+                                             repo_r, True, lengths=lengths)
+            loss_u, _, g_u = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref_u * mask, adv, loss_type,
+                                             repo_r, False)
+            where = f"trimmed {loss_type} repo_r={repo_r}"
+            torch.testing.assert_close(loss_t, loss_u, rtol=1e-6, atol=1e-8, msg=where)
+            _assert_same_grads(g_t, g_u, where)
+
+
+def test_length_chunks_is_the_cheapest_split():
+    """The dynamic programme's split costs no more than any split of the sorted rows into contiguous batches
+    (all 2^(G-1) of them), covers every row once, and keeps each batch's rows in length order."""
+    import itertools
+
+    from trainers.loop import length_chunks
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(30):
+        G = int(torch.randint(1, 9, (1,), generator=gen))
+        lengths = torch.randint(1, 65, (G,), generator=gen).tolist()
+        cost = int(torch.randint(0, 40, (1,), generator=gen))
+        chunks = length_chunks(lengths, call_cost=cost)
+        assert sorted(g for c in chunks for g in c) == list(range(G))
+        flat = [g for c in chunks for g in c]
+        assert [lengths[g] for g in flat] == sorted(lengths)
+        got = sum(len(c) * max(lengths[g] for g in c) + cost for c in chunks)
+        ls = sorted(lengths)
+        best = min(sum((b - a) * ls[b - 1] + cost for a, b in zip((0,) + cuts, cuts + (G,)))
+                   for k in range(G) for cuts in itertools.combinations(range(1, G), k))
+        assert got == best, (lengths, cost, chunks)
+    assert length_chunks([5, 5, 5]) == [[0, 1, 2]] and length_chunks([64, 3], call_cost=0) == [[1], [0]]
+
+
+def test_trimmed_lengths_out_of_range_are_refused(smollm):
+    from trainers.loop import group_logps
+    policy, tokenizer = _policy(smollm, False)
+    prompt, ids, _, _ = _ragged_inputs(tokenizer)
+    for bad in ([0, 1, 7, 2, 4], [4, 1, 8, 2, 4]):
+        with pytest.raises(ValueError, match="answer lengths must lie in 1..7"):
+            group_logps(policy, prompt, ids, 1.0, lengths=bad)
 
 
 @pytest.mark.slow
@@ -184,7 +265,10 @@ def test_speed_switches_are_validated():
         TrainConfig(batch_generation="yes")
     with pytest.raises(ValueError, match="sampler_logps"):
         TrainConfig(sampler_logps=None)
-    assert TrainConfig().share_prompt_cache and TrainConfig().batch_generation and TrainConfig().sampler_logps
+    with pytest.raises(ValueError, match="trim_padding"):
+        TrainConfig(trim_padding=0)
+    c = TrainConfig()
+    assert c.share_prompt_cache and c.batch_generation and c.sampler_logps and c.trim_padding
 
 
 def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_synthetic):
@@ -197,10 +281,11 @@ def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_syn
     from trainers.loop import train
     verifier = Verifier(small_synthetic)
     old = {k: v for k, v in S.to_dict(RECIPES["dapo"]).items() if k not in COMPUTE_ONLY}
-    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps"} and len(old) > 20
+    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding"} \
+        and len(old) > 20
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
     for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False,
-                                                          sampler_logps=False)):
+                                                          sampler_logps=False, trim_padding=False)):
         with pytest.raises(Exception) as info:  # got past the settings check, to the model
             train(config, verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
         assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)

@@ -322,6 +322,34 @@ def test_old_logps_from_the_sampler_give_the_recomputed_step(smollm, verifier, t
 
 
 @pytest.mark.slow
+def test_trimmed_answers_give_the_padded_step(smollm, verifier, tmp_path):
+    """trim_padding on (the default) and off: the same answers and rewards, and the step's ratio, entropy,
+    KL and loss to float rounding, and adapters that moved alike (two mini-batches, the KL term on; a
+    planted valid answer, longer than the sampled ones, in each group)."""
+    from trainers import loop
+    logs, weights = {}, {}
+    for on in (True, False):
+        config = recipe("cispo", **{**TINY, "trim_padding": on, "steps_per_generation": 2})
+        with pytest.MonkeyPatch.context() as mp:  # a valid answer in each group: advantages, so an update
+            mp.setattr(loop, "sample_groups", planting()[0])
+            summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on),
+                                 model=fresh_policy(smollm, config), steps=1, progress=False)
+        logs[on] = loop.read_log(tmp_path / str(on))[0]
+        weights[on] = {n: p.detach().clone() for n, p in summary["policy"].named_parameters() if p.requires_grad}
+    rows = {on: [json.loads(ln) for ln in (tmp_path / str(on) / "completions.jsonl").read_text().splitlines()]
+            for on in (True, False)}
+    assert [r["answer"] for r in rows[True]] == [r["answer"] for r in rows[False]] and len(rows[True]) == 8
+    a, b = logs[True], logs[False]
+    assert a["reward"] == b["reward"] and a["kl"] > 0
+    for key in ("entropy", "ratio_mean", "kl", "loss"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    # B starts at 0, so after one step each B is that step's update: the two updates agree
+    b_on = torch.cat([w.flatten() for n, w in weights[True].items() if "lora_B" in n])
+    b_off = torch.cat([w.flatten() for n, w in weights[False].items() if "lora_B" in n])
+    assert b_on.norm() > 0 and (b_on - b_off).norm() < 1e-3 * b_on.norm()
+
+
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_refill_resamples_only_flat_groups(smollm, verifier, tmp_path):
     """A group whose answers are all the same invalid text has zero reward variance: it is sampled again,
