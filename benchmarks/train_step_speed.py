@@ -13,10 +13,16 @@ loss, backward, optimizer). The first step includes no model loading. Prints a m
 Rows of our loop, the same settings and the same fresh adapters each:
     before     batch_generation=False: one prompt's group at a time, transformers' own KV cache (the
                sampler before issue 28); sampler_logps=False: a no-grad pass for the old log-probs;
-               trim_padding=False: every answer scored up to the batch's longest;
+               trim_padding=False: every answer scored up to the batch's longest; drop_finished=False
+               (transformers' generate, every row run to the longest answer);
                share_prompt_cache=True (main already shared the prompt)
     unshared   (--unshared) also share_prompt_cache=False: every answer runs its prompt again
-    after      the defaults: the step's prompts sampled as one batch, preallocated cache, shared prompt
+    after      the defaults: the step's prompts sampled as one batch, preallocated cache, an answer that
+               has ended leaves the batch, old log-probs from the sampler, each answer scored to its own
+               end, shared prompt
+--model DIR / --temperature T: the answers' lengths decide much of what the last two save, so time the
+model and temperature a run trains with: the cpu preset's SFT start model at 0.5 writes ~25 tokens of
+64; the untuned base model at the recipe's 1.0 mostly runs to the limit.
 --clock cpu (the default) times with the process's CPU seconds, which other jobs on a shared machine
 inflate much less than wall seconds; --clock wall times as the loop logs.
 """
@@ -49,7 +55,7 @@ def build_verifier(data: str | None):
     return Verifier(panel), f"synthetic ({panel.n_stocks} stocks x {panel.n_days} sessions)"
 
 
-def ours(config, verifier, briefs, clock: str = "wall") -> dict:
+def ours(config, verifier, briefs, clock: str = "wall", model: str | None = None) -> dict:
     """One step of trainers.loop.train from fresh adapters (seed 42); its logged split, timed by `clock`."""
     import types
 
@@ -60,7 +66,7 @@ def ours(config, verifier, briefs, clock: str = "wall") -> dict:
         loop.time = types.SimpleNamespace(perf_counter=time.process_time)
     try:
         with tempfile.TemporaryDirectory() as out:
-            policy = load_policy(None, config)  # loading is not part of the step
+            policy = load_policy(model, config)  # loading is not part of the step
             loop.train(config, verifier.fork(), briefs, out, model=policy, steps=1, progress=False)
             rec = loop.read_log(out)[-1]
     finally:
@@ -129,13 +135,17 @@ def main(argv=None) -> int:
     ap.add_argument("--unshared", action="store_true", help="also time the update without the shared prompt cache")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--data", help="folder holding us_daily_train.csv.gz and universe_us46.txt")
+    ap.add_argument("--model", help="start model folder (default: the built-in SmolLM2-135M); our loop only")
+    ap.add_argument("--temperature", type=float, help="sampling temperature (default: the cispo recipe's)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     config = recipe("cispo", prompts_per_step=a.prompts, num_generations=a.generations,
                     max_completion_length=a.tokens, refill_rounds=0)
+    if a.temperature is not None:
+        config = config.with_(temperature=a.temperature)
     verifier, panel = build_verifier(a.data)
     briefs = list(FIXED_BRIEFS)
-    before = config.with_(batch_generation=False, sampler_logps=False, trim_padding=False)
+    before = config.with_(batch_generation=False, sampler_logps=False, trim_padding=False, drop_finished=False)
     variants = [("alpha-gym loop, before (per-prompt sampling, old log-probs recomputed)", before)]
     if a.unshared:
         variants.append(("alpha-gym loop, prompt run per answer",
@@ -143,19 +153,20 @@ def main(argv=None) -> int:
     variants.append(("alpha-gym loop, after (defaults)", config))
     rows = []
     for name, c in variants:
-        rows.append((name, ours(c, verifier, briefs, a.clock)))
+        rows.append((name, ours(c, verifier, briefs, a.clock, a.model)))
         print(f"{name}: {rows[-1][1]}", flush=True)
     if not a.skip_trl:
         rows.append(("TRL GRPOTrainer (AlphaGRPOTrainer, wall s)", trl(config, verifier, briefs)))
     print(f"\nOne step, {a.prompts} prompts x {a.generations} answers, {a.tokens} new tokens, SmolLM2-135M fp32 "
-          f"LoRA r{config.lora_r}, recipe cispo (beta {config.beta}), {a.threads} thread(s), {a.clock} seconds, "
-          f"panel: {panel}\n")
+          f"LoRA r{config.lora_r}, recipe cispo (beta {config.beta}), temperature {config.temperature}, model "
+          f"{a.model or 'built-in'}, {a.threads} thread(s), {a.clock} seconds, panel: {panel}\n")
     base = rows[0][1]
-    print("| trainer | generation s | scoring s | update s | total s | total vs before | scoring share |")
+    print("| trainer | generation s | scoring s | update s | total s | total vs before | mean answer tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
+        length = f"{r['length']:.1f}" if "length" in r else "-"
         print(f"| {name} | {r['generation']:.1f} | {r['scoring']:.2f} | {r['update']:.1f} | {r['total']:.1f} | "
-              f"{base['total'] / r['total']:.2f}x | {r['scoring'] / r['total']:.1%} |")
+              f"{base['total'] / r['total']:.2f}x | {length} |")
     print("\nSpeed-up of the after row over before: generation "
           f"{base['generation'] / rows[len(variants) - 1][1]['generation']:.2f}x, update "
           f"{base['update'] / rows[len(variants) - 1][1]['update']:.2f}x, total "

@@ -234,6 +234,32 @@ def test_batched_sampling_picks_the_per_prompt_tokens_at_zero_temperature(smollm
 
 
 @pytest.mark.slow
+def test_answers_that_end_leave_the_batch_without_changing_the_others(smollm):
+    """drop_finished: rows that have written their EOS leave the batch as it samples (our decode loop), and
+    at a near-zero temperature (sampling = argmax) every answer is the one transformers' `generate` writes
+    with every row kept to the end. Two extra end tokens make the prompts' answers end at different steps."""
+    from trainers.loop import _eos_ids, _prompt_ids, sample_groups
+    policy, tokenizer = _policy(smollm, False)
+    prompts = [_prompt_ids(tokenizer, t, "cpu") for t in
+               ("Write one trading formula.", "Write an alpha for US stocks that trades on volume and close.")]
+    config = TrainConfig(num_generations=2, max_completion_length=12, temperature=1e-4, lora_r=4, lora_alpha=8)
+    eos = _eos_ids(policy, tokenizer)
+    plain = sample_groups(policy, tokenizer, prompts, config.with_(drop_finished=False), eos)
+    ends = sorted({*eos, int(plain[0][0][0, 3]), int(plain[1][0][0, 8])})  # prompt 0 ends by token 4, 1 by 9
+    kept = sample_groups(policy, tokenizer, prompts, config.with_(drop_finished=False), ends, with_logps=True)
+    dropped = sample_groups(policy, tokenizer, prompts, config, ends, with_logps=True)
+    lengths = [int(g[1][0].sum()) for g in dropped]
+    assert lengths[0] <= 4 < lengths[1] <= 9, lengths
+    for (ids_d, mask_d, texts_d, logp_d, _), (ids_k, mask_k, texts_k, logp_k, _) in zip(dropped, kept):
+        assert texts_d == texts_k and texts_d[0].strip()
+        n = ids_k.shape[1]
+        assert ids_d.shape[1] == n and torch.equal(ids_d, ids_k) and torch.equal(mask_d, mask_k)
+        on = mask_d.bool()
+        torch.testing.assert_close(logp_d[on], logp_k[on], rtol=0, atol=1e-5)
+        assert (logp_d[~on] == 0).all()
+
+
+@pytest.mark.slow
 def test_the_samplers_logps_are_the_scored_logps(smollm):
     """sampler_logps: the log-probs and entropies kept from the sampler's logits (a left-padded batch, the
     preallocated cache) are group_logps' for the same answers, on every answer token."""
@@ -267,8 +293,10 @@ def test_speed_switches_are_validated():
         TrainConfig(sampler_logps=None)
     with pytest.raises(ValueError, match="trim_padding"):
         TrainConfig(trim_padding=0)
+    with pytest.raises(ValueError, match="drop_finished"):
+        TrainConfig(drop_finished="no")
     c = TrainConfig()
-    assert c.share_prompt_cache and c.batch_generation and c.sampler_logps and c.trim_padding
+    assert c.share_prompt_cache and c.batch_generation and c.sampler_logps and c.trim_padding and c.drop_finished
 
 
 def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_synthetic):
@@ -281,11 +309,12 @@ def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_syn
     from trainers.loop import train
     verifier = Verifier(small_synthetic)
     old = {k: v for k, v in S.to_dict(RECIPES["dapo"]).items() if k not in COMPUTE_ONLY}
-    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding"} \
-        and len(old) > 20
+    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding",
+                                 "drop_finished"} and len(old) > 20
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
     for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False,
-                                                          sampler_logps=False, trim_padding=False)):
+                                                          sampler_logps=False, trim_padding=False,
+                                                          drop_finished=False)):
         with pytest.raises(Exception) as info:  # got past the settings check, to the model
             train(config, verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
         assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)

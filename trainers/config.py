@@ -28,7 +28,7 @@ OUTPUT_ONLY = ("log_completions", "logging_steps")
 
 #: Fields that change how a step is computed, never its losses: a resume may change them, so runs begun
 #: before they existed stay resumable. (batch_generation draws other random numbers from the resume on.)
-COMPUTE_ONLY = ("share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding")
+COMPUTE_ONLY = ("share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding", "drop_finished")
 
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
@@ -93,6 +93,9 @@ class TrainConfig:
     sampler_logps: bool = True          # old log-probs and entropies from the logits the sampler computed
                                         # anyway (the sampling policy's, to float rounding); off: one more
                                         # no-grad pass over every group after sampling, as before
+    drop_finished: bool = True          # sampling: an answer that has ended leaves the batch (our decode loop;
+                                        # other random numbers from then on); off: transformers' generate runs
+                                        # every row to the longest answer. With batch_generation only.
     trim_padding: bool = True           # log-probs: each answer computed up to its own end (answers batched by
                                         # length, the prompt still shared); off: every answer padded to the
                                         # batch's longest, as before (needs share_prompt_cache)
@@ -189,6 +192,7 @@ def _problems(c: TrainConfig) -> list[str]:
     need(isinstance(c.batch_generation, bool), f"batch_generation must be True or False, got {c.batch_generation!r}")
     need(isinstance(c.sampler_logps, bool), f"sampler_logps must be True or False, got {c.sampler_logps!r}")
     need(isinstance(c.trim_padding, bool), f"trim_padding must be True or False, got {c.trim_padding!r}")
+    need(isinstance(c.drop_finished, bool), f"drop_finished must be True or False, got {c.drop_finished!r}")
     number("save_steps", 0, integer=True)
     number("logging_steps", 1, integer=True)
     need(isinstance(c.log_completions, bool), f"log_completions must be True or False, got {c.log_completions!r}")

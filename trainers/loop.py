@@ -8,7 +8,8 @@ One step, top to bottom (`train`):
        then the step's valid answers above the archive threshold join the novelty archive (R8/R9)
     4. advantages: GDPO (or GRPO) per group, then the projection: no positive advantage for an invalid or
        motif-guarded (R10) answer, nor (optional floor) one whose core score is <= floor
-    5. one no-grad pass: old log-probs and entropies (sampling policy); one with adapters off: reference
+    5. old log-probs and entropies: the sampler's own (`sampler_logps`); one no-grad pass with adapters off:
+       the reference
     6. entropy control: REPO-R's thermostat sets zeta, or ADAPO sets epsilon_high
     7. `num_iterations` passes over the batch, each split into `steps_per_generation` mini-batches (a slice of
        every group's answers), one AdamW step per mini-batch (grpo | dapo | cispo, + beta * KL): from the second
@@ -21,7 +22,9 @@ On a CPU that is ~4x less compute than running prompt + answer for each of the 1
 the same numbers (to float rounding; `share_prompt_cache=False` runs the unshared way, for tests and the
 benchmark). Sampling runs the step's prompts as one left-padded batch (`batch_generation`): decoding a
 token reads every weight once however many rows it serves, so one batch of 48 rows costs about half
-of 4 batches of 12 on a CPU (BENCHMARKS.md, issue 28).
+of 4 batches of 12 on a CPU (BENCHMARKS.md, issue 28). Nothing after an answer's end is computed: an
+answer that has written its EOS leaves the sampling batch (`drop_finished`), and the log-prob passes run
+each answer only to its own end, in batches of similar length (`trim_padding`).
 
 Determinism: each step reseeds torch, numpy and random from (seed, step), so a run resumed from a
 checkpoint repeats the uninterrupted run's later steps exactly (same machine, same thread count).
@@ -397,6 +400,11 @@ def _roomy_layer_class():
             self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
             return self.keys, self.values
 
+        def batch_select_indices(self, indices: torch.Tensor):
+            """Keep only these rows (the answers still being written), room included."""
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+
     return RoomyLayer
 
 
@@ -410,22 +418,31 @@ def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: Tra
 
     Plain multinomial sampling at `temperature` (top_k=0, top_p=1: transformers' default top_k=50 would
     sample from a different distribution than the one the loss scores). Prompts are left-padded to one
-    length; each prompt but its last token is cached once and repeated for its G answers; generate feeds
-    the last tokens and continues. Every row of the batch stops at its own first EOS; the batch stops when
-    all have (answers are padded after their EOS and masked). preallocate=False keeps transformers' own
-    cache layers (`batch_generation=False` samples that way, one prompt at a time: the sampler as it was).
+    length; each prompt but its last token is cached once and repeated for its G answers; the decoder
+    feeds the last tokens and continues. Every row stops at its own first EOS, and with `drop_finished`
+    leaves the batch (`_decode`); the batch stops when all have (answers are padded after their EOS and
+    masked). drop_finished off: transformers' `generate` runs every row to the longest answer.
+    preallocate=False keeps transformers' own cache layers and `generate` (`batch_generation=False`
+    samples that way, one prompt at a time: the sampler as it was).
     """
     G, P = config.num_generations, len(prompts)
     ids, attention = _left_pad(prompts, tokenizer.pad_token_id)
     L = ids.shape[1]
     with _dora_cached(model):
         cache = _sampling_cache(model, ids, attention, G, config.max_completion_length + 1 if preallocate else None)
-        out = model.generate(input_ids=ids.repeat_interleave(G, 0), attention_mask=attention.repeat_interleave(G, 0),
-                             cache=cache, do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
-                             max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
-                             pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True,
-                             output_logits=with_logps)
-    completion = out.sequences[:, L:]
+        if preallocate and config.drop_finished:
+            completion, logp, entropy = _decode(model, ids.repeat_interleave(G, 0), attention.repeat_interleave(G, 0),
+                                                cache, config, eos_ids, tokenizer.pad_token_id, with_logps)
+        else:
+            out = model.generate(input_ids=ids.repeat_interleave(G, 0),
+                                 attention_mask=attention.repeat_interleave(G, 0), cache=cache, do_sample=True,
+                                 temperature=config.temperature, top_k=0, top_p=1.0,
+                                 max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
+                                 pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True,
+                                 output_logits=with_logps)
+            completion = out.sequences[:, L:]
+            if with_logps:
+                logp, entropy = _sampled_logps(out.logits, completion, config.temperature)
     # The answer runs up to and including its first EOS (as TRL); what generate pads after it is masked.
     is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device))
     first = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1])
@@ -434,15 +451,62 @@ def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: Tra
     groups = [(completion[k * G:(k + 1) * G], mask[k * G:(k + 1) * G], texts[k * G:(k + 1) * G]) for k in range(P)]
     if not with_logps:
         return groups
-    # out.logits: the raw (unprocessed) logits of each new position, one (P*G, V) tensor a token; one
-    # position at a time keeps the log-softmax's memory at one row of the batch
+    return [(*g, logp[k * G:(k + 1) * G], entropy[k * G:(k + 1) * G]) for k, g in enumerate(groups)]
+
+
+def _sampled_logps(logits: Sequence[torch.Tensor], completion: torch.Tensor, temperature: float):
+    """Log-probs and entropies (B, T) of the sampled tokens from `generate`'s raw logits, one (B, V) tensor a
+    position; one position at a time keeps the log-softmax's memory at one row of the batch."""
     logp, entropy = [], []
-    for t, raw in enumerate(out.logits):
-        lp = torch.log_softmax(raw.float() / config.temperature, dim=-1)
+    for t, raw in enumerate(logits):
+        lp = torch.log_softmax(raw.float() / temperature, dim=-1)
         logp.append(lp.gather(-1, completion[:, t:t + 1]).squeeze(-1))
         entropy.append(-(lp.exp() * lp).sum(-1))
-    logp, entropy = torch.stack(logp, 1), torch.stack(entropy, 1)
-    return [(*g, logp[k * G:(k + 1) * G], entropy[k * G:(k + 1) * G]) for k, g in enumerate(groups)]
+    return torch.stack(logp, 1), torch.stack(entropy, 1)
+
+
+def _decode(model, ids: torch.Tensor, attention: torch.Tensor, cache, config: TrainConfig, eos_ids: list[int],
+            pad_id: int, with_logps: bool):
+    """Sample up to max_completion_length tokens after each row of `ids` (B, L), left-padded, whose every token
+    but the last is in `cache` (preallocated layers). What `generate` does at top_k=0, top_p=1, except that a
+    row which has written its EOS leaves the batch: the batch shrinks as answers end, instead of running every
+    row to the longest answer (the cpu preset's answers average ~25 tokens of 64). The same distribution;
+    other random numbers once a row has left. Returns completion (B, T) padded after each EOS, and the
+    sampled tokens' log-probs and entropies at `temperature` (0 after the EOS), or None, None."""
+    B, T_max = ids.shape[0], config.max_completion_length
+    completion = torch.full((B, T_max), pad_id, dtype=ids.dtype, device=ids.device)
+    logp = torch.zeros(B, T_max, device=ids.device) if with_logps else None
+    entropy = torch.zeros(B, T_max, device=ids.device) if with_logps else None
+    eos = torch.tensor(eos_ids, device=ids.device)
+    rows = torch.arange(B, device=ids.device)           # batch position -> row of the output
+    position = attention.long().sum(-1, keepdim=True) - 1  # real tokens only, as generate counts them
+    token, steps = ids[:, -1:], 0
+    ended = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    for t in range(T_max):
+        logits = model(token, attention_mask=attention, position_ids=position, cache=cache,
+                       use_cache=True).logits[:, -1].float() / config.temperature
+        new = torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1)
+        new = torch.where(ended, pad_id, new)             # rows that ended but have not yet left
+        completion[rows, t] = new
+        if with_logps:
+            lp = torch.log_softmax(logits, dim=-1)
+            live = ~ended
+            logp[rows[live], t] = lp[live].gather(-1, new[live, None]).squeeze(-1)
+            entropy[rows[live], t] = -(lp[live].exp() * lp[live]).sum(-1)
+        ended = ended | torch.isin(new, eos)
+        steps = t + 1
+        if bool(ended.all()):
+            break
+        if int(ended.sum()) * 8 >= len(rows):  # an eighth of the batch has ended: it leaves (a copy of the cache)
+            keep = (~ended).nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, new, attention, position, ended = rows[keep], new[keep], attention[keep], position[keep], ended[keep]
+        attention = torch.cat([attention, attention.new_ones(len(rows), 1)], dim=1)
+        position, token = position + 1, new[:, None]
+    completion = completion[:, :steps]
+    if with_logps:
+        logp, entropy = logp[:, :steps], entropy[:, :steps]
+    return completion, logp, entropy
 
 
 def sample_group(model, tokenizer, prompt_ids: torch.Tensor, config: TrainConfig, eos_ids: list[int]):
