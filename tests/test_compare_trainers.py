@@ -339,6 +339,15 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     table = (results / "comparison.md").read_text()
     assert "| cispo | minus search |" not in table and "| rung | minus search |" in table
     assert "Each run's own book" in table and "| search | 1 |" in table
+    # a run of one rung (long runs go one a process) reports every rung kept, not only its own ...
+    assert main(["compare", "--scale", "smoke", "--steps", "20", "--rungs", "search", "--out", str(out),
+                 "--results", str(results)]) == 0
+    assert set(json.loads((results / "report.json").read_text())["rows"]) >= {"cispo", "search"}
+    assert (results / "comparison.md").read_text() == table
+    # ... and --report-only --rungs narrows the table to those named
+    assert main(["compare", "--scale", "smoke", "--steps", "20", "--rungs", "search", "--out", str(out),
+                 "--results", str(results), "--report-only"]) == 0
+    assert "cispo" not in json.loads((results / "report.json").read_text())["rows"]
 
 
 def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path, capsys):

@@ -40,6 +40,9 @@ class Sampling:
     num_generations: int
     temperature: float
     max_completion_length: int
+    # transformers' generate, every row run to the longest answer: the kept control's samples were drawn so,
+    # and a rerun or a resume draws them again draw for draw (the shrinking batch draws other numbers)
+    drop_finished: bool = False
 
 
 def samples_per_brief(budget: int, n_briefs: int) -> int:

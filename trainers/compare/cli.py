@@ -94,6 +94,11 @@ def _scale(args, settings):
     return replace(scale, train={**scale.train, **given_train})
 
 
+def _kept_rungs(results: Path) -> set[str]:
+    """The names of the rungs and controls whose answers are kept in results/seed-S/NAME.jsonl."""
+    return {p.name[:-len(".jsonl")] for p in results.glob("seed-*/*.jsonl") if not p.name.endswith(".archive.jsonl")}
+
+
 def _kept_brief_ids(results: Path) -> list[str] | None:
     """The probe briefs of the kept step-0 answers (None when there are none)."""
     from trainers.compare.runner import read_jsonl
@@ -203,6 +208,12 @@ def cmd_compare(args) -> int:
         from trainers.compare.evaluated import read_eval
         verifier = verifier or Verifier(train, verifier_config)
         evals = [read_eval(d, brief_ids or [b.id for b in probe], verifier) for d in args.eval]
+    if not (args.report_only and args.rungs):
+        # the table shows every rung and control kept in --results, not only those this run trained (long runs
+        # go one rung a process); only --report-only --rungs narrows it
+        kept = _kept_rungs(results)
+        ladder = [r for r in LADDER if r[0] in wanted or r[0] in kept]
+        controls = [c for c in CONTROL_NAMES if c in wanted or c in kept]
     report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe],
                           controls=controls)
     text = write_table(report, args.scale, out)
