@@ -350,6 +350,41 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     assert "cispo" not in json.loads((results / "report.json").read_text())["rows"]
 
 
+def test_the_gated_rung_pairs_with_the_rung_it_gates_or_else_with_the_row_before_and_says_which(tmp_path, capsys):
+    """The gated rung's 'vs previous' is its difference against cispo_repo_r (the rung it changes); in a
+    comparison that did not run that rung (the long runs keep cispo), against the row before, named as such."""
+    from trainers.compare.runner import write_jsonl
+    results, out = tmp_path / "results", tmp_path / "out"
+    step0 = ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"]
+    gated = ["rank(ts_mean(volume, 10))", "rank(-ts_std(close, 10))"]
+    probe = _kept_step0(results, step0)
+    kept = results / "seed-42"
+    kept.mkdir()
+
+    def keep(name, formulas):
+        write_jsonl(kept / f"{name}.jsonl", [
+            {"brief_id": b.id, "step": 20, "answer": f"<alpha>{f}</alpha>", "formula": f, "train_cpcv": 0.0,
+             "train_valid": True} for b, f in zip(probe, formulas)])
+        (kept / f"{name}.json").write_text(json_dumps({"rung": name, "clipped_share": 0.0, "selected_step": 20,
+                                                          "checkpoints": [{"step": 20, "train_cpcv": 0.0}]}))
+
+    def report():
+        assert main(["compare", "--scale", "smoke", "--steps", "20", "--out", str(out), "--results", str(results),
+                     "--report-only"]) == 0
+        return (json.loads((results / "report.json").read_text())["rows"]["cispo_repo_r_gate"]["vs_previous"],
+                (results / "comparison.md").read_text())
+
+    keep("cispo", step0)
+    keep("cispo_repo_r_gate", gated)
+    vs, table = report()
+    assert vs["rung"] == "cispo" and vs["seeds"] == 1 and vs["diff"] != 0.0
+    assert "cispo_repo_r_gate with cispo (cispo_repo_r, the rung it changes, is not in this comparison" in table
+    keep("cispo_repo_r", gated)  # the rung it gates, with the very same answers: exactly 0
+    vs, table = report()
+    assert vs["rung"] == "cispo_repo_r" and vs["diff"] == 0.0
+    assert "Paired with the rung it changes rather than the row before: cispo_repo_r_gate with cispo_repo_r." in table
+
+
 def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path, capsys):
     """The stamp names the start model by content: the same path with other weights is refused, in the run
     folder and in the kept results; a stamp or kept folder from before identities goes on and says so."""

@@ -1,4 +1,5 @@
-"""The answers kept under benchmarks/results/compare-cpu are what BENCHMARKS.md's trainer table rests on.
+"""The answers kept under benchmarks/results/ are what BENCHMARKS.md's trainer tables rest on: compare-cpu
+(30 steps a rung) and compare-long (100 steps, the RL rungs against their controls).
 
 Three checks, from cheap to thorough: each run's numbers agree with its kept answers; BENCHMARKS.md shows
 the kept table; and rebuilding the table from the kept answers on the real panel gives it back exactly.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,33 @@ import pytest
 from conftest import REAL_DATA_DIR, _require_real_data
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / "benchmarks" / "results" / "compare-cpu"
-RUNS = sorted(p for p in KEPT.glob("seed-*/*.json") if not p.name.endswith(".book.json"))  # rungs and controls
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+#: A kept comparison: its folder, the steps each run trained (a control spends as many steps' verifier calls),
+#: how many runs it keeps at least, the BENCHMARKS.md section whose first table is its table, a rung its page names.
+@dataclass(frozen=True)
+class Kept:
+    name: str
+    steps: int
+    runs: int
+    section: str
+    rung: str
+
+    @property
+    def folder(self) -> Path:
+        return RESULTS / self.name
+
+    @property
+    def runs_kept(self) -> list[Path]:  # rungs and controls
+        return sorted(p for p in self.folder.glob("seed-*/*.json") if not p.name.endswith(".book.json"))
+
+
+COMPARISONS = [
+    Kept("compare-cpu", 30, 15, "## Trainer comparison under the reward contract", "cispo_repo_r_dora_filtered"),
+    Kept("compare-long", 100, 11, "## Long runs against the controls", "cispo_repo_r_gate"),
+]
+each_comparison = pytest.mark.parametrize("kept", COMPARISONS, ids=[k.name for k in COMPARISONS])
 
 
 def _assert_same_numbers(a, b, where: str) -> None:
@@ -47,11 +74,14 @@ def _table(text: str) -> list[str]:
     return rows
 
 
-def test_every_kept_run_matches_its_answers():
-    assert len(RUNS) >= 15, "the cpu comparison keeps 5 rungs x 3 seeds"
-    settings = json.loads((KEPT / "settings.json").read_text())
+@each_comparison
+def test_every_kept_run_matches_its_answers(kept):
+    runs = kept.runs_kept
+    assert len(runs) >= kept.runs, f"{kept.name} keeps at least {kept.runs} runs (rungs and controls x seeds)"
+    settings = json.loads((kept.folder / "settings.json").read_text())
     n_probe = len(settings["probe_briefs"])
-    for path in RUNS:
+    assert settings["scale_settings"]["steps"] == kept.steps
+    for path in runs:
         run = json.loads(path.read_text())
         rows = [json.loads(line) for line in path.with_suffix(".jsonl").read_text().splitlines()]
         assert [r["brief_id"] for r in rows] == settings["probe_briefs"][:n_probe], path
@@ -62,14 +92,16 @@ def test_every_kept_run_matches_its_answers():
         assert sum(valid) / len(valid) == pytest.approx(shipped["train_cpcv"], abs=1e-9), path
         # the shipped checkpoint is the one train CPCV prefers (ties go to the earlier step)
         assert shipped["train_cpcv"] == max(c["train_cpcv"] for c in run["checkpoints"]), path
-        if run["prompts"] == "none":  # a control: a rung's verifier calls (30 steps x 2 prompts x 8), no training
-            assert run["verifier_calls"] <= run["budget"] == 30 * 2 * 8 and run["selected_step"] == 30, path
+        if run["prompts"] == "none":  # a control: a rung's verifier calls (steps x 2 prompts x 8), no training
+            assert run["verifier_calls"] <= run["budget"] == kept.steps * 2 * 8, path
+            assert run["selected_step"] == kept.steps, path
         else:
-            assert run["train_seconds"] > 0 and run["steps"] == 30, path
+            assert run["train_seconds"] > 0 and run["steps"] == kept.steps, path
 
 
-def test_every_kept_run_book_is_chosen_from_its_admitted_formulas():
-    books = sorted(KEPT.glob("seed-*/*.book.json"))
+@each_comparison
+def test_every_kept_run_book_is_chosen_from_its_admitted_formulas(kept):
+    books = sorted(kept.folder.glob("seed-*/*.book.json"))
     assert books, "the controls keep their own books"
     for path in books:
         book = json.loads(path.read_text())
@@ -79,40 +111,43 @@ def test_every_kept_run_book_is_chosen_from_its_admitted_formulas():
         assert set(book["members"]) <= {a["formula"] for a in admitted} and book["n_members"] == len(book["members"])
 
 
-def test_benchmarks_md_shows_the_kept_table():
-    kept = _table((KEPT / "comparison.md").read_text())
+@each_comparison
+def test_benchmarks_md_shows_the_kept_table(kept):
+    table = _table((kept.folder / "comparison.md").read_text())
     benchmarks = (ROOT / "BENCHMARKS.md").read_text()
-    section = benchmarks[benchmarks.index("## Trainer comparison under the reward contract"):]
-    assert _table(section) == kept
+    section = benchmarks[benchmarks.index(kept.section):]
+    assert _table(section) == table
 
 
 @pytest.mark.slow
-def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path):
+@each_comparison
+def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path, kept):
     _require_real_data()
     from alpha_gym.cli import main
     results = tmp_path / "results"
-    shutil.copytree(KEPT, results)
+    shutil.copytree(kept.folder, results)
     (results / "comparison.md").unlink()
     (results / "seeds.png").unlink(missing_ok=True)
     assert main(["compare", "--scale", "cpu", "--report-only", "--results", str(results), "--out",
                  str(tmp_path / "out"), "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
                  "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
-    assert (results / "comparison.md").read_text() == (KEPT / "comparison.md").read_text()
+    assert (results / "comparison.md").read_text() == (kept.folder / "comparison.md").read_text()
     # every number of the report, not only those the table rounds: byte for byte on the kind of machine that
     # wrote it; another CPU's vector units sum in another order, so numbers agree there to 1e-12 relative
-    rebuilt, kept = (results / "report.json").read_text(), (KEPT / "report.json").read_text()
-    if rebuilt != kept:
-        _assert_same_numbers(json.loads(rebuilt), json.loads(kept), "report.json")
+    rebuilt, before = (results / "report.json").read_text(), (kept.folder / "report.json").read_text()
+    if rebuilt != before:
+        _assert_same_numbers(json.loads(rebuilt), json.loads(before), "report.json")
     assert (results / "seeds.png").stat().st_size > 10_000
 
 
-def test_the_kept_folder_opens_as_a_comparison_page(tmp_path):
+@each_comparison
+def test_the_kept_folder_opens_as_a_comparison_page(tmp_path, kept):
     """`alpha-gym report` on the kept answers alone: the table, the baselines and the seeds plot, no empty runs."""
     from alpha_gym.evaluation.report import write_report
-    folder = tmp_path / "compare-cpu"
-    shutil.copytree(KEPT, folder)
+    folder = tmp_path / kept.name
+    shutil.copytree(kept.folder, folder)
     page = write_report(folder).read_text()
-    assert "alpha-gym trainer comparison" in page and "cispo_repo_r_dora_filtered" in page
+    assert "alpha-gym trainer comparison" in page and kept.rung in page
     assert "<h3>Seeds</h3>" in page and page.count("data:image/png") >= 2
     assert "<h2>Checkpoints</h2>" not in page and "<h2>Training</h2>" not in page
     assert 'src="http' not in page

@@ -131,7 +131,10 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         if kind == "control":
             r["kind"] = "control"
         else:
-            vs = paired(r, PAIRED_WITH.get(name, previous))
+            # a rung that changes one thing pairs with the rung it changes; where that rung was not run in
+            # this comparison (the long runs keep cispo, not cispo_repo_r), with the row before, and says so
+            partner = PAIRED_WITH.get(name)
+            vs = paired(r, partner if partner in rows else previous)
             if vs is not None:
                 r["vs_previous"] = vs
             previous = name
@@ -205,11 +208,14 @@ def write_table(report, scale_name, out: Path) -> str:
                      f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
                      f"{_fmt(r['book_down_day'], '+.2%')} |")
     lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
-    paired_with = {r["vs_previous"]["rung"] for n, r in report["rows"].items() if n in PAIRED_WITH and
-                   r.get("vs_previous")}
-    if paired_with:
+    changed = [(n, r["vs_previous"]["rung"]) for n, r in report["rows"].items() if n in PAIRED_WITH and
+               r.get("vs_previous")]
+    if changed:
         lines += ["", "Paired with the rung it changes rather than the row before: "
-                  + ", ".join(f"{n} with {PAIRED_WITH[n]}" for n in report["rows"] if n in PAIRED_WITH) + "."]
+                  + ", ".join(f"{n} with {p}" if p == PAIRED_WITH[n] else
+                              f"{n} with {p} ({PAIRED_WITH[n]}, the rung it changes, is not in this comparison: "
+                              f"the difference is the change and {PAIRED_WITH[n]}'s own against {p} together)"
+                              for n, p in changed) + "."]
     controls = [n for n, r in report["rows"].items() if r.get("kind") == "control"]
     if controls and any(r.get("vs_controls") for r in report["rows"].values()):
         lines += ["", "Controls: no weight updated, the same verifier calls as a rung's training (`best_of_n`: the "
