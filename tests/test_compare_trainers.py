@@ -439,6 +439,52 @@ def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path
     assert not (results / "seed-42").exists()
 
 
+@pytest.mark.slow
+def test_a_start_model_rebuilt_elsewhere_joins_kept_results_only_if_it_answers_step_0_as_the_kept_one(tmp_path,
+                                                                                                     capsys):
+    """Another identity (SFT rebuilt on another CPU: other last bits) is admitted to kept results as an
+    equivalent only when its greedy step-0 answers are the kept ones character for character; the kept
+    stamp keeps the model the results were made from and lists the equivalent; one answer off is refused."""
+    pytest.importorskip("transformers")
+    from trainers.models import materialise_default_model, model_identity
+    original = materialise_default_model()
+    rebuilt = tmp_path / "rebuilt"  # the same weights behind another identity: one more file in the folder
+    rebuilt.mkdir()
+    for f in original.iterdir():
+        if f.is_file():
+            (rebuilt / f.name).symlink_to(f)
+    (rebuilt / "NOTE.txt").write_text("rebuilt on another machine")
+    assert model_identity(rebuilt) != model_identity(original)
+    results = tmp_path / "results"
+
+    def compare(model, seed, out):
+        return main(["compare", "--scale", "smoke", "--steps", "2", "--rungs", "search", "--seeds", str(seed),
+                     "--model", str(model), "--out", str(tmp_path / out), "--results", str(results)])
+
+    assert compare(original, 42, "o1") == 0
+    step0 = (results / "step-0.jsonl").read_text()
+    capsys.readouterr()
+    assert compare(rebuilt, 43, "o2") == 0
+    assert "kept as an equivalent" in capsys.readouterr().err
+    stamp = json.loads((results / "settings.json").read_text())
+    assert stamp["model_identity"] == model_identity(original)
+    assert stamp["equivalent_model_identities"] == [model_identity(rebuilt)]
+    assert (results / "step-0.jsonl").read_text() == step0 and (results / "seed-43" / "search.jsonl").exists()
+    # a third identity whose answers are not the kept ones (here the kept answer was edited) is refused
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in rebuilt.iterdir():
+        (other / f.name).symlink_to(f.resolve())
+    (other / "NOTE.txt").unlink()
+    (other / "NOTE2.txt").write_text("another rebuild")
+    rows = [json.loads(x) for x in step0.splitlines()]
+    rows[0]["answer"] += " "
+    (results / "step-0.jsonl").write_text("".join(json_dumps(r) + "\n" for r in rows))
+    assert compare(other, 44, "o3") == 2
+    assert f"1 of {len(rows)} of its greedy step-0 answers differ" in capsys.readouterr().err
+    assert not (results / "seed-44").exists()
+
+
 def test_unknown_rungs_are_refused_before_anything_runs(tmp_path, capsys):
     assert main(["compare", "--scale", "smoke", "--rungs", "cispo,serach", "--out", str(tmp_path / "o")]) == 2
     assert "unknown rungs serach" in capsys.readouterr().err

@@ -106,6 +106,14 @@ def _kept_brief_ids(results: Path) -> list[str] | None:
     return [r["brief_id"] for r in read_jsonl(step0)] if step0.exists() else None
 
 
+def _equivalent_identities(results: Path, kept_identity: str | None, identity: str | None) -> list[str]:
+    """The start models kept results accept besides the one they were made from (`check_kept_model`)."""
+    kept = results / "settings.json"
+    before = json.loads(kept.read_text()).get("equivalent_model_identities", []) if kept.exists() else []
+    now = set(before) | ({identity} if identity not in (None, kept_identity) else set())
+    return sorted(now)
+
+
 def cmd_compare(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.settings import to_dict
@@ -134,7 +142,13 @@ def cmd_compare(args) -> int:
     # the start model by content, not only by path: a folder rebuilt with other weights is another experiment
     identity = None if args.report_only else model_identity(args.model)
     claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config), identity))
-    check_kept_model(results, identity)
+    step0_file = out / "step-0" / "probe-step-0.json"
+    probe = list(brief_set("probe"))[: scale.probe]
+
+    def step0_answers():  # only where another start model's identity must be shown equivalent to the kept one
+        probe_records(args.model, Verifier(train, verifier_config), train, holdout, probe, scale, 0, out / "step-0")
+        return answer_rows(step0_file, probe, 0)
+    kept_identity = check_kept_model(results, identity, step0_answers)
     known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
     wanted = set(args.rungs.split(",")) if args.rungs else set(known)
     if wanted - set(known):
@@ -142,7 +156,6 @@ def cmd_compare(args) -> int:
                            f"{', '.join(known)}")
     ladder = [r for r in LADDER if r[0] in wanted]
     controls = [c for c in CONTROL_NAMES if c in wanted]
-    probe = list(brief_set("probe"))[: scale.probe]
     verifier = None
     runs = []
     if not args.report_only:
@@ -158,7 +171,6 @@ def cmd_compare(args) -> int:
         # step 0 first: every rung starts from it and the search control is seeded with its answers; controls
         # added to a kept comparison take its kept step-0 answers (the table's step-0 row) rather than
         # answering the probe again
-        step0_file = out / "step-0" / "probe-step-0.json"
         kept_step0 = results / "step-0.jsonl"
         if ladder or step0_file.exists() or not kept_step0.exists():
             probe_records(args.model, verifier, train, holdout, probe, scale, 0, out / "step-0")
@@ -191,11 +203,13 @@ def cmd_compare(args) -> int:
                 else:
                     run_best_of_n_rung(scale, seed, args.model, verifier, train, holdout, probe, results, out=out)
                 keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
-        if step0_file.exists():
+        equivalents = _equivalent_identities(results, kept_identity, identity)
+        if step0_file.exists() and not equivalents:  # an equivalent's answers are the kept ones already
             write_jsonl(kept_step0, answer_rows(step0_file, probe, 0))
         (results / "settings.json").write_text(json_dumps({
             "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
-            "model_identity": identity,
+            "model_identity": kept_identity,
+            **({"equivalent_model_identities": equivalents} if equivalents else {}),
             "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
             "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
             "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)}, indent=1))

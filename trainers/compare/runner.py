@@ -186,19 +186,43 @@ def _with_model_identity(before: dict, now: dict, where: Path) -> dict:
     return before
 
 
-def check_kept_model(results: Path, identity: str | None) -> None:
+def check_kept_model(results: Path, identity: str | None, step0_answers=None) -> str | None:
     """Refuse to add rows to kept results that another start model produced (their step-0 row and every
-    rung start from it); kept results from before identities existed are named, not refused."""
+    rung start from it); kept results from before identities existed are named, not refused. Returns the
+    identity the kept results go on being stamped with (None where nothing is kept or no model is loaded).
+
+    A start model rebuilt from the same recipe on another CPU has other last bits, so another identity
+    (SFT sums in the CPU's own order, see trainers/sft.py). It joins the kept results only as an
+    equivalent: `step0_answers()` (called only then) gives its greedy step-0 rows, and every raw answer
+    must equal the kept step-0.jsonl's character for character, brief by brief; the caller then lists it
+    in settings.json's `equivalent_model_identities`. Anything short of that is refused, naming how many
+    answers differ.
+    """
     kept = results / "settings.json"
     if identity is None or not kept.exists():
-        return
-    before = json.loads(kept.read_text()).get("model_identity")
+        return identity
+    stamp = json.loads(kept.read_text())
+    before = stamp.get("model_identity")
     if before is None:
         print(f"warning: {kept} names no model identity: the rows added now may start from another model "
               f"than its step-0 row (now {identity})", file=sys.stderr, flush=True)
-    elif before != identity:
-        raise CompareError(f"{results} was made from start model {before}, not {identity} (the --model given): "
-                           "its step-0 row and rungs would be mixed with another model's; pass another --results")
+        return identity
+    if identity == before or identity in stamp.get("equivalent_model_identities", []):
+        return before
+    why = "no kept step-0 answers to compare with"
+    if step0_answers is not None and (results / "step-0.jsonl").exists():
+        kept_rows, now = read_jsonl(results / "step-0.jsonl"), step0_answers()
+        differ = sum((k["brief_id"], k["answer"]) != (n["brief_id"], n["answer"]) for k, n in zip(kept_rows, now))
+        differ += abs(len(kept_rows) - len(now))
+        if not differ:
+            print(f"note: start model {identity} is not {before}, the one {results} was made from, but its "
+                  f"greedy answers to all {len(now)} probe briefs are the kept step-0 answers, character for "
+                  "character: kept as an equivalent (settings.json, equivalent_model_identities)",
+                  file=sys.stderr, flush=True)
+            return before
+        why = f"{differ} of {len(kept_rows)} of its greedy step-0 answers differ from the kept ones"
+    raise CompareError(f"{results} was made from start model {before}, not {identity} (the --model given; {why}): "
+                       "its step-0 row and rungs would be mixed with another model's; pass another --results")
 
 
 def claim_out_dir(out: Path, settings: dict) -> None:
