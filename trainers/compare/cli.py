@@ -142,6 +142,11 @@ def cmd_compare(args) -> int:
     # the start model by content, not only by path: a folder rebuilt with other weights is another experiment
     identity = None if args.report_only else model_identity(args.model)
     claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config), identity))
+    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
+    wanted = set(args.rungs.split(",")) if args.rungs else set(known)
+    if wanted - set(known):
+        raise CompareError(f"unknown rungs {', '.join(sorted(wanted - set(known)))}; the ladder has "
+                           f"{', '.join(known)}")
     step0_file = out / "step-0" / "probe-step-0.json"
     probe = list(brief_set("probe"))[: scale.probe]
 
@@ -149,11 +154,6 @@ def cmd_compare(args) -> int:
         probe_records(args.model, Verifier(train, verifier_config), train, holdout, probe, scale, 0, out / "step-0")
         return answer_rows(step0_file, probe, 0)
     kept_identity = check_kept_model(results, identity, step0_answers)
-    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
-    wanted = set(args.rungs.split(",")) if args.rungs else set(known)
-    if wanted - set(known):
-        raise CompareError(f"unknown rungs {', '.join(sorted(wanted - set(known)))}; the ladder has "
-                           f"{', '.join(known)}")
     ladder = [r for r in LADDER if r[0] in wanted]
     controls = [c for c in CONTROL_NAMES if c in wanted]
     verifier = None
