@@ -41,7 +41,7 @@ class Kept:
 
 COMPARISONS = [
     Kept("compare-cpu", 30, 15, "## Trainer comparison under the reward contract", "cispo_repo_r_dora_filtered"),
-    Kept("compare-long", 100, 10, "## Long runs against the controls", "cispo_repo_r_gate"),
+    Kept("compare-long", 100, 12, "## Long runs against the controls", "cispo_repo_r_gate"),
 ]
 each_comparison = pytest.mark.parametrize("kept", COMPARISONS, ids=[k.name for k in COMPARISONS])
 
