@@ -77,8 +77,10 @@ def check(model_dir: str, out: Path, steps: int = 2) -> dict:
         moved = sum(not torch.equal(before[n], p.detach().float()) for n, p in summary["policy"].named_parameters()
                     if n in before)
         log = read_log(out / name)
+        probe = grad_probe(summary["policy"], _, briefs[0])
         result["recipes"][name] = {
             "nf4": nf4, "linear4bit_layers": linear4, "adapters": len(before), "adapters_moved": moved,
+            "probe_adapters_with_grad": probe["with_grad"], "probe_adapters_moved": probe["moved"],
             "use_dora": config.use_dora, "seconds_per_step": round(seconds / steps, 2),
             "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
             "groups_scored": steps * config.prompts_per_step,
@@ -87,9 +89,37 @@ def check(model_dir: str, out: Path, steps: int = 2) -> dict:
         del policy, summary
         if cuda:
             torch.cuda.empty_cache()
-    result["passed"] = all(r["adapters_moved"] > 0 and r["loss_finite"] and (r["nf4"] or not cuda)
+    # A random-weight model writes no valid answer, so every group's advantages are 0 and training alone moves
+    # nothing (adapters_moved 0 is then expected); the probe is what shows gradients reach the adapters.
+    result["passed"] = all(r["probe_adapters_moved"] > 0 and r["loss_finite"] and (r["nf4"] or not cuda)
                            and (r["linear4bit_layers"] > 0) == r["nf4"] for r in result["recipes"].values())
     return result
+
+
+def grad_probe(policy, tokenizer, brief) -> dict:
+    """Generate a few tokens (no grad), then backpropagate their log-likelihood and take one SGD step.
+
+    This is the path bitsandbytes' 4-bit layers break on CPU (no LoRA gradient after a no-grad `generate`),
+    checked directly, whatever the answers' rewards were.
+    """
+    import torch
+    from trainers.answers import chat_prompt
+    device = next(policy.parameters()).device
+    ids = tokenizer(chat_prompt(tokenizer, brief.prompt()), add_special_tokens=False,
+                    return_tensors="pt").input_ids.to(device)
+    with torch.no_grad():
+        out = policy.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=True)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    before = [p.detach().float().clone() for p in params]
+    policy.train()
+    logits = policy(out).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, out[:, 1:, None]).squeeze(-1)[:, ids.shape[1] - 1:]
+    logp.sum().backward()
+    with_grad = sum(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in params)
+    torch.optim.SGD(params, lr=1e-2).step()
+    moved = sum(not torch.equal(b, p.detach().float()) for b, p in zip(before, params))
+    policy.zero_grad(set_to_none=True)
+    return {"with_grad": with_grad, "moved": moved}
 
 
 def main(argv=None) -> int:

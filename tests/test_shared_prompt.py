@@ -322,3 +322,18 @@ def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_syn
     with pytest.raises(ConfigError, match="train.learning_rate"):
         train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
               resume=True)
+
+
+def test_the_cache_goes_by_the_name_the_models_forward_takes():
+    """transformers 5.2x names the KV cache `cache`; 5.17 (the GPU image's) names it `past_key_values` and would
+    swallow `cache=` in **kwargs, leaving the sampler's cache empty (found by benchmarks/gpu_check.py)."""
+    from trainers.loop import _cache_kwarg
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    class New:
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    assert _cache_kwarg(Old) == "past_key_values"
+    assert _cache_kwarg(New) == "cache"

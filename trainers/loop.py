@@ -205,7 +205,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # The high-entropy mask over the whole batch, folded into per-token advantages: every loss is linear
         # in A and the KL term is never masked, so A * keep is the same as masking the policy term.
         keep = top_entropy_mask(entropy.flatten(0, 1), mask.flatten(0, 1), config.top_entropy_quantile)
-        token_adv = adv[..., None] * keep.view_as(mask).to(adv.dtype)    # (P, G, T)
+        token_adv = adv.to(mask.device)[..., None] * keep.view_as(mask).to(adv.dtype)    # (P, G, T)
 
         # 7. num_iterations passes x steps_per_generation mini-batches, one AdamW step each. A mini-batch takes
         # a slice of every group's answers (TRL splits its generation batch the same way). Every mini-batch
@@ -319,6 +319,18 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return sorted({tokenizer.eos_token_id, *ids} - {None})
 
 
+def _cache_arg(model, cache) -> dict:
+    """The KV cache as the model's forward names it: `cache` from transformers 5.2x on, `past_key_values`
+    before (an older transformers ignores `cache=` silently through **kwargs and leaves the cache empty)."""
+    return {_cache_kwarg(type(model.get_base_model() if hasattr(model, "get_base_model") else model)): cache}
+
+
+@lru_cache(maxsize=None)
+def _cache_kwarg(model_class) -> str:
+    import inspect
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def _prompt_ids(tokenizer, text: str, device) -> torch.Tensor:
     """The chat-templated prompt (one user turn, then the assistant header), as (1, L) ids."""
     chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
@@ -330,7 +342,7 @@ def _prompt_cache(model, prompt_ids: torch.Tensor, repeats: int, upto: int):
     """Run prompt_ids[:, :upto] once and repeat its KV cache `repeats` times. Returns (cache, logits of the last)."""
     from transformers import DynamicCache
     cache = DynamicCache(config=model.config)
-    logits = model(prompt_ids[:, :upto], cache=cache, use_cache=True, logits_to_keep=1).logits
+    logits = model(prompt_ids[:, :upto], **_cache_arg(model, cache), use_cache=True, logits_to_keep=1).logits
     cache.batch_repeat_interleave(repeats)
     return cache, logits
 
@@ -358,11 +370,11 @@ def _sampling_cache(model, ids: torch.Tensor, attention: torch.Tensor, repeats: 
     cache = DynamicCache(config=model.config)
     head = ids[:, :-1]
     if bool(attention.all()):  # no padding: the plain call (as the per-prompt sampler always made)
-        model(head, cache=cache, use_cache=True, logits_to_keep=1)
+        model(head, **_cache_arg(model, cache), use_cache=True, logits_to_keep=1)
     else:
         positions = (attention.long().cumsum(-1) - 1).clamp(min=0)[:, :-1]
-        model(head, attention_mask=attention[:, :-1], position_ids=positions, cache=cache, use_cache=True,
-              logits_to_keep=1)
+        model(head, attention_mask=attention[:, :-1], position_ids=positions, **_cache_arg(model, cache),
+              use_cache=True, logits_to_keep=1)
     cache.batch_repeat_interleave(repeats)
     if room is not None:
         roomy = _roomy_layer_class()
@@ -435,8 +447,8 @@ def sample_groups(model, tokenizer, prompts: Sequence[torch.Tensor], config: Tra
                                                 cache, config, eos_ids, tokenizer.pad_token_id, with_logps)
         else:
             out = model.generate(input_ids=ids.repeat_interleave(G, 0),
-                                 attention_mask=attention.repeat_interleave(G, 0), cache=cache, do_sample=True,
-                                 temperature=config.temperature, top_k=0, top_p=1.0,
+                                 attention_mask=attention.repeat_interleave(G, 0), **_cache_arg(model, cache),
+                                 do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=config.max_completion_length, eos_token_id=eos_ids,
                                  pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True,
                                  output_logits=with_logps)
@@ -483,7 +495,7 @@ def _decode(model, ids: torch.Tensor, attention: torch.Tensor, cache, config: Tr
     token, steps = ids[:, -1:], 0
     ended = torch.zeros(B, dtype=torch.bool, device=ids.device)
     for t in range(T_max):
-        logits = model(token, attention_mask=attention, position_ids=position, cache=cache,
+        logits = model(token, attention_mask=attention, position_ids=position, **_cache_arg(model, cache),
                        use_cache=True).logits[:, -1].float() / config.temperature
         new = torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1)
         new = torch.where(ended, pad_id, new)             # rows that ended but have not yet left
@@ -569,7 +581,8 @@ def group_logps(model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, t
         logits = head.expand(G, -1, -1)
         if T > 1:
             positions = torch.arange(L, L + T - 1, device=prompt_ids.device).expand(G, -1)
-            rest = model(completion_ids[:, :-1], cache=cache, use_cache=True, position_ids=positions).logits
+            rest = model(completion_ids[:, :-1], **_cache_arg(model, cache), use_cache=True,
+                         position_ids=positions).logits
             logits = torch.cat([logits, rest], dim=1)
     else:  # the logits at positions L-1 .. L+T-2 predict answer tokens 0 .. T-1
         full = torch.cat([prompt_ids.expand(G, -1), completion_ids[:, :-1]], dim=1)
@@ -630,7 +643,7 @@ def _trimmed_logps(model, prompt_ids, completion_ids, temperature, with_entropy,
             for k, (keys, values) in enumerate(kv):  # this batch's own copy: the forward appends to it
                 cache.update(keys.expand(n, -1, -1, -1), values.expand(n, -1, -1, -1), k)
             positions = torch.arange(L, L + longest - 1, device=prompt_ids.device).expand(n, -1)
-            rest = model(completion_ids[rows, :longest - 1], cache=cache, use_cache=True,
+            rest = model(completion_ids[rows, :longest - 1], **_cache_arg(model, cache), use_cache=True,
                          position_ids=positions).logits
             logits = torch.cat([logits, rest], dim=1)
         logits = logits.float() / temperature
