@@ -88,8 +88,8 @@ class Bandit:
         out = []
         for _ in range(n):
             if self.config.method == "thompson":
-                a = self.prior_plus(self.improved)
-                b = self.prior_plus(self.pulls - self.improved)
+                a = self._beta(self.improved)
+                b = self._beta(self.pulls - self.improved)
                 k = int(np.argmax(rng.beta(a, b)))
             else:
                 k = self._ucb1(pending)
@@ -98,7 +98,7 @@ class Bandit:
             out.append(self.arms[k])
         return out
 
-    def prior_plus(self, counts: np.ndarray) -> np.ndarray:
+    def _beta(self, counts: np.ndarray) -> np.ndarray:
         return self.config.prior + np.maximum(counts, 0.0)
 
     def _ucb1(self, pending: np.ndarray) -> int:

@@ -261,11 +261,11 @@ class _Run:
     def score(self, batch: list[Proposal], log: list) -> None:
         group_no = self.groups + 1
         archive = self.verifier.archive
-        before = set(archive.forms)
+        before = set(zip(archive.forms, archive.added))
         group = self.verifier.score_group([p.answer for p in batch])
         self.verifier.update_archive(group)
-        new = {archive.texts[i]: i for i in range(len(archive))
-               if not archive.seed[i] and archive.forms[i] not in before}  # what this group added
+        new = {archive.texts[i]: i for i in range(len(archive))             # the entries this group added
+               if not archive.seed[i] and (archive.forms[i], archive.added[i]) not in before}
         for k, (p, s, ev) in enumerate(zip(batch, group.scores, group.evaluated)):
             call = self.calls + k + 1
             improvement = None
