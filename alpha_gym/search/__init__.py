@@ -1,8 +1,11 @@
-"""Model-free search over the formula language: the `search` control of the trainer comparison.
+"""Search over the formula language: the model-free `search` control and evolution from a program database.
 
-    tree    variation operators on parsed trees (operator, field, window/constant and subtree mutation, crossover)
-    evolve  the (mu + lambda) search driven by the verifier's reward and archive, under a verifier-call budget
-    rung    the control as a rung of the comparison: same budget, same kept files
+    tree       variation operators on parsed trees (operator, field, window/constant and subtree mutation, crossover)
+    evolve     the (mu + lambda) search driven by the verifier's reward and archive, under a verifier-call budget
+    rung       the control as a rung of the comparison: same budget, same kept files
+    database   the program database of an evolution run: islands, cells, parents drawn by score (FunSearch shape)
+    bandit     shares an evolution run's proposals among its mutation operators (UCB1 or Thompson)
+    evolution  `evolve`: mutators propose children of the database's parents, under an exact call budget, resumable
 
 Importable without torch; nothing here evaluates a formula itself (the verifier does).
 """

@@ -16,6 +16,23 @@ object the verifier puts into its diagnostics as `brief_compliance`.
 Constraints serialise to plain dicts (`to_dict`, `constraint_from_dict`) so
 briefs saved as JSONL keep their checks even if the generator's vocabulary
 changes later.
+
+Extended checks (`extended=True`, issue 39): a generated brief says more than
+its constraints check. `extended_constraints(brief)` adds, from what the brief
+itself holds (so briefs saved as JSONL get them too):
+
+    horizon band  "roughly N-day windows" checks that some window lies in the
+                  band; the band's top is checked too: no window above it
+                  (the longest window lies in the band)
+    part checks   `EXTRA_CHECKS`, by the vocabulary entry id in `brief.parts`:
+                  what a mechanism or structure says beyond "uses volume" or
+                  "calls ts_std" (the variability OF volume RELATIVE TO its
+                  level; a correlation of a price WITH volume; a smoothing
+                  applied to the final signal; ...)
+
+Risk preferences about turnover, beta and regimes are not structural and stay
+unchecked. The default (`extended=False`) keeps the checks, names and shares
+every saved result was computed with.
 """
 
 from __future__ import annotations
@@ -252,9 +269,105 @@ class MaxNodes(Constraint):
         return size(node) <= self.max_nodes
 
 
+@dataclass(frozen=True)
+class OpOnFields(Constraint):
+    """Some node calling one of `ops` reads, in its arguments, at least one field of every group in `fields`.
+
+    "rolling max or min of a price-volume composite" -> ops = ts_max/ts_min, fields = (("volume",), PRICE_FIELDS):
+    `ts_max(close * volume, 20)` meets it, `ts_max(volume, 20)` does not. adv{d} reads volume.
+    """
+
+    kind: ClassVar[str] = "op_on_fields"
+    ops: tuple[str, ...] = ()
+    fields: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "fields", tuple(tuple(g) for g in self.fields))  # JSON lists -> tuples
+
+    def check(self, node: Node) -> bool:
+        ops = set(self.ops)
+        return any(isinstance(n, Op) and n.name in ops and _reads_each(n, self.fields) for n in walk(node))
+
+
+def _reads_each(node: Node, groups) -> bool:
+    used = fields_used(node)
+    return all(used & set(g) for g in groups)
+
+
+def _side(node: Node, ops: tuple[str, ...], fields: tuple[str, ...]) -> bool:
+    """`node` reads one of `fields` (ops empty), or holds a call of one of `ops` that reads one of them."""
+    if not ops:
+        return bool(fields_used(node) & set(fields))
+    return any(isinstance(n, Op) and n.name in set(ops) and fields_used(n) & set(fields) for n in walk(node))
+
+
+@dataclass(frozen=True)
+class Compares(Constraint):
+    """Some node calling one of `ops` (a difference or ratio by default) sets one side against another:
+    one argument reads `a_fields` (through a call of `a_ops` when given), another reads `b_fields` (through
+    `b_ops` when given), in either order.
+
+    "abnormal volume relative to its recent average" -> a_fields = volume, b_ops = the rolling averages,
+    b_fields = volume: `volume / ts_mean(volume, 20)` meets it, `ts_std(volume, 20)` does not.
+    """
+
+    kind: ClassVar[str] = "compares"
+    ops: tuple[str, ...] = ("sub", "div")
+    a_ops: tuple[str, ...] = ()
+    a_fields: tuple[str, ...] = ()
+    b_ops: tuple[str, ...] = ()
+    b_fields: tuple[str, ...] = ()
+
+    def check(self, node: Node) -> bool:
+        ops = set(self.ops)
+        for n in walk(node):
+            if isinstance(n, Op) and n.name in ops and len(n.args) >= 2:
+                a = [_side(x, self.a_ops, self.a_fields) for x in n.args]
+                b = [_side(x, self.b_ops, self.b_fields) for x in n.args]
+                if any(a[i] and b[j] for i in range(len(n.args)) for j in range(len(n.args)) if i != j):
+                    return True
+        return False
+
+
+@dataclass(frozen=True)
+class OuterOp(Constraint):
+    """The outermost operation, after peeling `peel` operations and multiplication by a constant, is one of
+    `ops` ("smooth the final signal" -> ops = ts_decay_linear/ts_ema, peel = rank/scale/neg)."""
+
+    kind: ClassVar[str] = "outer_op"
+    ops: tuple[str, ...] = ()
+    peel: tuple[str, ...] = ("rank", "scale", "neg")
+
+    def check(self, node: Node) -> bool:
+        n, peel, ops = node, set(self.peel) - set(self.ops), set(self.ops)
+        while isinstance(n, Op) and n.name not in ops:
+            if n.name in peel:
+                n = n.args[0]
+            elif n.name == "mul" and any(isinstance(a, Num) for a in n.args):
+                n = next(a for a in n.args if not isinstance(a, Num))
+            else:
+                break
+        return isinstance(n, Op) and n.name in ops
+
+
+@dataclass(frozen=True)
+class AnyOf(Constraint):
+    """At least one of `options` is met ("a price change": uses returns, or a delay/ts_delta of a price)."""
+
+    kind: ClassVar[str] = "any_of"
+    options: tuple[Constraint, ...] = ()
+
+    def check(self, node: Node) -> bool:
+        return any(c.check(node) for c in self.options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "description": self.description, "part": self.part,
+                "options": [c.to_dict() for c in self.options]}
+
+
 CONSTRAINT_TYPES: dict[str, type[Constraint]] = {
     c.kind: c for c in (OpCount, UsesFields, DistinctFields, WindowInRange, MaxWindow, ForbidOpOnFields, Wraps,
-                        RootOp, WindowContrast, MaxNodes)
+                        RootOp, WindowContrast, MaxNodes, OpOnFields, Compares, OuterOp, AnyOf)
 }
 
 
@@ -269,7 +382,90 @@ def constraint_from_dict(d: Mapping[str, Any]) -> Constraint:
     unknown = set(d) - names
     if unknown:
         raise ValueError(f"constraint {kind!r} has unknown keys {sorted(unknown)}")
+    if cls is AnyOf:
+        d["options"] = [constraint_from_dict(o) for o in d.get("options", ())]
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+# --------------------------------------------------------------------------- extended checks
+#: Dispersion operators (the variability of a series).
+DISPERSION_OPS: tuple[str, ...] = ("ts_std", "ts_max", "ts_min", "ts_kurt", "ts_skew")
+_PRICE_LEVELS = ("open", "high", "low", "close", "vwap")
+_PRICE_CHANGE = AnyOf(description="measures a price change (returns, or a delay, ts_delta or ts_slope of a price)",
+                      options=(UsesFields(description="uses returns", fields=("returns",)),
+                               OpOnFields(description="a delay, ts_delta or ts_slope of a price",
+                                          ops=("delay", "ts_delta", "ts_slope"), fields=(PRICE_FIELDS,))))
+_VOLUME_VS_AVERAGE = Compares(description="sets volume against its rolling average", a_fields=("volume",),
+                              b_ops=AVERAGING_OPS + ("adv",), b_fields=("volume",))
+_PRICE_WITH_VOLUME = Compares(description="correlates a price field with volume", ops=("ts_corr", "ts_cov"),
+                              a_fields=PRICE_FIELDS, b_fields=("volume",))
+
+#: What a vocabulary entry (by id, as `Brief.parts` names it) states beyond its own constraints.
+EXTRA_CHECKS: dict[str, tuple[Constraint, ...]] = {
+    "m_reversal": (_PRICE_CHANGE,),
+    "m_momentum": (_PRICE_CHANGE,),
+    "m_rel_strength": (_PRICE_CHANGE,),
+    "m_reversal_gap": (Compares(description="sets a price against a rolling average of a price",
+                                a_fields=PRICE_FIELDS, b_ops=AVERAGING_OPS, b_fields=PRICE_FIELDS),),
+    "m_volume_surprise": (_VOLUME_VS_AVERAGE,),
+    "m_volume_drought": (_VOLUME_VS_AVERAGE,),
+    "m_volume_var": (Compares(description="divides a dispersion of volume by a volume level", ops=("div",),
+                              a_ops=DISPERSION_OPS, a_fields=("volume",), b_fields=("volume",)),),
+    "m_pv_corr": (_PRICE_WITH_VOLUME,),
+    "m_pv_comove": (_PRICE_WITH_VOLUME,),
+    "m_extremes": (OpOnFields(description="a rolling max or min over a composite of volume and a price",
+                              ops=("ts_max", "ts_min"), fields=(("volume",), PRICE_FIELDS)),),
+    "m_low_vol": (OpOnFields(description="a rolling standard deviation of a price field", ops=("ts_std",),
+                             fields=(PRICE_FIELDS,)),),
+    "m_vol_change": (OpOnFields(description="a rolling standard deviation of a price field", ops=("ts_std",),
+                                fields=(PRICE_FIELDS,)),
+                     OpCount(description="calls ts_std at least twice (a short and a long one)", ops=("ts_std",),
+                             lo=2)),
+    "m_close_in_range": (Compares(description="sets the close against the high-low range", ops=("div",),
+                                  a_fields=("close",), b_ops=("sub",), b_fields=("high", "low")),),
+    "m_vwap_gap": (Compares(description="sets the close against the vwap", a_fields=("close",),
+                            b_fields=("vwap",)),),
+    "m_vwap_trend": (Compares(description="sets a price against the vwap", a_fields=("open", "high", "low", "close"),
+                              b_fields=("vwap",)),),
+    "m_overnight": (Compares(description="sets the open against the previous close", a_fields=("open",),
+                             b_ops=("delay",), b_fields=("close",)),),
+    "m_slope": (OpOnFields(description="a ts_slope or ts_delta of a price", ops=("ts_slope", "ts_delta"),
+                           fields=(PRICE_FIELDS,)),),
+    "m_skew": (OpOnFields(description="the skew or kurtosis of a price field", ops=("ts_skew", "ts_kurt"),
+                          fields=(PRICE_FIELDS,)),),
+    "m_liquidity": (AnyOf(description="dollar volume: adv, or a price times volume",
+                          options=(OpCount(description="calls adv", ops=("adv",), lo=1),
+                                   Compares(description="a price times volume", ops=("mul",),
+                                            a_fields=_PRICE_LEVELS, b_fields=("volume",)))),),
+    "m_range_vol": (Compares(description="sets the high against the low", a_fields=("high",), b_fields=("low",)),),
+    "m_extreme_timing": (OpOnFields(description="the timing of a price's rolling extreme",
+                                    ops=("ts_argmax", "ts_argmin"), fields=(PRICE_FIELDS,)),),
+    "m_pv_divergence": (Compares(description="sets a price move against a volume move",
+                                 ops=("sub", "div", "ts_corr", "ts_cov"), a_fields=PRICE_FIELDS,
+                                 b_fields=("volume",)),),
+    "m_intraday": (Compares(description="sets the close against the open", a_fields=("close",),
+                            b_fields=("open",)),),
+    "st_sign": (OuterOp(description="sign is the outermost operation", ops=("sign",)),),
+    "st_smooth": (OuterOp(description="the final signal is smoothed (ts_decay_linear or ts_ema outermost)",
+                          ops=("ts_decay_linear", "ts_ema")),),
+}
+
+
+def _with_part(c: Constraint, part: str) -> Constraint:
+    return type(c)(**{**{f.name: getattr(c, f.name) for f in fields(c)}, "part": part})
+
+
+def extended_constraints(brief) -> tuple[Constraint, ...]:
+    """The brief's constraints, then the horizon band's top and the `EXTRA_CHECKS` of its parts (module docstring).
+
+    Derived from `brief.constraints` and `brief.parts` only, so a brief loaded from JSONL gets the same checks."""
+    own = tuple(getattr(brief, "constraints", ()) or ())
+    extra = [MaxWindow(description=f"no window longer than {c.hi} sessions (the top of the horizon band)",
+                     hi=c.hi, part="horizon")
+             for c in own if c.part == "horizon" and isinstance(c, WindowInRange)]
+    for name, part in (getattr(brief, "parts", None) or {}).items():
+        extra += [_with_part(c, name) for c in EXTRA_CHECKS.get(part.get("id", ""), ())]
+    return own + tuple(extra)
 
 
 # --------------------------------------------------------------------------- checking
@@ -292,12 +488,14 @@ def check_constraints(constraints: Iterable[Constraint], node_or_formula) -> dic
     return out
 
 
-def check_compliance(brief, node_or_formula) -> dict[str, bool]:
+def check_compliance(brief, node_or_formula, extended: bool = False) -> dict[str, bool]:
     """`brief`: anything with `.constraints` (a `Brief`). Each of the brief's machine-checkable constraints -> met or not, for a parsed formula (or its text).
 
+    extended: also the checks `extended_constraints` adds (their names continue the part's: "horizon_2", ...).
     Raises FormulaError when given text that does not parse.
     """
-    return check_constraints(getattr(brief, "constraints", ()) or (), node_or_formula)
+    constraints = extended_constraints(brief) if extended else getattr(brief, "constraints", ()) or ()
+    return check_constraints(constraints, node_or_formula)
 
 
 def compliance_share(checks: Mapping[str, bool]) -> float:
@@ -305,7 +503,7 @@ def compliance_share(checks: Mapping[str, bool]) -> float:
     return float(sum(bool(v) for v in checks.values()) / len(checks)) if checks else 1.0
 
 
-def brief_compliance(brief, node_or_formula) -> dict[str, Any]:
+def brief_compliance(brief, node_or_formula, extended: bool = False) -> dict[str, Any]:
     """The verifier's `brief_compliance` diagnostic: {"checks": {name: bool}, "share": float, "n": int}."""
-    checks = check_compliance(brief, node_or_formula)
+    checks = check_compliance(brief, node_or_formula, extended)
     return {"checks": checks, "share": compliance_share(checks), "n": len(checks)}

@@ -1,0 +1,459 @@
+"""`evolve`: evolution of formulas from a program database by mutation operators, under an exact call budget.
+
+The loop of FunSearch, OpenEvolve and ShinkaEvolve, on this project's verifier (`alpha_gym.search.database`
+holds the programs, `alpha_gym.search.bandit` shares the proposals among the mutators):
+
+    seeds       the seed formulas (default: the Alpha101 set that needs no sector labels or market cap),
+                each parsed under the verifier's Limits; unparseable ones and exact duplicates are dropped
+                without a call. They are scored first, in groups, and dealt to the islands in turn
+    group       `group_size` proposals scored together: for each, the database draws a parent set from one
+                island (`ProgramDatabase.sample`), the bandit names a mutator, and the mutator writes one
+                answer per parent set. An answer that does not parse under the Limits (or lacks its
+                `<alpha>` block when it has tags) and one whose canonical form was scored before are
+                rejected without a call, and new parent sets are drawn for the missing places, up to
+                `max_rounds` rounds; after that random formulas (`alpha_gym.language.sample.random_node`,
+                origin "random") fill the group, so every proposal group but the budget's last is full
+                (the last group of seeds may be short)
+    scoring     `verifier.score_group(answers)` (a plain formula is sent as `<alpha>formula</alpha>`, an
+                answer with tags as written), then `verifier.update_archive(group)`, as a training step
+                and the model-free search (`alpha_gym.search.evolve`) score their groups
+    recording   each valid answer joins the database on its parents' island; each arm is paid its
+                proposal's improvement over the best parent (0 when invalid or rejected); the islands are
+                refreshed on schedule (`ProgramDatabase.tick`)
+    budget      every scored answer counts, valid or not; a rejected proposal counts nothing. The run makes
+                exactly `budget` calls (fewer only when the seeds and mutators cannot reach a new formula)
+    checkpoint  after each group, `out_dir/state.json` (the database, the bandit, the Generator's state, the
+                calls, the history) and the verifier's archive (two files written in turn: the state names
+                the one that matches it; each file is written atomically), so a run
+                killed at any point resumes from its last group to the same result as an uninterrupted
+                one; `proposals.jsonl` logs every proposal (scored or rejected) and is cut back on resume
+    progress    one line per group: calls, best reward, members and effective bets of the run's book
+    the end     `archive.jsonl`: the formulas the verifier's novelty archive admitted (the run's archive,
+                in `trainers.run_book`'s line format: step is the group), and `book.json`: their
+                correlation-capped book (`alpha_gym.evaluation.selection.select_correlation_capped`, seed
+                section 8: greedy by train CPCV, |corr| < 0.5 with every member, turnover >= 2% a day), as
+                `trainers.run_book.build_run_book` builds a training run's book
+
+A mutator is anything with a `name` and `propose(parent_sets, rng) -> list[str]`: one answer per parent set
+(a list of `Program`s, best first; empty when the database is), in the `<alpha>...</alpha>` contract or a
+plain formula, drawing any randomness it needs from `rng`. `TreeMutator` here is the model-free one: the
+search's tree operators (`alpha_gym.search.tree`) on the parents. The mutators that a language model drives
+plug in through the improve task (issue 40): a local HF model folder and an OpenAI-compatible endpoint (the
+`alpha-gym eval` client) each become a mutator whose `propose` renders one improve-task prompt per parent
+set (the brief when given, and each parent's formula with its train-window CPCV, turnover, IC and max |corr|
+with the book, all on `Program`), generates the answers of the whole group in one batch, and returns them
+unparsed; the verifier's reward of the answer is then the improve task's reward, and the improvement over the
+best parent is what the bandit pays.
+
+Deterministic for a seed (one `numpy.random.Generator` drives the database, the bandit, the tree mutator and
+the fill), given the verifier's state and deterministic mutators.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from alpha_gym.book.answer import holds_alpha_tag
+from alpha_gym.errors import InputError
+from alpha_gym.evaluation.selection import BookSelection, Candidate, select_correlation_capped
+from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
+from alpha_gym.language import (DEFAULT_LIMITS, AnswerError, FormulaError, Limits, Node, canonical, extract, parse,
+                                to_text)
+from alpha_gym.language.sample import random_node
+from alpha_gym.ranges import check_fields, closed, ints
+from alpha_gym.search.bandit import Bandit, BanditConfig
+from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
+from alpha_gym.search.tree import MUTATIONS, checked, crossover
+
+STATE_FORMAT = "alpha-gym/evolve/v1"
+STATE_FILE = "state.json"
+PROPOSALS_LOG = "proposals.jsonl"
+ARCHIVE_LOG = "archive.jsonl"      # the line format of trainers.run_book (the run's own archive)
+BOOK_FILE = "book.json"
+_ARCHIVE_SLOTS = ("archive-even.npz", "archive-odd.npz")  # the verifier's archive, written in turn
+
+
+class EvolutionError(InputError):
+    """Bad settings for an evolution run, a mutator that breaks its contract, or an out_dir of another run."""
+
+
+class Mutator(Protocol):
+    """A mutation operator: one answer (an `<alpha>` answer or a plain formula) per parent set."""
+
+    name: str
+
+    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class TreeMutator:
+    """The model-free mutator: the search's tree operators applied to the parents (`alpha_gym.search.tree`).
+
+    With two or more parents, subtree crossover of two of them drawn at random (`crossover_rate`); else one
+    point mutation (operator, field, window or constant; a whole subtree at `subtree_rate`) of a parent drawn
+    at random; with no parents, a random tree. A child that breaks the Limits is drawn again, up to
+    `max_tries` times (then the first parent is returned as it is: the run rejects it as a duplicate)."""
+
+    limits: Limits = DEFAULT_LIMITS
+    crossover_rate: float = 0.3
+    subtree_rate: float = 0.1
+    max_tries: int = 20
+    name: str = "tree"
+
+    def __post_init__(self):
+        check_fields(self, {"crossover_rate": closed(0.0, 1.0), "subtree_rate": closed(0.0, 1.0),
+                            "max_tries": ints(1, 10_000)})
+
+    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
+        return [self._child([p.tree(self.limits) for p in parents], rng) for parents in parent_sets]
+
+    def _child(self, trees: list[Node], rng: np.random.Generator) -> str:
+        points = ("operator", "field", "number")
+        for _ in range(self.max_tries):
+            if not trees:
+                node = random_node(rng, 4)
+            elif len(trees) >= 2 and rng.random() < self.crossover_rate:
+                a, b = rng.choice(len(trees), size=2, replace=False)
+                node = crossover(trees[int(a)], trees[int(b)], rng)
+            else:
+                kind = "subtree" if rng.random() < self.subtree_rate else points[int(rng.integers(len(points)))]
+                node = MUTATIONS[kind](trees[int(rng.integers(len(trees)))], rng)
+            ok = checked(node, self.limits) if node is not None else None
+            if ok is not None:
+                return ok[0]
+        return to_text(trees[0]) if trees else ""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One answer a mutator (or the seeds, or the fill) offered, read under the Limits."""
+
+    answer: str                     # what the verifier is sent
+    text: str                       # the parsed formula printed (`to_text`)
+    node: Node = field(repr=False)
+    form: str                       # canonical form
+    origin: str                     # the mutator's name, "seed" or "random"
+    island: int | None              # where a valid child goes (None: the islands in turn)
+    parents: tuple[Program, ...] = ()
+
+
+@dataclass
+class EvolutionResult:
+    """The database at the end, the run's book and archive, the counts and the per-group history."""
+
+    database: ProgramDatabase
+    bandit: Bandit
+    book: BookSelection
+    admitted: list[dict]            # the run's archive: archive.jsonl's lines
+    calls: int
+    budget: int
+    groups: int
+    rejected: int
+    history: list[dict]
+
+    @property
+    def best(self) -> Program | None:
+        return self.database.best()
+
+
+def read_answer(answer: Any, limits: Limits) -> tuple[str, str, Node] | str:
+    """(answer to send, formula text, tree) when the answer parses under `limits`, else why not (no call)."""
+    if not isinstance(answer, str):
+        return f"not a string ({type(answer).__name__})"
+    tagged = holds_alpha_tag(answer)
+    try:
+        formula = extract(answer).formula if tagged else answer.strip()
+        node = parse(formula, limits)
+    except (AnswerError, FormulaError, RecursionError) as err:
+        return f"{type(err).__name__}: {err}"
+    return (answer if tagged else f"<alpha>{formula}</alpha>"), to_text(node), node
+
+
+def print_progress(row: dict) -> None:
+    """The default progress line, on stderr."""
+    best = row["best_reward"]
+    print(f"evolve: group {row['group']}  calls {row['calls']}/{row['budget']}  best reward "
+          f"{'-' if best is None else f'{best:+.3f}'}  book {row['book_members']} members "
+          f"({row['effective_bets']:.1f} bets)  rejected {row['rejected']}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ the run
+class _Run:
+    """The state a checkpoint holds, and the steps of the loop."""
+
+    def __init__(self, verifier, mutators: dict[str, Mutator], database: ProgramDatabase, bandit: Bandit,
+                 rng: np.random.Generator, settings: dict, budget: int, out: Path | None):
+        self.verifier, self.mutators, self.db, self.bandit, self.rng = verifier, mutators, database, bandit, rng
+        self.settings, self.budget, self.out = settings, budget, out
+        self.limits = verifier.config.limits
+        self.calls = self.groups = self.seeded = self.rejected = 0
+        self.history: list[dict] = []
+        self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
+        self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
+
+    # ------------------------------------------------------------------ proposals
+    def seed_batch(self, seeds: list[Proposal], n: int, log: list) -> list[Proposal]:
+        batch = []
+        while len(batch) < n and self.seeded < len(seeds):
+            p = seeds[self.seeded]
+            self.seeded += 1
+            if self.db.is_new(p.form) and p.form not in {q.form for q in batch}:
+                batch.append(p)
+            else:
+                log.append(_rejection(self.groups + 1, p, "duplicate"))
+        return batch
+
+    def proposal_batch(self, n: int, max_rounds: int, log: list) -> list[Proposal]:
+        batch: list[Proposal] = []
+        forms: set[str] = set()
+        for _ in range(max_rounds):
+            want = n - len(batch)
+            if want <= 0:
+                break
+            sets = self.db.sample(want, self.rng)
+            arms = self.bandit.choose(want, self.rng)
+            for arm in self.bandit.arms:                          # the arms in a fixed order
+                idx = [j for j, a in enumerate(arms) if a == arm]
+                if not idx:
+                    continue
+                answers = self.mutators[arm].propose([list(sets[j][1]) for j in idx], self.rng)
+                if not isinstance(answers, list) or len(answers) != len(idx):
+                    raise EvolutionError(f"mutator {arm!r} returned {type(answers).__name__} of "
+                                         f"{len(answers) if isinstance(answers, list) else '?'} answers for "
+                                         f"{len(idx)} parent sets: propose must return one answer per set")
+                for j, answer in zip(idx, answers):
+                    island, parents = sets[j]
+                    read = read_answer(answer, self.limits)
+                    if isinstance(read, str):
+                        text = answer if isinstance(answer, str) else repr(answer)
+                        p = Proposal(text, "", None, "", arm, island, tuple(parents))
+                        reason = f"unparseable: {read}"
+                    else:
+                        p = Proposal(read[0], read[1], read[2], canonical(read[2]), arm, island, tuple(parents))
+                        reason = None if self.db.is_new(p.form) and p.form not in forms else "duplicate"
+                    if reason is None:
+                        batch.append(p)
+                        forms.add(p.form)
+                    else:
+                        self.rejected += 1
+                        self.bandit.update(arm, 0.0)
+                        log.append(_rejection(self.groups + 1, p, reason))
+        while len(batch) < n:                                     # the mutators are stuck: random formulas
+            batch.append(self._random(forms))
+            forms.add(batch[-1].form)
+        return batch[:n]
+
+    def _random(self, taken: set[str]) -> Proposal:
+        for _ in range(10_000):
+            ok = checked(random_node(self.rng, 4), self.limits)
+            if ok is not None and self.db.is_new(canonical(ok[1])) and canonical(ok[1]) not in taken:
+                return Proposal(f"<alpha>{ok[0]}</alpha>", ok[0], ok[1], canonical(ok[1]), "random", None)
+        raise EvolutionError("no new formula could be drawn: the run has exhausted what it can reach")
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, batch: list[Proposal], log: list) -> None:
+        group_no = self.groups + 1
+        archive = self.verifier.archive
+        before = set(zip(archive.forms, archive.added))
+        group = self.verifier.score_group([p.answer for p in batch])
+        self.verifier.update_archive(group)
+        new = {archive.texts[i]: i for i in range(len(archive))             # the entries this group added
+               if not archive.seed[i] and (archive.forms[i], archive.added[i]) not in before}
+        for k, (p, s, ev) in enumerate(zip(batch, group.scores, group.evaluated)):
+            call = self.calls + k + 1
+            improvement = None
+            if s.valid:
+                d = s.diagnostics
+                prog = self.db.add(p.text, p.node, s.reward, s.channels["cpcv"], d.get("cpcv"), d.get("turnover"),
+                                   d.get("ic"), d.get("max_pnl_corr"), [q.id for q in p.parents], call, p.island,
+                                   p.origin)
+                if ev is not None and ev.text in new:
+                    i = new[ev.text]
+                    self.admitted[prog.id] = {"step": group_no, "formula": ev.text, "form": archive.forms[i],
+                                              "train_cpcv": finite_or_none(archive.cpcv[i]),
+                                              "turnover": finite_or_none(ev.turnover), "added": int(archive.added[i])}
+                    self.candidates[prog.id] = Candidate.from_evaluated(ev)
+            else:
+                self.db.note_scored(p.form)
+            if p.origin in self.bandit.arms:
+                baseline = p.parents[0].reward if p.parents else 0.0
+                improvement = max(0.0, s.reward - baseline) if s.valid else 0.0
+                self.bandit.update(p.origin, improvement)
+            log.append({"group": group_no, "call": call, "origin": p.origin, "island": p.island,
+                        "parents": [q.id for q in p.parents], "answer": p.answer, "formula": p.text,
+                        "status": "scored", "valid": bool(s.valid), "reason": s.reason,
+                        "reward": finite_or_none(s.reward), "improvement": improvement})
+        self.calls += len(batch)
+        self.groups = group_no
+
+    def book(self) -> BookSelection:
+        cfg = self.settings["book"]
+        return select_correlation_capped(list(self.candidates.values()), cfg["max_corr"], cfg["min_turnover"])
+
+    def row(self, book: BookSelection, refreshed: str | None) -> dict:
+        best = self.db.best()
+        return {"group": self.groups, "calls": self.calls, "budget": self.budget,
+                "best_reward": None if best is None else best.reward, "best": None if best is None else best.text,
+                "programs": len(self.db), "book_members": book.n, "effective_bets": book.effective_bets,
+                "admitted": len(self.admitted), "rejected": self.rejected, "refresh": refreshed,
+                "arms": self.bandit.shares()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, archive_file: str) -> dict:
+        return {"format": STATE_FORMAT, "settings": self.settings, "budget": self.budget, "calls": self.calls,
+                "groups": self.groups, "seeded": self.seeded, "rejected": self.rejected,
+                "rng": self.rng.bit_generator.state, "database": self.db.to_dict(), "bandit": self.bandit.to_dict(),
+                "admitted": {str(k): v for k, v in sorted(self.admitted.items())}, "history": self.history,
+                "archive": archive_file}
+
+    def checkpoint(self, log: list) -> None:
+        """Append the group's log lines, then write the archive and the state that names it (atomically)."""
+        if self.out is None:
+            return
+        with open(self.out / PROPOSALS_LOG, "a", encoding="utf-8") as fh:
+            fh.write("".join(json_dumps(row) + "\n" for row in log))
+        archive_file = _ARCHIVE_SLOTS[self.groups % 2]   # the other slot keeps the archive the last state names
+        self.verifier.save_archive(self.out / archive_file)
+        _write_atomic(self.out / STATE_FILE, json_dumps(self.state(archive_file)))
+
+    def restore(self, d: dict) -> None:
+        self.calls, self.groups, self.seeded, self.rejected = d["calls"], d["groups"], d["seeded"], d["rejected"]
+        self.rng.bit_generator.state = d["rng"]
+        self.history = list(d["history"])
+        self.admitted = {int(k): v for k, v in d["admitted"].items()}
+        self.verifier.load_archive(self.out / d["archive"])
+        for pid, line in sorted(self.admitted.items()):      # the book's P&L is traded again (not a scored call)
+            self.candidates[pid] = Candidate.from_evaluated(self.verifier.evaluate(line["formula"]))
+        _cut_log(self.out / PROPOSALS_LOG, self.groups)
+
+
+def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: DatabaseConfig = DatabaseConfig(),
+           budget: int = 1600, seed: int = 0, out_dir=None, *, seed_formulas: Sequence[str] | None = None,
+           group_size: int = 8, bandit_config: BanditConfig = BanditConfig(), max_rounds: int = 20,
+           book_max_corr: float = 0.5, book_min_turnover: float = 0.02,
+           progress: Callable[[dict], None] | None = print_progress) -> EvolutionResult:
+    """Evolve formulas for exactly `budget` verifier calls; see the module docstring for every rule.
+
+    verifier: the `Verifier` whose reward drives the run; its archive grows as in training, and a resumed run
+    replaces it with the checkpoint's (pass a `fork()` to leave the caller's alone). mutators: one or more
+    `Mutator`s with distinct names (more than one: the bandit shares the proposals). out_dir: where the
+    checkpoint, the logs, archive.jsonl and book.json go; a folder holding a run's state.json is resumed
+    (with the same settings; the budget may grow). None: nothing is written and nothing resumes.
+    seed_formulas: None for the Alpha101 set. progress: called with each group's row (None: silent).
+    """
+    mutators = [mutators] if hasattr(mutators, "propose") else list(mutators)
+    names = [getattr(m, "name", None) for m in mutators]
+    if not mutators or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise EvolutionError(f"evolve needs one or more mutators with distinct names, got {names!r}")
+    for key, v, lo in (("budget", budget, 0), ("group_size", group_size, 1), ("max_rounds", max_rounds, 1),
+                       ("seed", seed, 0)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise EvolutionError(f"{key} must be an integer >= {lo}, got {v!r}")
+    if seed_formulas is None:
+        from alpha_gym.alpha101 import formulas as paper
+        seed_formulas = list(paper(industry_free=True).values())
+    seeds = _seeds(seed_formulas, verifier.config.limits)
+    settings = jsonable({"seed": seed, "group_size": group_size, "max_rounds": max_rounds, "mutators": names,
+                         "database": database_config.to_dict(), "bandit": bandit_config.to_dict(),
+                         "book": {"max_corr": book_max_corr, "min_turnover": book_min_turnover},
+                         "seed_formulas": [p.text for p in seeds], "panel": verifier.panel.fingerprint(),
+                         "verifier": asdict(verifier.config)})
+    out = None if out_dir is None else Path(out_dir)
+    run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
+               np.random.default_rng(seed), settings, budget, out)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        state = _load_state(out, settings)
+        if state is not None:
+            if state["calls"] > budget:
+                raise EvolutionError(f"{out} holds a run that made {state['calls']} calls, more than budget {budget}")
+            run.db, run.bandit = ProgramDatabase.from_dict(state["database"]), Bandit.from_dict(state["bandit"])
+            run.restore(state)
+        else:
+            _cut_log(out / PROPOSALS_LOG, 0)
+    while run.calls < budget:
+        n = min(group_size, budget - run.calls)
+        log: list = []
+        batch = run.seed_batch(seeds, n, log) if run.seeded < len(seeds) else []
+        if not batch:
+            batch = run.proposal_batch(n, max_rounds, log)
+        run.score(batch, log)
+        refreshed = run.db.tick(run.calls, run.rng)
+        book = run.book()
+        run.history.append(run.row(book, refreshed))
+        run.checkpoint(log)
+        if progress is not None:
+            progress(run.history[-1])
+    book = run.book()
+    lines = [run.admitted[k] for k in sorted(run.admitted)]
+    if out is not None:
+        _write_atomic(out / ARCHIVE_LOG, "".join(json_dumps(line) + "\n" for line in lines))
+        _write_atomic(out / BOOK_FILE, json_dumps({"n_admitted": len(lines), "n_members": book.n,
+                                                   "effective_bets": book.effective_bets,
+                                                   "members": list(book.members), "selection": book.to_dict()},
+                                                  indent=1))
+    return EvolutionResult(run.db, run.bandit, book, lines, run.calls, budget, run.groups, run.rejected, run.history)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _seeds(formulas: Sequence[str], limits: Limits) -> list[Proposal]:
+    """The distinct seed formulas that parse under `limits`, in the order given."""
+    out, seen = [], set()
+    for f in formulas:
+        read = read_answer(f, limits)
+        if isinstance(read, str):
+            continue
+        form = canonical(read[2])
+        if form not in seen:
+            seen.add(form)
+            out.append(Proposal(read[0], read[1], read[2], form, "seed", None))
+    return out
+
+
+def _rejection(group: int, p: Proposal, reason: str) -> dict:
+    return {"group": group, "call": None, "origin": p.origin, "island": p.island,
+            "parents": [q.id for q in p.parents], "answer": p.answer, "formula": p.text or None,
+            "status": "rejected", "reason": reason}
+
+
+def _load_state(out: Path, settings: dict) -> dict | None:
+    path = out / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise EvolutionError(f"{path} is not JSON ({err.msg}): not a run this version wrote") from None
+    if state.get("format") != STATE_FORMAT:
+        raise EvolutionError(f"{path} is not an evolve state (format {state.get('format')!r})")
+    if state["settings"] != json.loads(json_dumps(settings)):
+        differ = sorted(k for k in set(settings) | set(state["settings"])
+                        if json.loads(json_dumps(settings.get(k))) != state["settings"].get(k))
+        raise EvolutionError(f"{out} holds a run with other settings ({', '.join(differ)}): resume it with the "
+                             f"same settings or choose another out_dir")
+    return state
+
+
+def _cut_log(path: Path, groups: int) -> None:
+    """Keep the log lines of groups <= `groups` (those a checkpoint holds)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["group"] <= groups]
+    _write_atomic(path, "".join(line + "\n" for line in keep))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
