@@ -154,3 +154,58 @@ def flag(rng: Range):
         return value
     parse.__name__ = "int" if rng.integer else "float"
     return parse
+
+
+# ------------------------------------------------------------------------------ counts against the machine
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else the machine's count)."""
+    import os
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new process can still take: MemAvailable, lowered to the cgroup's limit where one is set
+    (a container); None where neither can be read (not Linux)."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+        if limit.isdigit():
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_workers(workers, flag_name: str, per_worker_bytes: int | None, allow_zero: bool = True,
+                  cores: int | None = None) -> int:
+    """`workers` as a count of worker processes this machine can run: an integer from 0 (or 1) to its usable
+    cores, whose memory (`per_worker_bytes` each; None: not checked) fits what is available. ConfigError naming
+    `flag_name`, the machine's cores and memory, and what would work; `cores`: another limit (a Ray cluster's
+    CPUs, whose memory is the cluster's to check)."""
+    lo = 0 if allow_zero else 1
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < lo:
+        raise ConfigError(f"{flag_name} {workers!r}: must be an integer from {lo}" +
+                          (" (0: in this process, no workers)" if allow_zero else ""))
+    most = usable_cores() if cores is None else int(cores)
+    where = "this machine has" if cores is None else "the cluster has"
+    if workers > most:
+        raise ConfigError(f"{flag_name} {workers}: {where} {most} usable core{'s' * (most != 1)}; give {lo} to "
+                          f"{most} (more workers than cores only wait for each other, and each holds its own memory)")
+    free = available_memory() if per_worker_bytes else None
+    if workers > 1 and per_worker_bytes and free is not None and workers * per_worker_bytes > free:
+        fit = max(lo, free // max(1, per_worker_bytes))
+        raise ConfigError(f"{flag_name} {workers}: {workers} workers need about {workers * per_worker_bytes >> 20} "
+                          f"MiB ({per_worker_bytes >> 20} MiB each) and {free >> 20} MiB is available; give at most "
+                          f"{fit}")
+    return int(workers)
