@@ -137,7 +137,7 @@ def clear() -> None:
 # is nearly all of its time and reads only the panel and the config; the channels (`Verifier._score_items`)
 # read the archive and the other answers of the group, and take a few ms. So the preparing runs on worker
 # processes, each holding a verifier of the same panel and config, and the channels here, in order: results
-# are bit for bit those of `verifier.score_group`, whatever the number of workers (tests/test_pool.py).
+# are bit for bit those of `verifier.score_group`, whatever the number of workers (tests/test_scoring_pool.py).
 #
 # A worker is a fresh interpreter (`python -m alpha_gym.pool`), not a multiprocessing child: it never
 # re-runs the caller's script (an unguarded script would start workers from its workers), is safe beside the
@@ -312,9 +312,12 @@ class ScoringPool:
     def submit(self, items: Sequence[tuple[str, str]]) -> list:
         """Queue `items` for the workers at once; the futures of their batches, for `collect`."""
         from concurrent.futures import Future
+        if self.broken is not None:
+            raise ScoringError(self.broken)
         items = list(items)
-        # a few batches per worker: small enough to balance uneven formulas, large enough to hide the messages
-        size = max(1, min(16, len(items) // (4 * self.workers)))
+        # two batches per worker (at most 16 items each): enough to balance uneven formulas, few enough that the
+        # round trips (each a wake-up of a feeder and a worker, slow on a busy machine) cost nothing
+        size = max(1, min(16, -(-len(items) // (2 * self.workers))))
         futures = []
         for k in range(0, len(items), size):
             futures.append(Future())
@@ -344,10 +347,37 @@ class ScoringPool:
     def prepare(self, verifier: Verifier, items: Sequence[tuple[str, str]]) -> list:
         return self.collect(verifier, self.submit(items))
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU seconds the workers have used so far (Linux; 0.0 where /proc cannot tell)."""
+        total = 0
+        for proc in self._procs:
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+            except (OSError, IndexError, ValueError):
+                pass
+        return total / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
+
     def close(self) -> None:
-        """Stop the workers (their stdin closes and they exit; one that does not within 10 s is killed)."""
+        """Stop the workers (their stdin closes and they exit; one that does not within 10 s is killed). Work
+        still queued fails with ScoringError: no caller waits for ever."""
+        import queue
+        with _POOL_LOCK:
+            if self.broken is None:
+                self.broken = "the scoring pool was closed (another panel or config took its place, or the process " \
+                              "is ending)"
         for _ in self._feeders:
             self._tasks.put(None)
+        for feeder in self._feeders:
+            feeder.join(timeout=60)
+        while True:  # what a feeder did not take: fail it
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                task[1].set_exception(ScoringError(self.broken))
         for proc in self._procs:
             try:
                 proc.stdin.close()
@@ -360,12 +390,13 @@ class ScoringPool:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
-        with _LOCK:
+        with _POOL_LOCK:
             if _POOL.get("pool") is self:
                 _POOL.clear()
 
 
 _POOL: dict[str, ScoringPool] = {}  # the process's one live pool (a new panel or config replaces it)
+_POOL_LOCK = threading.RLock()      # held while a pool is looked up, replaced or started: one start at a time
 
 
 def _worker_config_key(config: VerifierConfig) -> str:
@@ -384,16 +415,14 @@ def scoring_pool(verifier: Verifier, workers: int | None = None) -> ScoringPool 
     if workers == 1:
         return None
     key = (panel.fingerprint(), _worker_config_key(verifier.config), workers)
-    with _LOCK:
+    with _POOL_LOCK:
         pool = _POOL.get("pool")
         if pool is not None and pool.key == key and pool.broken is None:
             return pool
-    if pool is not None:
-        pool.close()  # one pool at a time: its workers hold a panel each
-    pool = ScoringPool(panel, verifier.config, workers)
-    with _LOCK:
-        _POOL["pool"] = pool
-    return pool
+        if pool is not None:
+            pool.close()  # one pool at a time: its workers hold a panel each
+        pool = _POOL["pool"] = ScoringPool(panel, verifier.config, workers)
+        return pool
 
 
 def close_scoring_pool() -> None:

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_hostile_inputs import GOOD, _misbehaves, _request, _small_panel  # noqa: E402  (this folder's probes)
+from test_hostile_inputs import GOOD, _assert_none, _misbehaves, _request, run_probes  # noqa: E402,I001
 
 SURROGATES = ["\ud800", "\udfff", GOOD + " \udc80", "<alpha>rank(close\ud800)</alpha>", "\ud83d" + GOOD]
 
@@ -291,11 +291,6 @@ def probe_settings(tmp: Path) -> tuple[int, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ tests
-def _assert_none(result, at_least: int):
-    tried, bad = result
-    assert tried >= at_least and not bad, f"{len(bad)} of {tried} misbehaved:\n" + "\n".join(bad[:20])
-
-
 def test_openenv_scores_one_answer_per_episode_under_parallel_steps():
     pytest.importorskip("openenv.core.env_server.interfaces")
     pytest.importorskip("uvicorn")
@@ -350,25 +345,12 @@ def test_hostile_settings_are_one_line_errors(tmp_path):
 
 # ------------------------------------------------------------------------------------------ script
 def main() -> int:
-    """Print, per class, how many cases were tried and how many misbehaved (the first few of them)."""
+    """Print, per class, how many cases were tried and how many misbehaved (each of them)."""
     tmp = Path(tempfile.mkdtemp(prefix="hostile3_"))
-    probes = [("OpenEnv parallel steps", probe_openenv_races), ("lone surrogates over HTTP", probe_lone_surrogates),
-              ("score-batch counts", lambda: probe_batch_counts(tmp)),
-              ("archive metadata", lambda: probe_archive_metadata(tmp)), ("settings", lambda: probe_settings(tmp))]
-    total_tried = total_bad = 0
-    for name, probe in probes:
-        if len(sys.argv) > 1 and not any(a in name for a in sys.argv[1:]):
-            continue
-        try:
-            tried, bad = probe()
-        except Exception as exc:  # noqa: BLE001 - a probe that cannot run at all is reported, not fatal
-            print(f"{name}: probe failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-            continue
-        total_tried, total_bad = total_tried + tried, total_bad + len(bad)
-        print(f"{name}: tried {tried}, misbehaved {len(bad)}", flush=True)
-        for line in bad:
-            print(f"    {line[:160]}", flush=True)
-    print(f"total: tried {total_tried}, misbehaved {total_bad}")
+    run_probes([("OpenEnv parallel steps", probe_openenv_races), ("lone surrogates over HTTP", probe_lone_surrogates),
+                ("score-batch counts", lambda: probe_batch_counts(tmp)),
+                ("archive metadata", lambda: probe_archive_metadata(tmp)), ("settings", lambda: probe_settings(tmp))],
+               shown=100)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--formulas", required=True,
                    help='one formula per line, or JSONL with "formula" or "answer" (e.g. alpha-gym sft-data rows)')
     p.add_argument("--out", required=True, help="output JSONL; rerun the same command to resume it")
-    p.add_argument("--workers", type=flag(ints(0)), default=2,
-                   help="worker processes, at most this machine's usable cores (0 or 1: score in this process); "
-                        "with --ray-address, Ray workers")
+    p.add_argument("--workers", type=flag(ints(0)),
+                   help="worker processes, at most this machine's usable cores (0 or 1: score in this process; "
+                        "default: every usable core the memory holds); with --ray-address, Ray workers (default 2)")
     p.add_argument("--ray-address", help='score on Ray: "local" starts a local cluster, "auto" or "ray://HEAD:10001" '
                                          "joins a running one (default: no Ray, this machine's worker processes)")
     p.add_argument("--chunk", type=flag(ints(1, MAX_CHUNK)), default=CHUNK,

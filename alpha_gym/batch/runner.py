@@ -28,7 +28,8 @@ RAY_WORKER_BYTES = 300 << 20
 
 
 class Scorer:
-    """Scores (index, kind, text) items with one verifier; a Ray actor on the cluster, a plain object in serial runs."""
+    """Scores (index, kind, text) items with one verifier; a Ray actor on the cluster, a plain object in this process
+    otherwise (scoring serially, or the records of what the worker processes prepared)."""
 
     def __init__(self, panel, config=None):
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per worker: BLAS threads would fight each other
@@ -64,17 +65,20 @@ def _alpha_gym_root() -> str:
     return str(Path(alpha_gym.__file__).resolve().parents[1])
 
 
-def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | None = None, config=None,
+def score_batch(panel, formulas, out, *, workers: int | None = None, ray_address: str | None = None, config=None,
                 chunk: int = CHUNK, progress: bool = True, limit: int | None = None, restart: bool = False) -> dict:
     """Score every item of the `formulas` file not yet in `out`; returns counts and timings.
 
-    workers 0 or 1 score in this process, N >= 2 on N worker processes of this machine (the scoring pool),
-    unless Ray is asked for: `ray_address` "local" starts (and stops) a local Ray cluster of `workers` CPUs,
-    "auto" or "ray://host:10001" joins a running one, and a Ray this process has started is used as it is.
+    workers 0 or 1 score in this process, N >= 2 on N worker processes of this machine (the scoring pool;
+    None: every usable core the memory holds, `alpha_gym.pool.default_workers`), unless Ray is asked for:
+    `ray_address` "local" starts (and stops) a local Ray cluster of `workers` CPUs (None: 2), "auto" or
+    "ray://host:10001" joins a running one, and a Ray this process has started is used as it is.
     `limit` stops after that many new items (a partial, resumable output). `restart` discards what `out`
     holds and scores everything again.
     """
-    from alpha_gym.pool import config_key
+    from alpha_gym.pool import config_key, default_workers
+    if workers is None:
+        workers = 2 if ray_address is not None or _ray_running() else default_workers(panel)
     check_counts(panel, workers, chunk, limit, ray_address)
     check_paths(formulas, out)
     items = read_items(formulas)
