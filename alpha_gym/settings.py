@@ -53,8 +53,8 @@ class NotToml(ConfigError):
 def toml_loads(text: str, where: str) -> dict:
     """`tomllib.loads(text)`, or ConfigError starting with `where` for text that is not TOML (NotToml), nests
     deeper than MAX_NESTING, or holds an integer past Python's digit limit: never a RecursionError or ValueError."""
-    from alpha_gym.service.http_json import json_depth
-    depth = json_depth(text.encode("utf-8", "surrogatepass"), strings=_TOML_STRING)
+    from alpha_gym.jsonable import nesting_depth
+    depth = nesting_depth(text.encode("utf-8", "surrogatepass"), _TOML_STRING)
     if depth > MAX_NESTING:
         raise ConfigError(f"{where}: nests {depth} levels deep; settings nest at most {MAX_NESTING}")
     try:

@@ -12,18 +12,13 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
-
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.jsonable import json_dumps, nesting_depth
 
 #: The deepest JSON nesting a request may have (the bodies both servers accept are 1-3 deep).
 MAX_DEPTH = 32
 
 # A JSON string (escapes included): brackets inside one do not nest. Unrolled, so a long string is one pass.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NESTING = np.zeros(256, dtype=np.int64)
-_NESTING[[ord("["), ord("{")]] = 1
-_NESTING[[ord("]"), ord("}")]] = -1
 
 
 class RequestError(Exception):
@@ -34,11 +29,9 @@ class RequestError(Exception):
         self.status = status
 
 
-def json_depth(raw: bytes, strings: re.Pattern = _STRING) -> int:
-    """How deeply the arrays and objects of a JSON text nest (0 for a scalar); linear time, no recursion.
-    `strings`: what a string looks like (brackets inside one do not nest); the settings give TOML's."""
-    steps = _NESTING[np.frombuffer(strings.sub(b'""', raw), dtype=np.uint8)]
-    return int(np.cumsum(steps).max(initial=0))
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest (0 for a scalar); linear time, no recursion."""
+    return nesting_depth(raw, _STRING)
 
 
 def parse_json(raw: bytes, max_depth: int = MAX_DEPTH):
