@@ -1,4 +1,6 @@
-"""The verifier pool: one process-wide Verifier per (panel fingerprint, config).
+"""The verifier pool: one process-wide Verifier per (panel fingerprint, config), and the scoring pool: worker
+processes that prepare answers for it on every core (`score_group`, `score_groups`, `prepare`; see
+"scoring on several cores" below).
 
 Building a Verifier is cheap, but its first score seeds the novelty archive with
 the Alpha101-style books (4-44 s by panel). RL libraries that build one env per
