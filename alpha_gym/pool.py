@@ -260,10 +260,10 @@ class ScoringPool:
         import sys
         from pathlib import Path
         import alpha_gym
+        from alpha_gym.threads import THREAD_VARIABLES
         root = str(Path(alpha_gym.__file__).resolve().parents[1])  # a source checkout need not be installed
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        env.update({name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                           "NUMEXPR_NUM_THREADS")})
+        env.update({name: "1" for name in THREAD_VARIABLES})  # one thread from the start, before numpy loads
         self.workers = workers
         self.key = (panel.fingerprint(), _worker_config_key(config), workers)
         self.panel_bytes = worker_bytes(panel)
