@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -27,25 +28,37 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class Range:
-    """lo <= x <= hi (or < where open); `integer`: only ints. Written as "[1, 32]" or "(0, 1]"."""
+    """lo <= x <= hi (or < where open); `integer`: only ints; `or_zero`: 0 as well (a switch that is off, or a
+    value far enough from 0 to act: "0 or [1e-06, 1000]"). Written as "[1, 32]" or "(0, 1]"."""
 
     lo: float = -INF
     hi: float = INF
     lo_open: bool = False
     hi_open: bool = False
     integer: bool = False
+    or_zero: bool = False
 
     def __contains__(self, x) -> bool:
         above = x > self.lo if self.lo_open else x >= self.lo
         below = x < self.hi if self.hi_open else x <= self.hi
-        return bool(above and below)
+        return bool((above and below) or (self.or_zero and x == 0))
 
     def __str__(self) -> str:
         lo = "-inf" if self.lo == -INF else _num(self.lo)
         hi = "inf" if self.hi == INF else _num(self.hi)
         left = "(" if self.lo_open or self.lo == -INF else "["
         right = ")" if self.hi_open or self.hi == INF else "]"
-        return f"{'an integer in ' if self.integer else ''}{left}{lo}, {hi}{right}"
+        return f"{'an integer in ' if self.integer else ''}{'0 or ' if self.or_zero else ''}{left}{lo}, {hi}{right}"
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong, _SHOWN.maxlevel = 80, 80, 40, 4
+
+
+def shown(value) -> str:
+    """`repr(value)` cut to one readable line: a 5,000-digit number or 900 nested lists in an error message
+    would bury what it says (reprlib: long numbers and strings elided in the middle, deep nesting as ...)."""
+    return _SHOWN.repr(value)
 
 
 def _num(x: float) -> str:
@@ -74,7 +87,7 @@ class SettingError(ConfigError):
 
     def __init__(self, owner: str, key: str, value: Any, allowed: str):
         self.owner, self.key, self.value, self.allowed = owner, key, value, allowed
-        super().__init__(f"{owner}.{key} = {value!r}: must be {allowed}")
+        super().__init__(f"{owner}.{key} = {shown(value)}: must be {allowed}")
 
     def under(self, owner: str) -> "SettingError":
         return SettingError(owner, self.key, self.value, self.allowed)
@@ -107,7 +120,11 @@ def type_problem(tp: type, value) -> str | None:
         return "an integer" if tp is int else "a number"
     if tp is int and not isinstance(value, numbers.Integral):
         return "an integer"
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past any float (a 400-digit number): not a setting either
+        finite = False
+    if not finite:
         return "a finite number"
     return None
 
@@ -154,3 +171,58 @@ def flag(rng: Range):
         return value
     parse.__name__ = "int" if rng.integer else "float"
     return parse
+
+
+# ------------------------------------------------------------------------------ counts against the machine
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else the machine's count)."""
+    import os
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new process can still take: MemAvailable, lowered to the cgroup's limit where one is set
+    (a container); None where neither can be read (not Linux)."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+        if limit.isdigit():
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_workers(workers, flag_name: str, per_worker_bytes: int | None, allow_zero: bool = True,
+                  cores: int | None = None) -> int:
+    """`workers` as a count of worker processes this machine can run: an integer from 0 (or 1) to its usable
+    cores, whose memory (`per_worker_bytes` each; None: not checked) fits what is available. ConfigError naming
+    `flag_name`, the machine's cores and memory, and what would work; `cores`: another limit (a Ray cluster's
+    CPUs, whose memory is the cluster's to check)."""
+    lo = 0 if allow_zero else 1
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < lo:
+        raise ConfigError(f"{flag_name} {workers!r}: must be an integer from {lo}" +
+                          (" (0: in this process, no workers)" if allow_zero else ""))
+    most = usable_cores() if cores is None else int(cores)
+    where = "this machine has" if cores is None else "the cluster has"
+    if workers > most:
+        raise ConfigError(f"{flag_name} {workers}: {where} {most} usable core{'s' * (most != 1)}; give {lo} to "
+                          f"{most} (more workers than cores only wait for each other, and each holds its own memory)")
+    free = available_memory() if per_worker_bytes else None
+    if workers > 1 and per_worker_bytes and free is not None and workers * per_worker_bytes > free:
+        fit = max(lo, free // max(1, per_worker_bytes))
+        raise ConfigError(f"{flag_name} {workers}: {workers} workers need about {workers * per_worker_bytes >> 20} "
+                          f"MiB ({per_worker_bytes >> 20} MiB each) and {free >> 20} MiB is available; give at most "
+                          f"{fit}")
+    return int(workers)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import difflib
 from collections import abc
 import math
+import re
+import sys
 import tomllib
 import types
 import typing
@@ -33,10 +35,37 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from alpha_gym.ranges import SettingError
+from alpha_gym.ranges import SettingError, shown
 from alpha_gym.scoring.config import ConfigError
 
 NONE = "none"  # how an unset optional value is written
+#: The deepest nesting of arrays and inline tables a settings text may have: every setting nests at most 3
+#: deep, and tomllib recurses once a level (3,000 `[` were a RecursionError).
+MAX_NESTING = 32
+# TOML's strings, basic and literal: brackets inside one do not nest.
+_TOML_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
+
+
+class NotToml(ConfigError):
+    """Text that is not TOML at all (`parse_set` then reads a bare word as a string)."""
+
+
+def toml_loads(text: str, where: str) -> dict:
+    """`tomllib.loads(text)`, or ConfigError starting with `where` for text that is not TOML (NotToml), nests
+    deeper than MAX_NESTING, or holds an integer past Python's digit limit: never a RecursionError or ValueError."""
+    from alpha_gym.jsonable import nesting_depth
+    depth = nesting_depth(text.encode("utf-8", "surrogatepass"), _TOML_STRING)
+    if depth > MAX_NESTING:
+        raise ConfigError(f"{where}: nests {depth} levels deep; settings nest at most {MAX_NESTING}")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise NotToml(f"{where}: not a valid TOML {'file' if where.startswith('--config') else 'value'} ({err})"
+                      ) from None
+    except (ValueError, RecursionError) as err:  # an integer past sys.get_int_max_str_digits(), ...
+        why = (f"an integer of more than {sys.get_int_max_str_digits():,} digits" if "digits" in str(err)
+               else f"{type(err).__name__}: {shown(str(err))}")
+        raise ConfigError(f"{where}: holds no usable TOML value ({why}; no setting is near that)") from None
 
 
 # ------------------------------------------------------------------------------ dataclass <-> dict
@@ -109,7 +138,7 @@ def _coerce(tp, value, path: str, current):
         return from_dict(tp, value, base=current, where=path)
     if origin in (Mapping, dict, abc.Mapping) or tp in (dict, Mapping, abc.Mapping):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a table, got {value!r}")
+            raise ConfigError(f"{path}: expected a table, got {shown(value)}")
         merged = dict(current or {})
         vt = args[1] if len(args) == 2 else Any
         for k, v in value.items():
@@ -117,26 +146,26 @@ def _coerce(tp, value, path: str, current):
         return merged
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
+            raise ConfigError(f"{path}: expected a list, got {shown(value)}")
         item = args[0] if args else Any
         return tuple(_coerce(item, v, f"{path}[{i}]", None) for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(f"{path}: expected true or false, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(f"{path}: expected an integer, got {shown(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{path}: expected a number, got {shown(value)}")
+        if (isinstance(value, int) and abs(value) > 1e308) or not math.isfinite(value):  # an int past any float
+            raise ConfigError(f"{path}: expected a finite number, got {shown(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {shown(value)}")
         return value
     return value
 
@@ -303,8 +332,8 @@ def parse_set(item: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. verifier.turnover_cap=0.4")
     raw = raw.strip()
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = toml_loads(f"v = {raw}", f"--set {key}")["v"]
+    except NotToml:
         value = raw  # paths, recipe names: strings without quotes
     return key.split("."), value
 
@@ -324,9 +353,10 @@ def load(path: str | Path | None = None, sets: Sequence[str] = (),
         if not p.is_file():
             raise ConfigError(f"--config {path}: no such file")
         try:
-            tables = tomllib.loads(p.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
             raise ConfigError(f"--config {path}: not a valid TOML file ({err})") from None
+        tables = toml_loads(text, f"--config {path}")
     from_file = {k: dict(v) if isinstance(v, Mapping) else v for k, v in tables.items()}
     for item in sets:
         keys, value = parse_set(item)

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import glob
 import os
+import sys
 
 _SETTERS: list | None = None
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
@@ -78,3 +79,23 @@ def single_threaded():
     """One torch thread and one BLAS thread inside the block (needs torch)."""
     with torch_threads(1), blas_threads(1):
         yield
+
+
+#: The variables BLAS and OpenMP libraries read when they load.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def one_thread_per_process() -> None:
+    """Pin this whole process to one compute thread, for good: numpy's OpenBLAS now, torch's intra-op threads if
+    torch is loaded, and (through the environment) any BLAS or OpenMP library loaded later. For worker
+    processes, one per core: N workers then use N cores, never N x cores threads fighting for them."""
+    for name in THREAD_VARIABLES:
+        os.environ[name] = "1"
+    for setter, _ in _libraries():
+        try:
+            setter(ctypes.c_int(1))
+        except Exception:  # pragma: no cover - best effort, as blas_threads
+            pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)

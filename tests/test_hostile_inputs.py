@@ -539,16 +539,9 @@ def test_env_step_after_termination_raises_until_reset():
 
 
 # ----------------------------------------------------------------------------------------------- script
-def main() -> int:
-    """Print, per class, how many cases were tried and how many misbehaved (the first few of them)."""
-    tmp = Path(tempfile.mkdtemp(prefix="hostile_"))
-    csv = tmp / "small.csv"
-    _long_frame(_small_panel()).to_csv(csv, index=False)
-    probes = [("scoring service HTTP", probe_scoring_service), ("OpenEnv server HTTP",
-              lambda: probe_openenv_server(str(csv))), ("CLI args", probe_cli_args),
-              ("market inputs", lambda: probe_market_inputs(tmp)), ("batch files", lambda: probe_batch_files(tmp)),
-              ("archive files", lambda: probe_archive_files(tmp)), ("checkpoints", lambda: probe_checkpoints(tmp)),
-              ("env episodes", probe_env_episodes)]
+def run_probes(probes, shown: int = 4) -> tuple[int, int]:
+    """Run each (name, probe) whose name holds one of the script's arguments (all without any); print what
+    each tried and which cases misbehaved (the first `shown`; HTTP ones counted by kind). Returns the totals."""
     total_tried = total_bad = 0
     for name, probe in probes:
         if len(sys.argv) > 1 and not any(a in name for a in sys.argv[1:]):
@@ -562,9 +555,22 @@ def main() -> int:
         kinds = collections.Counter(line.split(":")[0] for line in bad) if "HTTP" in name else {}
         print(f"{name}: tried {tried}, misbehaved {len(bad)}" + "".join(f"; {n} x {k}" for k, n in
                                                                         sorted(kinds.items())), flush=True)
-        for line in bad[:4]:
+        for line in bad[:shown]:
             print(f"    {line[:160]}", flush=True)
     print(f"total: tried {total_tried}, misbehaved {total_bad}")
+    return total_tried, total_bad
+
+
+def main() -> int:
+    """Print, per class, how many cases were tried and how many misbehaved (the first few of them)."""
+    tmp = Path(tempfile.mkdtemp(prefix="hostile_"))
+    csv = tmp / "small.csv"
+    _long_frame(_small_panel()).to_csv(csv, index=False)
+    run_probes([("scoring service HTTP", probe_scoring_service), ("OpenEnv server HTTP",
+                lambda: probe_openenv_server(str(csv))), ("CLI args", probe_cli_args),
+                ("market inputs", lambda: probe_market_inputs(tmp)), ("batch files", lambda: probe_batch_files(tmp)),
+                ("archive files", lambda: probe_archive_files(tmp)), ("checkpoints", lambda: probe_checkpoints(tmp)),
+                ("env episodes", probe_env_episodes)])
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -166,7 +166,8 @@ def test_kill_9_of_the_driver_leaves_no_ray_process(tmp_path):
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="token")
     driver = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", "score-batch", "--formulas", str(pool),
-                               "--out", str(out), "--workers", "2", "--chunk", "4", "--quiet"],
+                               "--out", str(out), "--workers", "2", "--chunk", "4", "--quiet",
+                               "--ray-address", "local"],  # Ray asked for: without it, worker processes
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240

@@ -143,3 +143,75 @@ def test_settings_reach_the_environment_and_the_server(changed_settings):
             assert client.step(GOOD).reward == want.reward
     # the server's own --config/--set: a bad one is one clear line before anything listens
     assert main(["--set", "verifier.nope=1"]) == 2
+
+
+def test_parallel_steps_on_one_session_score_one_answer(server, direct):
+    """Issue 41.3: eight parallel POST /step on one episode scored 3-8 answers (each 200) while /state said
+    step_count 1, so a client could keep the best of N. Now exactly one is scored, the rest are 409."""
+    import http.client
+    import json
+    host, port = server.removeprefix("http://").split(":")
+    for trial in range(4):
+        client = AlphaEnvClient(server)
+        client.reset(seed=trial)
+        start = threading.Barrier(8)
+        statuses, rewards = [], []
+
+        def step(k):
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)  # one real connection per step
+            body = json.dumps({"session_id": client.session_id, "action": {"answer": ANSWERS[k % 2]}})
+            start.wait()
+            conn.request("POST", "/step", body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            payload = json.loads(response.read())
+            statuses.append(response.status)
+            if response.status == 200:
+                rewards.append((payload["reward"], ANSWERS[k % 2]))
+            conn.close()
+
+        threads = [threading.Thread(target=step, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert sorted(statuses) == [200] + [409] * 7, statuses
+        [(reward, answer)] = rewards
+        assert reward == direct.score(answer).reward
+        assert client.state()["step_count"] == 1
+
+
+def test_parallel_steps_on_one_environment_score_one_answer():
+    env = AlphaEnvironment(briefs="probe")
+    env.reset(seed=0)
+    start, outcomes = threading.Barrier(6), []
+
+    def step():
+        start.wait()
+        try:
+            outcomes.append(env.step(AlphaAction(answer=GOOD)).done)
+        except RuntimeError as err:
+            outcomes.append(str(err))
+
+    threads = [threading.Thread(target=step) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert outcomes.count(True) == 1 and sum("over" in str(o) for o in outcomes) == 5
+
+
+def test_a_lone_surrogate_is_scored_as_the_scoring_service_scores_it(server, direct):
+    """Issue 41.8: a lone surrogate in an answer was an HTTP 500 (pydantic refuses the text, then fails to
+    serialise its own error); `serve` scores it. Now the reward and channels equal the direct call's."""
+    for answer in ("\ud800", GOOD + " \udc80", "<alpha>rank(close\ud800)</alpha>"):
+        with AlphaEnvClient(server) as client:
+            client.reset(seed=0)
+            result = client.step(answer)
+            want = direct.score(answer)
+            assert result.reward == want.reward and result.observation.channels == want.channels
+    with AlphaEnvClient(server) as client:
+        client.reset(seed=0)
+        with pytest.raises(ServiceError) as err:  # a refused action holding one: a 422 naming the problem
+            client._call("POST", "/step", {"session_id": client.session_id,
+                                           "action": {"answer": "x", "metadata": {"\ud800": 1}, "\ud800": 2}})
+        assert err.value.status == 422

@@ -100,7 +100,7 @@ def test_config_refuses_a_contract_it_cannot_keep():
         VerifierConfig(cpcv_clip=None)
     with pytest.raises(ConfigError, match="order"):
         VerifierConfig(reward_missing_tag=-0.5)
-    with pytest.raises(ConfigError, match=r"priorities.pbo = -1.0: must be \[0, 1000\]"):
+    with pytest.raises(ConfigError, match=r"priorities.pbo = -1.0: must be 0 or \[1e-06, 1000\]"):
         VerifierConfig(priorities={"pbo": -1.0})
     with pytest.raises(ConfigError, match="invalid_rewards"):
         VerifierConfig(invalid_rewards="lenient")

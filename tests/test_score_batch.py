@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,43 @@ def test_cli_score_batch_serial(pool, serial, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["scored"] == 10 and not summary["complete"]
     assert main(["score-batch", "--formulas", str(tmp_path / "missing.txt"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 90, 10_000])
+def test_the_summary_counts_the_records_written(panel, pool, serial, tmp_path, chunk):
+    out = tmp_path / f"chunk{chunk}.jsonl"
+    summary = score_batch(panel, pool, out, workers=0, progress=False, chunk=chunk)
+    assert summary["scored"] == 90 and summary["complete"] and out.read_bytes() == serial.read_bytes()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--chunk", "-1"], "--chunk: -1 is out of range"), (["--chunk", "0"], "--chunk: 0 is out of range"),
+    (["--workers", "-3"], "--workers: -3 is out of range"), (["--limit", "-1"], "--limit: -1 is out of range"),
+    (["--workers", "99999"], "--workers 99999: this machine has [0-9]+ usable core"),
+    (["--chunk", "2e9"], "'2e9' is not an integer")])
+def test_counts_out_of_range_are_one_line_and_write_nothing(pool, tmp_path, capsys, flags, message):
+    """Issue 41.5: --chunk -1 exited 0 with "scored": 8, "complete": true and no record written; --chunk 0 was a
+    traceback; --workers 99999 started a Ray cluster that ate 20 GB; --workers -3 was accepted."""
+    from alpha_gym.cli import main
+    out = tmp_path / "out.jsonl"
+    try:
+        code = main(["score-batch", "--formulas", str(pool), "--out", str(out), "--quiet", *flags])
+    except SystemExit as exit_:  # argparse's refusal of a flag
+        code = exit_.code
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # argparse's usage, then one line saying what is wrong
+    assert code == 2 and "Traceback" not in err and re.search(message, last), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [({"chunk": -1}, "--chunk -1"), ({"chunk": 0}, "--chunk 0"),
+                                             ({"chunk": 2.5}, "--chunk 2.5"), ({"workers": -3}, "--workers -3"),
+                                             ({"workers": True}, "--workers True"), ({"limit": 0}, "--limit 0"),
+                                             ({"workers": 10**6}, "usable core")])
+def test_the_python_api_checks_the_same_counts(panel, pool, tmp_path, kwargs, message):
+    with pytest.raises(BatchError, match=message):
+        score_batch(panel, pool, tmp_path / "out.jsonl", progress=False, **{"workers": 0, **kwargs})
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 HEAD = """

@@ -107,6 +107,36 @@ def test_range_text():
     assert str(Range(0.0, 1e15, lo_open=True)) == "(0, 1e+15]"
     assert str(Range(2, INF, integer=True)) == "an integer in [2, inf)"
     assert 1.0 not in Range(0.0, 1.0, hi_open=True) and 0.0 in Range(0.0, 1.0, hi_open=True)
+    assert str(Range(1e-6, 1e3, or_zero=True)) == "0 or [1e-06, 1000]"
+    assert 0.0 in Range(1e-6, 1e3, or_zero=True) and 1e-320 not in Range(1e-6, 1e3, or_zero=True)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("verifier.priorities.cpcv=1e-320", r"verifier.priorities.cpcv = 1e-320: must be 0 or \[1e-06, 1000\]"),
+    ("verifier.priorities.novelty_pnl=5e-7", "must be 0 or"),
+    ("verifier.turnover_cap=" + "1" * 5000, "an integer of more than 4,300 digits"),
+    ("verifier.turnover_cap=" + "1" * 4000, r"expected a finite number, got 1+\.\.\.1+$"),
+    ("verifier.turnover_cap=" + "[" * 3000, "nests 3000 levels deep; settings nest at most 32"),
+    ("verifier.turnover_cap=" + "{a=" * 3000, "nests 3000 levels deep"),
+    ("verifier.costs.fee_bps=" + "[" * 30 + "1" + "]" * 30, r"expected a number, got \[+\.\.\.\]+$")],
+    ids=["priority-1e-320", "priority-5e-7", "5000-digits", "4000-digits", "3000-brackets", "3000-tables", "30-deep"])
+def test_hostile_set_items_are_one_line_errors(item, message):
+    """Issue 41.8: a priority of 1e-320 passed and made every invalid reward -inf; a 5,000-digit number was a
+    ValueError traceback, 3,000 nested `[` a RecursionError; a 4,000-digit one an OverflowError."""
+    with pytest.raises(ConfigError, match=message) as err:
+        S.load(None, [item])
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("text", ["a = " + "{b = " * 3000 + "1" + "}" * 3000,
+                                  "[verifier]\nturnover_cap = " + "[" * 3000 + "]" * 3000,
+                                  "[verifier]\nturnover_cap = " + "1" * 5000], ids=["tables", "arrays", "digits"])
+def test_hostile_settings_files_are_one_line_errors(tmp_path, text):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="--config .*run.toml: (nests 3000 levels|holds no usable TOML)") as err:
+        S.load(path)
+    assert "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------------------------ no valid setting breaks a reward
@@ -115,8 +145,9 @@ def _value(rng: Range, cap: float | None = None):
     hi = rng.hi if cap is None else min(rng.hi, cap)
     if rng.integer:
         return st.integers(int(rng.lo), int(hi))
-    return st.floats(rng.lo, hi, exclude_min=rng.lo_open, exclude_max=rng.hi_open and hi == rng.hi,
-                     allow_nan=False, allow_infinity=False)
+    inside = st.floats(rng.lo, hi, exclude_min=rng.lo_open, exclude_max=rng.hi_open and hi == rng.hi,
+                       allow_nan=False, allow_infinity=False)
+    return st.one_of(st.just(0.0), inside) if rng.or_zero else inside  # "0 or [lo, hi]": 0 too
 
 
 #: The verifier refuses (DataError) a panel with fewer stocks than min_valid_stocks or under 10 sessions a

@@ -69,10 +69,11 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     from the next brief with its own seed, so a resumed run gives the uninterrupted one's records.
     `on_brief(record)` is called after each newly sampled brief (the caller keeps it on disk).
     """
+    from alpha_gym.pool import score_group
     from trainers.loop import _eos_ids, _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
-        group = verifier.score_group(record["answers"])
+        group = score_group(verifier, record["answers"])  # on every core (alpha_gym.pool)
         verifier.update_archive(group)
         if record["brief_id"] != brief.id or group.rewards.tolist() != record["rewards"]:
             raise RuntimeError(f"the kept samples of brief {record['brief_id']} do not score as they did: "
@@ -93,7 +94,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
             _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, brief.prompt(), device), sampling,
                                        eos_ids)
-            group = verifier.score_group(texts)
+            group = score_group(verifier, texts)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)
             out.append({"brief_id": brief.id, "answers": list(texts), "rewards": group.rewards.tolist(),
                         "valid": group.valid.tolist(),

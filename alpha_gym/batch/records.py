@@ -181,11 +181,13 @@ def _parse(out, n: int, raw: bytes) -> dict:
     return rec
 
 
-def finish(out) -> None:
-    """Sort a complete output by index (atomic replace): the same bytes whatever the order of scoring."""
+def finish(out) -> int:
+    """Sort a complete output by index (atomic replace): the same bytes whatever the order of scoring.
+    Returns how many distinct records it holds."""
     path = Path(out)
     lines = path.read_bytes().splitlines(keepends=True)
     lines.sort(key=lambda raw: json.loads(raw)["index"])
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(b"".join(lines))
     os.replace(tmp, path)
+    return len({json.loads(raw)["index"] for raw in lines})

@@ -1,9 +1,15 @@
-"""Score a pool of formulas serially or on Ray workers, appending records to a resumable JSONL.
+"""Score a pool of formulas here, on this machine's cores, or on Ray workers, appending records to a resumable JSONL.
 
-Every worker builds its own Verifier once (`cache.shared_verifier`) from the same panel,
-sent through Ray's object store (no worker reads the data file), and scores each item alone
-against the seeded archive (`score_formula` / `score`), never updating it: a record does not
-depend on which worker scored it or in which order, so Ray output equals serial output.
+Each item is scored alone against the seeded archive (`score_formula` / `score`), never updating it:
+a record does not depend on which worker scored it or in which order, so every way gives the same bytes.
+
+- workers 0 or 1: in this process.
+- workers N >= 2, no Ray asked for: the scoring pool (`alpha_gym.pool`): N worker processes prepare the
+  items (parse, evaluate, book: nearly all the time) and this process scores their channels and writes,
+  two chunks in flight; it starts in about a second, where a local Ray cluster took 10-15 s.
+- `ray_address` ("local" for a new local cluster, "auto" or "ray://host:10001" for a running one), or a
+  Ray this process already started: one Ray actor per worker builds its own Verifier once
+  (`pool.shared_verifier`) from the panel, sent through Ray's object store (no worker reads the data file).
 """
 
 from __future__ import annotations
@@ -12,14 +18,18 @@ import os
 import time
 from pathlib import Path
 
-from alpha_gym.batch.records import (check_meta, check_paths, discard_output, finish, load_done, read_items,
-                                     record, scored_with)
+from alpha_gym.batch.records import (RESTART_HINT, BatchError, check_meta, check_paths, discard_output, finish,
+                                     load_done, read_items, record, scored_with)
 
 CHUNK = 64  # items per Ray task: large enough to hide scheduling, small enough to resume with little loss
+MAX_CHUNK = 1_000_000  # items per task: a chunk's records are held in memory until it is written
+#: What a local Ray worker process costs besides its verifier (the raylet's worker, its object store client).
+RAY_WORKER_BYTES = 300 << 20
 
 
 class Scorer:
-    """Scores (index, kind, text) items with one verifier; a Ray actor on the cluster, a plain object in serial runs."""
+    """Scores (index, kind, text) items with one verifier; a Ray actor on the cluster, a plain object in this process
+    otherwise (scoring serially, or the records of what the worker processes prepared)."""
 
     def __init__(self, panel, config=None):
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per worker: BLAS threads would fight each other
@@ -29,11 +39,17 @@ class Scorer:
         self.stamp = scored_with(panel.fingerprint(), config_key(config))
 
     def score(self, chunk: list[tuple[int, str, str]]) -> list[str]:
+        from alpha_gym.pool import prepare
         from alpha_gym.threads import blas_threads
-        v = self.verifier
         with blas_threads(1):  # set after numpy loaded too (the environment variable only counts before)
-            return [record(i, kind, text, v.score_formula(text) if kind == "formula" else v.score(text), self.stamp)
-                    for i, kind, text in chunk]
+            return self.records(chunk, prepare(self.verifier, [(kind, text) for _, kind, text in chunk], workers=1))
+
+    def records(self, chunk: list[tuple[int, str, str]], prepared: list) -> list[str]:
+        """The output lines of `chunk` from its prepared items (`alpha_gym.pool.prepare`): each scored alone, as
+        `score_formula(text)` or `score(text)` would."""
+        from alpha_gym.pool import score_prepared
+        return [record(i, kind, text, score_prepared(self.verifier, [item]).scores[0], self.stamp)
+                for (i, kind, text), item in zip(chunk, prepared)]
 
 
 def _progress(total: int, done: int, enabled: bool):
@@ -49,16 +65,21 @@ def _alpha_gym_root() -> str:
     return str(Path(alpha_gym.__file__).resolve().parents[1])
 
 
-def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | None = None, config=None,
+def score_batch(panel, formulas, out, *, workers: int | None = None, ray_address: str | None = None, config=None,
                 chunk: int = CHUNK, progress: bool = True, limit: int | None = None, restart: bool = False) -> dict:
     """Score every item of the `formulas` file not yet in `out`; returns counts and timings.
 
-    workers=0 scores in this process (no Ray). Otherwise a local Ray cluster of `workers`
-    CPUs is started (and stopped) unless `ray_address` names a running one ("auto" or
-    "ray://host:10001"). `limit` stops after that many new items (a partial, resumable output).
-    `restart` discards what `out` holds and scores everything again.
+    workers 0 or 1 score in this process, N >= 2 on N worker processes of this machine (the scoring pool;
+    None: every usable core the memory holds, `alpha_gym.pool.default_workers`), unless Ray is asked for:
+    `ray_address` "local" starts (and stops) a local Ray cluster of `workers` CPUs (None: 2), "auto" or
+    "ray://host:10001" joins a running one, and a Ray this process has started is used as it is.
+    `limit` stops after that many new items (a partial, resumable output). `restart` discards what `out`
+    holds and scores everything again.
     """
-    from alpha_gym.pool import config_key
+    from alpha_gym.pool import config_key, default_workers
+    if workers is None:
+        workers = 2 if ray_address is not None or _ray_running() else default_workers(panel)
+    check_counts(panel, workers, chunk, limit, ray_address)
     check_paths(formulas, out)
     items = read_items(formulas)
     if restart:
@@ -72,28 +93,86 @@ def score_batch(panel, formulas, out, *, workers: int = 2, ray_address: str | No
         pending = pending[:limit]
     bar = _progress(len(items), len(done), progress)
     t0 = time.perf_counter()
+    written = 0
     with open(out, "a", encoding="utf-8") as fh:
         def write(lines):
+            nonlocal written
             fh.write("".join(line + "\n" for line in lines))
             fh.flush()
+            written += len(lines)
             if bar is not None:
                 bar.update(len(lines))
 
         chunks = [pending[k:k + chunk] for k in range(0, len(pending), chunk)]
-        if workers <= 0:
+        if workers >= 1 and (ray_address is not None or _ray_running()):
+            ready_s = _score_on_ray(panel, config, chunks, write, workers, ray_address)
+        elif workers <= 1:
             scorer = Scorer(panel, config)
             ready_s = time.perf_counter() - t0
             for c in chunks:
                 write(scorer.score(c))
         else:
-            ready_s = _score_on_ray(panel, config, chunks, write, workers, ray_address)
+            ready_s = _score_on_pool(panel, config, chunks, write, workers)
     if bar is not None:
         bar.close()
-    complete = len(done) + len(pending) == len(items)
-    if complete:
-        finish(out)
-    return {"items": len(items), "already_done": len(done), "scored": len(pending), "complete": complete,
+    if written != len(pending):  # never a summary of work that was not written
+        raise BatchError(f"{out}: {written} of the {len(pending)} pending records were written; rerun the same "
+                         "command to resume")
+    complete = len(done) + written == len(items)
+    if complete and finish(out) != len(items):
+        raise BatchError(f"{out} holds other than the {len(items)} records of the input after sorting; {RESTART_HINT}")
+    return {"items": len(items), "already_done": len(done), "scored": written, "complete": complete,
             "workers": workers, "seconds": round(time.perf_counter() - t0, 2), "startup_seconds": round(ready_s, 2)}
+
+
+def _ray_running() -> bool:
+    """Whether this process has started or joined a Ray cluster (then score-batch uses it)."""
+    import sys
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def _score_on_pool(panel, config, chunks, write, workers: int) -> float:
+    """Prepare the chunks on `workers` processes of this machine, two chunks in flight, and write each one's
+    records here in order; returns the start-up seconds (the verifier and its archive, the workers)."""
+    from collections import deque
+
+    from alpha_gym.pool import scoring_pool
+    t0 = time.perf_counter()
+    scorer = Scorer(panel, config)
+    pool = scoring_pool(scorer.verifier, workers)
+    ready_s = time.perf_counter() - t0
+    in_flight: deque = deque()
+    for c in chunks:
+        in_flight.append((c, pool.submit([(kind, text) for _, kind, text in c])))
+        if len(in_flight) > 1:  # the workers prepare the next chunk while this one is scored and written
+            done, futures = in_flight.popleft()
+            write(scorer.records(done, pool.collect(scorer.verifier, futures)))
+    while in_flight:
+        done, futures = in_flight.popleft()
+        write(scorer.records(done, pool.collect(scorer.verifier, futures)))
+    return ready_s
+
+
+def _count_problem(value, lo: int, hi: float) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi
+
+
+def check_counts(panel, workers, chunk, limit, ray_address) -> None:
+    """Every count a user sets, in range and, for workers on this machine, within its cores and memory."""
+    from alpha_gym.errors import ConfigError
+    from alpha_gym.pool import worker_bytes
+    from alpha_gym.ranges import check_workers
+    if _count_problem(chunk, 1, MAX_CHUNK):
+        raise BatchError(f"--chunk {chunk!r}: must be an integer from 1 to {MAX_CHUNK:,} (items per task)")
+    if limit is not None and _count_problem(limit, 1, float("inf")):
+        raise BatchError(f"--limit {limit!r}: must be an integer from 1 (new items to score before stopping)")
+    local = ray_address is None or ray_address == "local"
+    per_worker = worker_bytes(panel) + (RAY_WORKER_BYTES if ray_address == "local" else 0)
+    try:  # a running cluster's CPUs are checked once connected (`_score_on_ray`)
+        check_workers(workers, "--workers", per_worker if local else None, cores=None if local else 1 << 20)
+    except ConfigError as err:
+        raise BatchError(str(err)) from None
 
 
 def loopback_only() -> None:
@@ -110,10 +189,13 @@ def loopback_only() -> None:
 
 
 def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str | None) -> float:
+    if ray_address == "local":
+        ray_address = None
     if ray_address is None or ray_address.split("://")[-1].startswith(("127.", "localhost")):
         loopback_only()  # a cluster on this machine's loopback: this driver must join it there too
     import ray
     from alpha_gym.batch.reaper import Reaper
+    from alpha_gym.pool import panel_bytes
     t0 = time.perf_counter()
     started_here = not ray.is_initialized()
     reaper = Reaper(None)
@@ -125,13 +207,16 @@ def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str |
                 p for p in (_alpha_gym_root(), os.environ.get("PYTHONPATH")) if p)
             before = Reaper.snapshot()
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=max(100, 4 * _nbytes(panel) >> 20) << 20, runtime_env=runtime_env)
+                     object_store_memory=max(100, 4 * panel_bytes(panel) >> 20) << 20, runtime_env=runtime_env)
             reaper = Reaper.start(before)  # the local cluster dies with this process, even on kill -9
         else:
             import alpha_gym
             runtime_env["py_modules"] = [str(Path(alpha_gym.__file__).resolve().parent)]
             ray.init(address=ray_address, log_to_driver=False, runtime_env=runtime_env)
     try:
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        if workers > cpus:  # actors beyond the cluster's CPUs would wait for ever
+            raise BatchError(f"--workers {workers}: the Ray cluster has {cpus} CPUs; give at most {cpus}")
         panel_ref = ray.put(panel)
         actor = ray.remote(num_cpus=1)(Scorer)
         pool = [actor.remote(panel_ref, config) for _ in range(workers)]
@@ -154,7 +239,3 @@ def _score_on_ray(panel, config, chunks, write, workers: int, ray_address: str |
         if started_here:
             ray.shutdown()
             reaper.stop()
-
-
-def _nbytes(panel) -> int:
-    return sum(a.nbytes for a in panel.data.values())

@@ -45,6 +45,15 @@ def _reset_kwargs(payload: dict) -> dict:
     return kwargs
 
 
+def _validation_errors(err) -> list:
+    """pydantic's errors as JSON data; without the inputs they echo where one holds a lone surrogate (pydantic
+    cannot serialise it as UTF-8, and the message says what is wrong without it)."""
+    try:
+        return json.loads(err.json(include_url=False))
+    except ValueError:
+        return json.loads(err.json(include_url=False, include_input=False))
+
+
 def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
     """The Starlette app; `env_factory()` makes one AlphaEnvironment per session (default: the synthetic market)."""
     import anyio
@@ -52,11 +61,10 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
     from pydantic import ValidationError
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
     from starlette.routing import Route
 
     from alpha_gym.integrations.openenv import AlphaAction, AlphaEnvironment
-    from alpha_gym.service.http_json import json_error_handlers, parse_json, read_body
+    from alpha_gym.service.http_json import json_error_handlers, json_response, parse_json, read_body
     factory = env_factory or AlphaEnvironment
     sessions: collections.OrderedDict[str, Any] = collections.OrderedDict()
     lock = threading.Lock()
@@ -78,13 +86,15 @@ def create_app(env_factory=None, *, max_sessions: int = MAX_SESSIONS):
         return payload
 
     def errors(handler):
+        # json_response writes ASCII JSON: text no UTF-8 can encode (a lone surrogate, in an episode_id or an
+        # error's echo of the input) is sent as its escape, never a UnicodeEncodeError and a 500
         async def wrapped(request: Request):
             try:
-                return JSONResponse(await handler(request))
+                return json_response(await handler(request))
             except ValidationError as err:
-                return JSONResponse({"error": json.loads(err.json(include_url=False))}, status_code=422)
+                return json_response({"error": _validation_errors(err)}, 422)
             except ValueError as err:  # e.g. an unknown brief_id
-                return JSONResponse({"error": str(err)}, status_code=422)
+                return json_response({"error": str(err)}, 422)
         return wrapped
 
     async def reset(request: Request):

@@ -15,12 +15,22 @@ the file, so two processes saving to one path lose no entries. Versioned with
 the panel's fingerprint: loading against other data is refused, and a file
 whose arrays disagree with each other, or whose books are not standardised P&L
 (mean 0, mean square 1: rows of 1e308 or of zeros would score silently wrong), raises `ArchiveError`.
+Every metadata field is type- and range-checked (`forms` and `texts` strings, `capacity` and `n_days`
+integers and never booleans, `admit_corr` a number in (0, 1], CPCV scores and slice Sharpes finite and
+within +-`SHARPE_BOUND`), and the file carries a SHA-256 of its content (the metadata and every array):
+an edit that passes every other check (a formula swapped, a CPCV changed, a book's days shuffled, which
+keeps it standardised) is refused because the content no longer matches its hash. Files written before
+the hash (format 2) are refused too; `python -m alpha_gym.scoring.archive --rehash PATH` re-saves one you
+trust (it must pass every other check).
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
+import hashlib
 import json
+import sys
 import os
 import tempfile
 import time
@@ -32,7 +42,11 @@ import numpy as np
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: a content hash ("sha256" in the metadata)
+#: The largest |CPCV score| or |slice Sharpe| a saved entry may hold. An annualised Sharpe is
+#: mean / sd * sqrt(252); a real book's is a few units and a degenerate one's still far below this,
+#: while 1e300 in a reference row would decide R2's ranks alone.
+SHARPE_BOUND = 1e4
 
 
 class ArchiveError(InputError):
@@ -182,12 +196,13 @@ class Archive:
         meta = {"format_version": FORMAT_VERSION, "fingerprint": self.fingerprint, "n_days": self.n_days,
                 "capacity": self.capacity, "admit_corr": self.admit_corr, "forms": self.forms,
                 "texts": self.texts, "cpcv": self.cpcv, "seed": self.seed, "added": self.added}
+        arrays = {"z": self._z, "in_sample": np.array(self.in_sample).reshape(len(self), -1),
+                  "out_of_sample": np.array(self.out_of_sample).reshape(len(self), -1)}
+        meta["sha256"] = content_hash(meta, arrays)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(json_dumps(meta)), z=self._z,
-                         in_sample=np.array(self.in_sample).reshape(len(self), -1),
-                         out_of_sample=np.array(self.out_of_sample).reshape(len(self), -1))
+                np.savez(fh, meta=np.array(json_dumps(meta)), **arrays)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
@@ -218,17 +233,18 @@ class Archive:
             raise
         except Exception as err:  # zipfile, JSON, missing keys: all mean the file is not usable
             raise ArchiveError(f"{path} is not a readable alpha-gym archive ({type(err).__name__}: {err})") from None
-        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        if not isinstance(meta, dict) or meta.get("format_version") not in (2, FORMAT_VERSION):
             version = meta.get("format_version") if isinstance(meta, dict) else None
-            raise ArchiveError(f"{path} has archive format {version}, expected {FORMAT_VERSION}")
+            raise ArchiveError(f"{path} has archive format {version!r}, expected {FORMAT_VERSION}")
         if meta.get("fingerprint") != fingerprint:
             raise ArchiveError(f"{path} was computed on other data (panel fingerprint {meta.get('fingerprint', '?')[:12]}"
                                f" != {fingerprint[:12]}); rebuild it for this panel")
         _check_consistent(path, meta, z, ins, oos)
         _check_books(path, meta, z)
+        _check_hash(path, meta, {"z": z, "in_sample": ins, "out_of_sample": oos})
         n = len(meta["forms"])
         out = cls(fingerprint, meta["n_days"], meta["capacity"], meta["admit_corr"])
-        out.forms, out.texts = [str(f) for f in meta["forms"]], [str(t) for t in meta["texts"]]
+        out.forms, out.texts = list(meta["forms"]), list(meta["texts"])  # strings: checked above
         out.cpcv, out.seed = [float(c) for c in meta["cpcv"]], [bool(s) for s in meta["seed"]]
         out.added = [int(a) for a in meta["added"]]
         out.in_sample = [np.asarray(r, dtype=np.float64) for r in ins.reshape(n, -1)]
@@ -247,8 +263,26 @@ def _check_consistent(path, meta: dict, z: np.ndarray, ins: np.ndarray, oos: np.
     if missing:
         fail(f"missing fields {missing}")
     n, n_days, capacity = len(meta["forms"]), meta["n_days"], meta["capacity"]
-    if not isinstance(n_days, int) or n_days < 1 or not isinstance(capacity, int) or capacity < 1:
+    if not _integer(n_days) or n_days < 1 or not _integer(capacity) or capacity < 1:
         fail(f"n_days {n_days!r} and capacity {capacity!r} must be positive integers")
+    if capacity > 1_000_000:  # VerifierConfig.archive_capacity's range
+        fail(f"capacity {capacity} is above 1,000,000")
+    admit = meta["admit_corr"]
+    if isinstance(admit, bool) or not isinstance(admit, (int, float)) or not 0 < admit <= 1:  # NaN fails too
+        fail(f"admit_corr {admit!r} must be a number in (0, 1]")
+    for key in ("forms", "texts", "cpcv", "seed", "added"):
+        if not isinstance(meta[key], list):
+            fail(f"{key} must be a list, not {type(meta[key]).__name__}")
+    for key in ("forms", "texts"):
+        wrong = [i for i, v in enumerate(meta[key]) if not isinstance(v, str)]
+        if wrong:
+            fail(f"{key}[{wrong[0]}] = {meta[key][wrong[0]]!r} is not a string")
+    wrong = [i for i, v in enumerate(meta["added"]) if not _integer(v) or v < 0]
+    if wrong:
+        fail(f"added[{wrong[0]}] = {meta['added'][wrong[0]]!r} is not a non-negative integer (a time in ns)")
+    wrong = [i for i, v in enumerate(meta["cpcv"]) if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if wrong:
+        fail(f"cpcv[{wrong[0]}] = {meta['cpcv'][wrong[0]]!r} is not a number")
     if any(len(meta[k]) != n for k in ("texts", "cpcv", "seed", "added")):
         fail(f"{n} forms but {[len(meta[k]) for k in ('texts', 'cpcv', 'seed', 'added')]} texts/cpcv/seed/added")
     if z.shape != (n, n_days):
@@ -263,6 +297,34 @@ def _check_consistent(path, meta: dict, z: np.ndarray, ins: np.ndarray, oos: np.
     if not (np.isfinite(z).all() and np.isfinite(ins).all() and np.isfinite(oos).all()
             and all(isinstance(c, (int, float)) and np.isfinite(c) for c in meta["cpcv"])):  # NaN is written null
         fail("non-finite values")
+    for name, values in (("cpcv", np.asarray(meta["cpcv"], dtype=np.float64)), ("in_sample", ins),
+                         ("out_of_sample", oos)):
+        if values.size and np.abs(values).max() > SHARPE_BOUND:
+            fail(f"{name} holds {np.abs(values).max():.3g}, beyond +-{SHARPE_BOUND:g} (no book's Sharpe is near it)")
+
+
+def _integer(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def content_hash(meta: dict, arrays: dict) -> str:
+    """SHA-256 of an archive's metadata (canonical JSON, without its own "sha256") and its arrays (as float64)."""
+    h = hashlib.sha256(json_dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name], dtype=np.float64)
+        h.update(f"{name}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _check_hash(path, meta: dict, arrays: dict) -> None:
+    if meta.get("format_version") == 2:
+        raise ArchiveError(f"{path} was written before archives carried a content hash (format 2), so an edit to "
+                           "it cannot be told from the original; rebuild it, or re-save it if you trust it: python -m "
+                           f"alpha_gym.scoring.archive --rehash {path}")
+    if meta.get("sha256") != content_hash(meta, arrays):
+        raise ArchiveError(f"{path} does not match its content hash: it was edited or damaged after it was saved "
+                           "(a formula, a score or a book's days changed); rebuild it, or restore the saved copy")
 
 
 #: how far a saved book may be from `standardise`'s output (mean 0, mean square 1); rounding is ~1e-15
@@ -290,6 +352,45 @@ def _check_books(path, meta: dict, z: np.ndarray) -> None:
                            f"{meta['forms'][off[0]][:60]!r}) are not standardised P&L (mean 0, mean square 1)")
 
 
+def rehash(path, fingerprint: str | None = None) -> Archive:
+    """Re-save a format-2 archive (or any archive whose hash is off) with its content hash, after every other
+    check: for a file you trust. Returns the archive."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            arrays = {k: data[k] for k in ("z", "in_sample", "out_of_sample")}
+        if not isinstance(meta, dict):
+            raise ValueError("its metadata is not a JSON object")
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # zipfile, JSON, missing keys
+        raise ArchiveError(f"{path} is not a readable alpha-gym archive ({type(err).__name__}: {err})") from None
+    meta = {**meta, "format_version": FORMAT_VERSION}
+    meta["sha256"] = content_hash(meta, arrays)
+    fixed = Path(str(path) + ".rehash.npz")
+    np.savez(fixed, meta=np.array(json_dumps(meta)), **arrays)
+    try:
+        archive = Archive.load(fixed, fingerprint if fingerprint is not None else meta.get("fingerprint", ""))
+        archive.save(path)
+    finally:
+        fixed.unlink(missing_ok=True)
+    return archive
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m alpha_gym.scoring.archive",
+                                 description="Re-save a trusted novelty archive with a content hash.")
+    ap.add_argument("--rehash", required=True, metavar="PATH", help="an archive.npz (format 2, or its hash off)")
+    args = ap.parse_args(argv)
+    try:
+        archive = rehash(args.rehash)
+    except (ArchiveError, OSError) as err:
+        print(f"archive: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.rehash}: {len(archive)} entries re-saved with a content hash")
+    return 0
+
+
 @contextmanager
 def _locked(path: Path):
     """An exclusive advisory lock on `path` + ".lock" for the duration of the block (POSIX flock)."""
@@ -300,3 +401,7 @@ def _locked(path: Path):
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,8 +14,10 @@ from alpha_gym.ranges import Range, SettingError, above, check_fields, check_val
 from alpha_gym.scoring.channel_table import CHANNEL_TABLE, CHANNELS, DEFAULT_PRIORITIES
 from alpha_gym.scoring.cpcv import CPCVConfig
 
-#: A priority's range. Bounded so that the weighted sum of 12 bounded channels stays a finite number.
-PRIORITY = closed(0.0, 1e3)
+#: A priority's range: 0 (the channel off) or in [1e-6, 1e3]. Bounded above so that the weighted sum of 12
+#: bounded channels stays finite, and below because R1 carries an invalid answer's reward divided by its
+#: priority (`invalid_cpcv`): 1e-320 made that -inf; at 1e-6 it is at most 1e9 and the reward stays exact.
+PRIORITY = Range(1e-6, 1e3, or_zero=True)
 
 INVALID_REWARDS = ("below_valid", "reference")
 

@@ -140,18 +140,24 @@ def _seed_nodes(formulas: Sequence[str | None], limits, alpha101: bool) -> list[
 
 
 class _Scorer:
-    """Scores formulas as training groups, counts calls, and updates the verifier's archive after each group."""
+    """Scores formulas as training groups, counts calls, and updates the verifier's archive after each group.
 
-    def __init__(self, verifier, group_size: int):
-        self.verifier, self.group_size, self.calls = verifier, group_size, 0
+    A generation's answers are prepared together on the scoring pool (`alpha_gym.pool.score_groups`: `workers`
+    processes, None for the process default), then scored group by group with the archive updated between
+    groups: the serial loop's scores, bit for bit, on every core.
+    """
+
+    def __init__(self, verifier, group_size: int, workers: int | None = None):
+        self.verifier, self.group_size, self.workers, self.calls = verifier, group_size, workers, 0
 
     def score(self, batch: list[tuple[str, Node, str]], generation: int) -> list[Candidate]:
+        from alpha_gym.pool import score_groups
+        chunks = [batch[start:start + self.group_size] for start in range(0, len(batch), self.group_size)]
+        groups = score_groups(self.verifier, [[f"<alpha>{text}</alpha>" for text, _, _ in c] for c in chunks],
+                              workers=self.workers)
         out = []
-        for start in range(0, len(batch), self.group_size):
-            chunk = batch[start:start + self.group_size]
-            group = self.verifier.score_group([f"<alpha>{text}</alpha>" for text, _, _ in chunk])
+        for chunk, group in zip(chunks, groups):
             self.calls += len(chunk)
-            self.verifier.update_archive(group)
             for (text, node, origin), s in zip(chunk, group.scores):
                 out.append(Candidate(text, node, generation, origin, bool(s.valid), float(s.reward),
                                      float(s.channels["cpcv"]) if s.valid else None, s.reason))
@@ -184,18 +190,20 @@ def _child(population: list[Candidate], rng: np.random.Generator, config: Search
 
 
 def search(verifier, seed_formulas: Sequence[str | None], budget: int, config: SearchConfig = SearchConfig(),
-           seed: int = 0) -> SearchResult:
+           seed: int = 0, workers: int | None = None) -> SearchResult:
     """Evolve formulas for at most `budget` verifier calls; see the module docstring for every rule.
 
     verifier: the `Verifier` whose reward drives the search; its archive is updated as in training (pass a
     `fork()` to leave the caller's archive alone). seed_formulas: the step-0 answers' formulas (None entries
-    and unparseable ones are skipped). Returns every scored formula and the final population.
+    and unparseable ones are skipped). workers: scoring processes (`alpha_gym.pool`; None: every usable core,
+    or `$ALPHA_GYM_SCORING_WORKERS`); the result does not depend on it. Returns every scored formula and the
+    final population.
     """
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise SearchError(f"budget must be a non-negative integer, got {budget!r}")
     rng = np.random.default_rng(seed)
     limits = verifier.config.limits
-    scorer = _Scorer(verifier, config.group_size)
+    scorer = _Scorer(verifier, config.group_size, workers)
     seeds = _seed_nodes(seed_formulas, limits, config.alpha101)[: int(budget * config.seed_share)]
     candidates = scorer.score([(to_text(n), n, origin) for _, n, origin in seeds], generation=0)
     seen = {form for form, _, _ in seeds}

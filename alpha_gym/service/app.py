@@ -5,14 +5,16 @@
     POST /score {"formula": TEXT}     the same as `alpha-gym score TEXT --json`
     POST /score {"answers": [TEXT...]} a list of those objects, scored as one group (`Verifier.score_group`)
 
-The verifier is built (and its archive warmed) in a background thread at start-up, so
-/health answers at once and says when scoring is possible. Requests are validated before
-any scoring: a body over `max_bytes` is 413, malformed or too deeply nested JSON 400, a wrong
-shape 422, and scoring before the verifier is ready 503; every error, an unknown path (404) or
+The verifier is built (and its archive warmed, and with `workers` >= 2 its scoring processes started) in
+a background thread at start-up, so /health answers at once and says when scoring is possible. Requests
+are validated before any scoring: a body over `max_bytes` is 413, malformed or too deeply nested JSON 400,
+a wrong shape 422, and scoring before the verifier is ready 503; every error, an unknown path (404) or
 method (405) included, is JSON `{"error"}` (`http_json`). Anything a model wrote inside a valid request is
-scored (an invalid answer gets the invalid-answer reward, never an error). Scores run in
-worker threads, at most `concurrency` at a time; the verifier is only read, never
-updated, so every response equals a direct call.
+scored (an invalid answer gets the invalid-answer reward, never an error). Requests are handled in
+threads, at most `concurrency` at a time; with `workers` >= 2 each answer is prepared (parsed, evaluated,
+booked) on one of that many worker processes (`alpha_gym.pool`: every core, where threads alone kept
+one core busy) and its channels scored here. The verifier is only read, never updated, so every
+response equals a direct call, bit for bit, whatever the workers.
 """
 
 from __future__ import annotations
@@ -56,15 +58,19 @@ def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, obj
 
 
 def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYTES, max_answers: int = MAX_ANSWERS,
-               concurrency: int = 2) -> Starlette:
-    """The service for the verifier `build_verifier()` returns (called once, in a background thread)."""
-    state = {"status": "starting", "verifier": None, "error": None}
+               concurrency: int = 2, workers: int | None = 1) -> Starlette:
+    """The service for the verifier `build_verifier()` returns (called once, in a background thread).
+    `workers`: scoring processes (1: score in the server's threads; None: `alpha_gym.pool.default_workers`)."""
+    from alpha_gym import pool
+    state = {"status": "starting", "verifier": None, "error": None, "workers": workers}
     limiter = anyio.CapacityLimiter(max(1, concurrency))
 
     def build() -> None:
         try:
             verifier = build_verifier()
             _ = verifier.archive, verifier.factors  # warm the lazy state: later requests only read it
+            started = pool.scoring_pool(verifier, workers)  # started now, not by the first request
+            state.update(workers=1 if started is None else started.workers)
             state.update(verifier=verifier, status="ready")
         except Exception as err:  # reported by /health; the server stays up to say so
             state.update(status="failed", error=f"{type(err).__name__}: {err}")
@@ -75,7 +81,7 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
         if verifier is not None:
             panel = verifier.panel
             body.update(panel=repr(panel), fingerprint=panel.fingerprint(), max_answers=max_answers,
-                        max_bytes=max_bytes)
+                        max_bytes=max_bytes, workers=state["workers"])
         if state["error"]:
             body["error"] = state["error"]
         return json_response(body, 200 if state["status"] == "ready" else 503)
@@ -89,12 +95,13 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
                                    (f": {state['error']}" if state["error"] else "; retry when GET /health is 200"))
         except RequestError as err:
             return json_response({"error": str(err)}, err.status)
-        if key == "answers":
-            result = await anyio.to_thread.run_sync(verifier.score_group, value, limiter=limiter)
-            return json_response([s.to_dict() for s in result.scores])
-        method = verifier.score if key == "answer" else verifier.score_formula
-        result = await anyio.to_thread.run_sync(method, value, limiter=limiter)
-        return json_response(result.to_dict())
+        items = [("answer", a) for a in value] if key == "answers" else [(key, value)]
+        result = await anyio.to_thread.run_sync(score_items, verifier, items, limiter=limiter)
+        return json_response([s.to_dict() for s in result.scores] if key == "answers" else result.scores[0].to_dict())
+
+    def score_items(verifier, items):
+        """`score_group`, `score` or `score_formula` of the request, prepared on the scoring processes."""
+        return pool.score_prepared(verifier, pool.prepare(verifier, items, state["workers"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

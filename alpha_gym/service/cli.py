@@ -20,7 +20,7 @@ def cmd_serve(args) -> int:
     print(f"alpha-gym serve: http://{args.host}:{args.port} (POST /score, GET /health; Ctrl-C stops)",
           file=sys.stderr, flush=True)
     return serve(build, args.host, args.port, max_bytes=args.max_bytes, max_answers=args.max_answers,
-                 concurrency=args.concurrency)
+                 concurrency=args.concurrency, workers=args.workers)
 
 
 def _serve_ranges():
@@ -31,6 +31,19 @@ def _serve_ranges():
 
 #: The allowed range of each numeric `serve` flag .
 SERVE_RANGES = _serve_ranges()
+#: --workers: scoring processes (checked against this machine's usable cores as well).
+WORKERS_RANGE = SERVE_RANGES["concurrency"]
+
+
+def _workers_flag(text: str) -> int:
+    """--workers: an integer in its range, and no more than this machine's usable cores."""
+    from alpha_gym.errors import ConfigError
+    from alpha_gym.ranges import check_workers, flag
+    value = flag(WORKERS_RANGE)(text)
+    try:
+        return check_workers(value, "--workers", None, allow_zero=False)  # memory: once the panel is known
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--workers {value}: ")) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="most answers in one group request")
     p.add_argument("--concurrency", type=flag(SERVE_RANGES["concurrency"]), default=min(4, os.cpu_count() or 1),
                    help="requests scored at the same time (threads)")
+    p.add_argument("--workers", type=_workers_flag,
+                   help="scoring processes, at most this machine's usable cores (default: every usable core the "
+                        "memory holds; 1 scores in the server's threads)")
     add_data_args(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_serve)

@@ -12,18 +12,13 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
-
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.jsonable import json_dumps, nesting_depth
 
 #: The deepest JSON nesting a request may have (the bodies both servers accept are 1-3 deep).
 MAX_DEPTH = 32
 
 # A JSON string (escapes included): brackets inside one do not nest. Unrolled, so a long string is one pass.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NESTING = np.zeros(256, dtype=np.int64)
-_NESTING[[ord("["), ord("{")]] = 1
-_NESTING[[ord("]"), ord("}")]] = -1
 
 
 class RequestError(Exception):
@@ -36,8 +31,7 @@ class RequestError(Exception):
 
 def json_depth(raw: bytes) -> int:
     """How deeply the arrays and objects of a JSON text nest (0 for a scalar); linear time, no recursion."""
-    steps = _NESTING[np.frombuffer(_STRING.sub(b'""', raw), dtype=np.uint8)]
-    return int(np.cumsum(steps).max(initial=0))
+    return nesting_depth(raw, _STRING)
 
 
 def parse_json(raw: bytes, max_depth: int = MAX_DEPTH):
