@@ -425,3 +425,22 @@ def test_the_page_of_an_eval_without_holdout_shows_every_invalid_answer(endpoint
         assert r["brief_id"] in page
     for r in invalid:
         assert html.escape(r["answer"][:30]) in page and html.escape(r["reason"]) in page
+
+
+def test_the_page_with_a_holdout_puts_the_holdout_verdict_beside_each_brief(endpoint, tmp_path, capsys):
+    texts = iter(["no alpha here", "<alpha>rank(-ts_delta(close, 5))</alpha>"])
+
+    def route(h, m, path, b):
+        if path.endswith("/chat/completions"):
+            return 200, {}, _completion(next(texts))
+        return good(h, m, path, b)
+    server = endpoint(route)
+    out_dir = tmp_path / "o"
+    argv = ["eval", "--base-url", server.url, "--model", "m", "--out", str(out_dir), "--no-progress",
+            "--concurrency", "1", "--limit", "2", "--holdout-start", "2024-09-02", "--no-baselines"]
+    assert _run(argv, capsys)[0] == 0
+    assert main(["report", str(out_dir)]) == 0
+    page = (out_dir / "report.html").read_text()
+    rows = [json.loads(x) for x in (out_dir / "answers.jsonl").read_text().splitlines()]
+    assert "holdout score or reason" in page and "<h3>Answers</h3>" not in page
+    assert all(r["brief_id"] in page for r in rows) and "no alpha here" in page
