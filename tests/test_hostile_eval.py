@@ -174,6 +174,15 @@ def test_401_403_404_stop_at_once_with_the_servers_message(endpoint, tmp_path, c
     assert len(server.chats()) <= 1  # not retried, the other items not asked
 
 
+def test_a_server_echoing_the_key_does_not_get_it_printed(endpoint, tmp_path, capsys, monkeypatch):
+    server = endpoint(lambda h, m, p, b: (401, {}, json.dumps({"error": {"message": f"bad key {KEY}"}}).encode()))
+    monkeypatch.setenv("HOSTILE_KEY", KEY)
+    rc, seconds, out, err = _run(_args(server.url, tmp_path / "o", "--limit", "1", "--api-key-env", "HOSTILE_KEY"),
+                                 capsys)
+    assert rc == 3 and "bad key ***" in _error_line(err, server.url)
+    assert KEY not in out + err + _written(tmp_path / "o")
+
+
 def test_a_url_without_v1_gets_a_hint(endpoint, tmp_path, capsys):
     def route(h, m, path, b):
         return (good(h, m, path, b) if path.startswith("/v1/") else
@@ -444,3 +453,29 @@ def test_the_page_with_a_holdout_puts_the_holdout_verdict_beside_each_brief(endp
     rows = [json.loads(x) for x in (out_dir / "answers.jsonl").read_text().splitlines()]
     assert "holdout score or reason" in page and "<h3>Answers</h3>" not in page
     assert all(r["brief_id"] in page for r in rows) and "no alpha here" in page
+
+
+def test_ctrl_c_twice_drops_the_requests_in_flight_at_once(endpoint, tmp_path):
+    def route(h, m, path, b):
+        if path.endswith("/chat/completions"):
+            time.sleep(8.0)
+        return good(h, m, path, b)
+    server = endpoint(route)
+    out_dir = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *_args(server.url, out_dir, "--limit", "4",
+                                                                          "--concurrency", "2")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(server.chats()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 130 and seconds < 4, (proc.returncode, seconds, stderr)
+    assert "Traceback" not in stderr and "interrupted: 0 of 4 items answered" in stderr
+    assert (out_dir / "endpoint.jsonl").read_text() == ""

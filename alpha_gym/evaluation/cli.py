@@ -12,7 +12,7 @@ and `register_eval(subparsers)` adds `eval`:
         [--api-key-env OPENAI_API_KEY] [--briefs FILE] [--limit N] [--samples K] [--temperature T] \
         [--max-tokens N] [--concurrency C] [--timeout S] [--retries R] [--backoff S] [--seed S] \
         [--data PATH --universe U --start D] [--holdout-start D [--holdout-end D] [--no-baselines]] \
-        [--report-only] [--no-progress]
+        [--report-only] [--no-progress] [--no-model-check]
 
 Writes into --out:
     endpoint.jsonl   every raw completion or error, one line per (brief, sample) (`endpoint.read_raw`);
@@ -24,11 +24,18 @@ Writes into --out:
                      (`alpha-gym report OUT` makes the page)
     eval.json        the run: endpoint, model, sampling, items answered/failed, every error counted by kind,
                      the train-window and holdout summaries
-    eval-settings.json  what the answers depend on (model, temperature, max tokens, seed): a rerun with
-                     other values into the same folder is refused rather than mixed
+    eval-settings.json  the folder's stamp (`eval_stamp`): endpoint (redacted), model, temperature, max
+                     tokens, seed, data file, universe, train and holdout windows with their panels'
+                     fingerprints, each brief's prompt hash. Once the folder holds an answer a rerun with
+                     any of them changed is refused rather than mixed (`claim_eval_dir`; the endpoint
+                     only when there is something to ask it)
+    report.html      not written here: `alpha-gym report OUT` makes the page (`report_eval`)
 
 Exit status 0 when every item is answered, 3 when some ended in an endpoint error (they are counted in
-eval.json, never scored, and asked again by the next run), 2 for bad input.
+eval.json, never scored, and asked again by the next run) or the endpoint cannot answer at all (nothing
+listening, 401/403/404, a redirect: one line, the run stops; `endpoint` module docstring), 2 for bad
+input (flags out of range, a key that cannot be sent, a --model the endpoint does not list, a folder
+made with other settings), 130 after Ctrl-C (the answers finished so far are kept).
 
 Each sub-command sets `func(args) -> int` (exit status), like the main CLI's.
 """
@@ -499,19 +506,18 @@ def _eval(args, out: Path) -> int:
         print(f"alpha-gym eval: warning: --samples {args.samples} at temperature 0: greedy decoding gives the "
               "same answer to every sample on most servers; pass --temperature 0.7 (or so) for different ones",
               file=sys.stderr)
-    train, holdout = _eval_panels(args)  # bad data flags fail before any request
     messages = [[{"role": "user", "content": b.prompt()}] for b in briefs]
     keys = [item_key(b.id, s) for b in briefs for s in range(args.samples)]
     have = read_raw(raw_path)
     asking = client is not None and any(not have.get(k, {}).get("ok") for k in keys)
     answered = any(r.get("ok") for r in have.values())
-    stamp = eval_stamp(args, briefs, messages, train, holdout)
-    claim_eval_dir(out, stamp, asking, answered, write=False)  # refused before the endpoint is asked anything
     served = None
     try:
-        if asking and not args.no_model_check:
+        if asking and not args.no_model_check:  # first: a dead endpoint is reported before the data load
             served = _check_model(client, args.model)
-        stamp = claim_eval_dir(out, stamp, asking, answered)
+        train, holdout = _eval_panels(args)  # bad data flags fail before any chat request
+        stamp = eval_stamp(args, briefs, messages, train, holdout)
+        stamp = claim_eval_dir(out, stamp, asking, answered)  # a folder made otherwise is refused
         run = {"asked": 0, "reused": len(keys), "total": len(keys)}
         if asking:
             items = [(b.id, s, m) for b, m in zip(briefs, messages) for s in range(args.samples)]

@@ -419,6 +419,8 @@ class EndpointClient:
             said = server_message(err.read(64 << 10)) if not deadline.expired else None
         except (OSError, http.client.HTTPException, ValueError):
             said = None
+        if said:
+            said = self._scrub(said)
         text = f"{shown}: HTTP {code} {_one_line(err.reason or '', 60)}".rstrip() + (f": {said}" if said else "")
         if 300 <= code < 400:
             target = redact_url(err.headers.get("Location") or "") if err.headers is not None else ""
@@ -430,6 +432,14 @@ class EndpointClient:
         retry = code in RETRY_STATUSES or 500 <= code < 600
         return _AttemptError(f"http_{code}", text, retry=retry, wait_s=retry_after(err.headers) if retry else None,
                              fatal=code in FATAL_STATUSES)
+
+    def _scrub(self, text: str) -> str:
+        """A server's message with the key or password blanked out, should it echo them."""
+        parts = urllib.parse.urlsplit(self.config.base_url)
+        for secret in (self.config.api_key, parts.password and urllib.parse.unquote(parts.password)):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     def _attempt(self, payload: bytes) -> tuple[str, str | None, dict | None]:
         return parse_completion(self._request("POST", "/chat/completions", payload))
