@@ -390,7 +390,10 @@ class EndpointClient:
                         raise TimeoutError
                     return body
                 except urllib.error.HTTPError as err:
-                    raise self._http_error(err, shown, deadline) from None
+                    try:
+                        raise self._http_error(err, shown, deadline) from None
+                    finally:
+                        err.close()
                 except _AttemptError:
                     raise
                 except (OSError, http.client.HTTPException, ValueError) as err:
