@@ -9,8 +9,8 @@ the same folder with other data, prompts or endpoint, and the page of an eval fo
 They assert exit codes, elapsed seconds, the one-line message and that no secret reaches any output or file.
 
 Misbehaving cases, measured by running this file against main's code before the change (1606f8c, the
-file copied into a `git archive` of it): 33 of 39 cases failed (the 6 that passed: 503/429/502 retried,
-Retry-After -3 and 1e400, --timeout 0 and -1, --retries -1); after the change: 0 of 39.
+file copied into a `git archive` of it): 34 of 40 cases failed (the 6 that passed: 503/429/502 retried,
+Retry-After -3 and 1e400, --timeout 0 and -1, --retries -1); after the change: 0 of 40.
 """
 
 from __future__ import annotations
@@ -205,6 +205,17 @@ def test_only_timeouts_429_and_5xx_are_retried(endpoint, tmp_path, capsys):
     server = endpoint(route)
     rc, seconds, out, err = _run(_args(server.url, tmp_path / "o", "--limit", "1", "--backoff", "0.01"), capsys)
     assert rc == 0 and len(server.chats()) == 4 and "Traceback" not in err
+
+
+def test_a_400_fails_its_item_only_and_the_servers_message_is_shown(endpoint, tmp_path, capsys):
+    def route(h, m, path, b):
+        if path.endswith("/chat/completions"):
+            return 400, {}, b'{"error": {"message": "This model\'s maximum context length is 2048 tokens"}}'
+        return good(h, m, path, b)
+    server = endpoint(route)
+    rc, seconds, out, err = _run(_args(server.url, tmp_path / "o", "--limit", "2"), capsys)
+    assert rc == 3 and len(server.chats()) == 2  # each item asked once: a 400 is this request's fault
+    assert "maximum context length is 2048 tokens" in [ln for ln in out.splitlines() if "error" in ln][-1]
 
 
 def test_models_listed_without_the_asked_one_are_refused(endpoint, tmp_path, capsys):

@@ -546,6 +546,7 @@ def _eval(args, out: Path) -> int:
         "seed": args.seed, "items": len(keys), "answered": len(rows), "failed": sum(failed.values()),
         "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
         "errors": dict(sorted(attempts.items())), "failed_by_error": dict(sorted(failed.items())),
+        "last_error": next((raw[k].get("detail") for k in reversed(keys) if k in raw and not raw[k].get("ok")), None),
         "data": stamp["data"], "universe": stamp["universe"],
         "train": {"start": str(train.dates[0]), "end": str(train.dates[-1]), "n_valid": len(valid),
                   "valid_share": len(valid) / len(rows) if rows else None,
@@ -577,6 +578,8 @@ def _print_eval(s: dict, out: Path) -> None:
         errs = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none"
         print(f"endpoint errors (attempts): {errs}; items failed after retries: {s['failed']}"
               + (f", never asked: {s['missing']}" if s["missing"] else ""))
+        if s.get("last_error"):
+            print(f"the last failed item's error: {s['last_error']}")
     print(f"train window {t['start']}..{t['end']}: valid {t['n_valid']}/{s['answered']}  mean CPCV of valid "
           f"{_eval_fmt(t['mean_cpcv'], '+.3f')}  mean reward {_eval_fmt(t['mean_reward'], '+.3f')}")
     h = s.get("holdout")

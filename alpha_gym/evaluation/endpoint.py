@@ -312,6 +312,18 @@ def _unreachable(reason) -> str | None:
     return None
 
 
+def _v1_hint(base_url: str) -> str:
+    """For a 404: the base URL most servers want (up to and with /v1), when the one given is not it."""
+    parts = urllib.parse.urlsplit(redact_url(base_url))
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        return ""
+    cut = path.find("/v1/")
+    wanted = path[: cut + 3] if cut >= 0 else path + "/v1"
+    return (f" (the base URL usually ends in /v1: try --base-url "
+            f"{urllib.parse.urlunsplit(parts._replace(path=wanted, query='', fragment=''))})")
+
+
 class EndpointClient:
     """Thread-safe: each call opens its own connection. `stop_retrying()` and `cancel()` serve Ctrl-C."""
 
@@ -430,8 +442,8 @@ class EndpointClient:
             return _AttemptError("redirect", f"{shown}: the server redirects (HTTP {code}) to {target or '?'}; "
                                  "alpha-gym eval follows no redirect (the key is sent to the host you named, "
                                  "nowhere else): pass the final address as --base-url", retry=False, fatal=True)
-        if code == 404 and not urllib.parse.urlsplit(self.config.base_url).path.rstrip("/").endswith("/v1"):
-            text += f" (the base URL usually ends in /v1: try --base-url {redact_url(self.config.base_url.rstrip('/'))}/v1)"
+        if code == 404:
+            text += _v1_hint(self.config.base_url)
         retry = code in RETRY_STATUSES or 500 <= code < 600
         return _AttemptError(f"http_{code}", text, retry=retry, wait_s=retry_after(err.headers) if retry else None,
                              fatal=code in FATAL_STATUSES)
