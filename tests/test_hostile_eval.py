@@ -9,8 +9,8 @@ the same folder with other data, prompts or endpoint, and the page of an eval fo
 They assert exit codes, elapsed seconds, the one-line message and that no secret reaches any output or file.
 
 Misbehaving cases, measured by running this file against main's code before the change (1606f8c, the
-file copied into a `git archive` of it): 34 of 40 cases failed (the 6 that passed: 503/429/502 retried,
-Retry-After -3 and 1e400, --timeout 0 and -1, --retries -1); after the change: 0 of 40.
+file copied into a `git archive` of it): 35 of 41 cases failed (the 6 that passed: 503/429/502 retried,
+Retry-After -3 and 1e400, --timeout 0 and -1, --retries -1); after the change: 0 of 41.
 """
 
 from __future__ import annotations
@@ -182,6 +182,30 @@ def test_a_server_echoing_the_key_does_not_get_it_printed(endpoint, tmp_path, ca
                                  capsys)
     assert rc == 3 and "bad key ***" in _error_line(err, server.url)
     assert KEY not in out + err + _written(tmp_path / "o")
+
+
+def test_a_service_that_does_not_speak_http_stops_in_seconds(tmp_path, capsys):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(LIFETIME_S)
+
+    def banner():  # what an SSH server says first; bounded: it ends with the test's socket
+        try:
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+        except OSError:
+            pass
+    threading.Thread(target=banner, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    try:
+        rc, seconds, out, err = _run(_args(url, tmp_path / "o", "--limit", "3"), capsys)
+    finally:
+        listener.close()
+    assert rc == 3 and seconds < 5, (rc, seconds)
+    assert "does not answer in HTTP" in _error_line(err, url, "SSH-2.0")
 
 
 def test_a_url_without_v1_gets_a_hint(endpoint, tmp_path, capsys):

@@ -8,8 +8,8 @@ does; each failed attempt is recorded, so a caller can count them. What is asked
   429 and 5xx, and a reply cut off or garbled (malformed JSON, no choices, a connection reset mid-reply);
 - not retried, the item fails: any other 4xx (400, 413, 422: this request's fault, e.g. a prompt too long);
 - not retried, and the run stops (`Completion.fatal`; `run_requests` raises `EndpointFailure`): nothing
-  listening, a host that does not resolve or cannot be reached, TLS refused, HTTP 401/403/404/405/407, and
-  any redirect. Asking the other items would fail the same way, so the run says why at once, in one line
+  listening, a host that does not resolve or cannot be reached, TLS refused, a server that does not
+  answer in HTTP, HTTP 401/403/404/405/407, and any redirect. Asking the other items would fail the same way, so the run says why at once, in one line
   naming the URL and the server's own error message (`{"error": {"message": ...}}`); a 404 on a base URL
   that does not end in /v1 adds that hint.
 
@@ -419,7 +419,11 @@ class EndpointClient:
                     if why is not None:
                         raise _AttemptError("connection", f"cannot reach {shown}: {why}", retry=False,
                                             fatal=True) from None
-                    if isinstance(err, http.client.HTTPException):  # a cut-off body, a garbled status line
+                    if isinstance(err, http.client.BadStatusLine) and not isinstance(err, ConnectionError):
+                        raise _AttemptError("protocol", f"{shown}: the server does not answer in HTTP (its first "
+                                            f"line: {_one_line(err.line, 60)!r}; another service on that port, or "
+                                            "an https server asked with http://?)", retry=False, fatal=True) from None
+                    if isinstance(err, http.client.HTTPException):  # a cut-off body
                         raise _AttemptError("protocol", f"{shown}: broken HTTP response: {type(err).__name__}",
                                             retry=True) from None
                     raise _AttemptError("connection", f"{shown}: connection failed: {_one_line(reason, 160)}",
