@@ -38,7 +38,7 @@ from alpha_gym.jsonable import content_hash, json_dumps
 #: The key under which a kept row or object carries its content hash.
 HASH_KEY = "sha256"
 #: The command that seals kept files again after an intentional edit.
-REHASH = "python -m alpha_gym.evaluation.kept --rehash FOLDER"
+REHASH = "python -m alpha_gym.evaluation.kept --rehash {folder}"
 
 
 class KeptError(InputError):
@@ -164,12 +164,14 @@ def _numbered(path: Path) -> list[tuple[int, dict]]:
 
 def _unsealed(obj: dict, path: Path, where: str) -> dict:
     """`obj` without its hash, once the hash is found to match its content (KeptError naming `where` if not)."""
+    folder = path.parent.parent if path.parent.name.startswith("seed-") else path.parent  # the results folder
     if obj.get(HASH_KEY) is None:
         raise KeptError(f"{path}: {where} carries no content hash (\"{HASH_KEY}\"): made by hand or by an older "
-                        f"alpha-gym; check it, then seal it with `{REHASH}`")
+                        f"alpha-gym; check it, then seal it with `{REHASH.format(folder=folder)}`")
     if obj[HASH_KEY] != content_hash(obj):
         raise KeptError(f"{path}: {where} was edited after it was written (its \"{HASH_KEY}\" does not match its "
-                        f"content); restore it, or after an intentional edit seal it again with `{REHASH}`")
+                        f"content); restore it, or after an intentional edit seal it again with "
+                        f"`{REHASH.format(folder=folder)}`")
     return {k: v for k, v in obj.items() if k != HASH_KEY}
 
 

@@ -177,10 +177,12 @@ def cmd_compare(args) -> int:
         if folder.exists() and not folder.is_dir():
             raise CompareError(f"{flag_name} {folder} is a file, not a folder")
     known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
-    wanted = set(known) if args.rungs is None else {n.strip() for n in args.rungs.split(",")}
-    if not wanted - {""} or wanted - set(known):
-        raise CompareError(f"unknown rungs {', '.join(sorted(wanted - set(known))) or repr(args.rungs)}; the ladder "
-                           f"has {', '.join(known)}")
+    names = known if args.rungs is None else [n.strip() for n in args.rungs.split(",")]
+    unknown = sorted(set(names) - set(known) - {""})
+    if unknown or "" in names:
+        what = f"unknown rungs {', '.join(unknown)}" if unknown else "an empty rung name"
+        raise CompareError(f"--rungs {args.rungs[:80]!r}: {what}; the ladder has {', '.join(known)}")
+    wanted = set(names)
     write_results = not args.report_only or args.update_results  # kept results change only when asked
     out.mkdir(parents=True, exist_ok=True)
     if write_results:
