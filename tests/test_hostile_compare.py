@@ -5,20 +5,27 @@ Each `probe_*` function builds the cases of one class, tries them and returns `(
 (`PYTHONPATH=<checkout> python tests/test_hostile_compare.py`).
 
     class                   a case misbehaves when                                            before    after
-    kept files              `--report-only` builds a table from a kept folder edited by       19 of 20  0 of 20
-                            hand (a formula swapped, train_cpcv 9.9, a number or stamp
-                            changed), torn, damaged or short of a row, or answers anything
-                            but one line (exit 2) naming the file
-    compare flags           a count out of range (`--seeds abc`, `''`, `-1`, 2**32, 5,000     21 of 23  0 of 23
+    kept files              `--report-only` builds a table from a kept folder edited by       20 of 20  0 of 20
+                            hand (a formula swapped, train_cpcv 9.9, a number, book or
+                            stamp changed), torn, damaged or short of a row, or answers
+                            anything but one line (exit 2) naming the file
+    compare flags           a count out of range (`--seeds abc`, `''`, `-1`, 2**32, 5,000     20 of 24  0 of 24
                             digits, Arabic-Indic digits, twice the same, 101 seeds;
-                            `--steps 0`, -3, 10**6, `nan`; `--rungs ''`) is accepted or a
-                            traceback; `--out` naming a file is a traceback
-    report-only, no torch   `--report-only` (with and without `--eval DIR`) fails where        4 of 4    0 of 4
-                            torch cannot be imported, or rewrites the kept results
-    total                                                                                      44 of 47  0 of 47
+                            `--steps 0`, -3, 10**6; `--rungs ''`) is accepted or a
+                            traceback; `--out` naming a file, or holding a torn stamp, is
+                            a traceback
+    report-only, no torch   `--report-only` (with and without `--eval DIR`) fails where        3 of 4    0 of 4
+                            torch cannot be imported, or rewrites the kept results; the
+                            README's example asks to rewrite them
+    total                                                                                      43 of 48  0 of 48
 
 "Before" is 1606f8c (main when this work began), "after" this branch, counted by running this script against
-each (2026-12-05); on the old code the kept folder is written unsealed (it had no hashes to check).
+each (2026-12-05). On the old code the kept folder is written unsealed (it had no hashes to check), so its
+edits, and a row without a hash, are read as they are; a kept folder short of a step-0 row, or with an
+empty rung file, was refused there but blamed on the rung (not naming the file that is short), counted as
+misbehaving; `--steps nan`, `abc`, 5,000 digits and 2.5 were already refused (argparse's int), and so was
+README's example (it named --out; the command still rewrote the kept table, which the second no-torch case
+counts); `--update-results` did not exist (the third case).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -92,8 +100,9 @@ def _compare(*argv) -> tuple[int, str]:
 
 def _one_line_refusal(code, err: str, *names: str) -> str | None:
     """Why an answer is not a refusal: exit 2, no traceback, one error line naming each of `names`."""
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("usage:")
-             and not ln.startswith(" ")]  # argparse's usage lines come before its one error line
+    # argparse's usage lines come before its one error line; a warning (the synthetic market's notice) is no error
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))
+             and not re.match(r"\S+:\d+: \w+(Warning|Notice): ", ln)]
     if code != 2 or "Traceback" in err or len(lines) != 1:
         return f"exit {code}: {err.strip()[-300:]!r}"
     missing = [n for n in names if n not in lines[0]]
@@ -228,11 +237,17 @@ def probe_compare_flags(tmp: Path) -> tuple[int, list[str]]:
     why = _one_line_refusal(code, err, "--out")
     if why:
         bad.append(f"--out a file: {why}")
-    return len(FLAG_CASES) + 1, bad
+    (tmp / "torn-out").mkdir()
+    (tmp / "torn-out" / "settings.json").write_text('{"scale": "smo')  # the run folder's stamp, cut off
+    code, err = _compare("--report-only", "--results", str(results), "--out", str(tmp / "torn-out"))
+    why = _one_line_refusal(code, err, "settings.json")
+    if why:
+        bad.append(f"--out with a torn stamp: {why}")
+    return len(FLAG_CASES) + 2, bad
 
 
 def test_compare_counts_are_range_checked_in_one_line(tmp_path):
-    _assert_none(probe_compare_flags(tmp_path), len(FLAG_CASES) + 1)
+    _assert_none(probe_compare_flags(tmp_path), len(FLAG_CASES) + 2)
 
 
 # ------------------------------------------------------------------------------------------ no torch
