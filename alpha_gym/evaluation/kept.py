@@ -19,8 +19,8 @@ Every row of a kept .jsonl and every kept .json object carries a content hash of
 alone, so a row edited by hand (a formula swapped, a train_cpcv changed), a torn file or a damaged stamp is
 refused with the file and row named (`KeptError`), never read. After an intentional edit, seal the folder
 again with `python -m alpha_gym.evaluation.kept --rehash FOLDER` (it re-hashes every kept file under FOLDER).
-The `.archive.jsonl` files (the formulas a run's archive admitted) are a run's log, not read by the table,
-and carry no hash.
+The `.archive.jsonl` files (the formulas a run's archive admitted) and `filter.json` (the difficulty filter's
+pass rates) are logs the table does not read, and carry no hash.
 """
 
 from __future__ import annotations
