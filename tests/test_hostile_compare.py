@@ -14,18 +14,21 @@ Each `probe_*` function builds the cases of one class, tries them and returns `(
                             `--steps 0`, -3, 10**6; `--rungs ''`) is accepted or a
                             traceback; `--out` naming a file, or holding a torn stamp, is
                             a traceback
+    eval folders            `--eval DIR` with a torn or damaged eval.json or answers.jsonl     7 of 7    0 of 7
+                            (a list, samples "two" or 0, a row without brief_id) is a
+                            traceback or an empty row
     report-only, no torch   `--report-only` (with and without `--eval DIR`) fails where        3 of 4    0 of 4
                             torch cannot be imported, or rewrites the kept results; the
                             README's example asks to rewrite them
-    total                                                                                      43 of 48  0 of 48
+    total                                                                                      50 of 55  0 of 55
 
 "Before" is 1606f8c (main when this work began), "after" this branch, counted by running this script against
 each (2026-12-05). On the old code the kept folder is written unsealed (it had no hashes to check), so its
 edits, and a row without a hash, are read as they are; a kept folder short of a step-0 row, or with an
 empty rung file, was refused there but blamed on the rung (not naming the file that is short), counted as
-misbehaving; `--steps nan`, `abc`, 5,000 digits and 2.5 were already refused (argparse's int), and so was
-README's example (it named --out; the command still rewrote the kept table, which the second no-torch case
-counts); `--update-results` did not exist (the third case).
+misbehaving; `--steps nan`, `abc`, 5,000 digits and 2.5 were already refused (argparse's int). README's
+example passed its text check there too (it named --out, yet the command rewrote the kept table: the second
+no-torch case counts that); `--update-results` did not exist (the third case).
 """
 
 from __future__ import annotations
@@ -250,6 +253,40 @@ def test_compare_counts_are_range_checked_in_one_line(tmp_path):
     _assert_none(probe_compare_flags(tmp_path), len(FLAG_CASES) + 2)
 
 
+# ------------------------------------------------------------------------------------------ eval folders
+EVAL_EDITS = [  # (case, file in the eval folder, damage)
+    ("eval.json torn", "eval.json", _cut),
+    ("eval.json a list", "eval.json", lambda p: p.write_text("[]")),
+    ("samples a string", "eval.json", lambda p: _edit_object(p, samples="two")),
+    ("samples 0", "eval.json", lambda p: _edit_object(p, samples=0)),
+    ("answers torn mid-line", "answers.jsonl", lambda p: _cut(p, 0.3)),
+    ("an answer row a JSON list", "answers.jsonl", lambda p: p.write_text("[1]\n" + p.read_text())),
+    ("an answer row without brief_id", "answers.jsonl",
+     lambda p: p.write_text(json.dumps({"sample": 0, "answer": "x"}) + "\n" + p.read_text())),
+]
+
+
+def probe_eval_folders(tmp: Path) -> tuple[int, list[str]]:
+    """Each damage of EVAL_EDITS to a real `alpha-gym eval` folder given as `--eval`: one line naming the folder."""
+    evals = _eval_folder(tmp / "eval-source")
+    results = kept_folder(tmp / "eval-kept")
+    bad = []
+    for n, (case, name, damage) in enumerate(EVAL_EDITS):
+        folder = tmp / f"eval-{n}"
+        shutil.copytree(evals, folder)
+        damage(folder / name)
+        code, err = _compare("--report-only", "--results", str(results), "--out", str(tmp / f"eval-{n}-out"),
+                             "--eval", str(folder))
+        why = _one_line_refusal(code, err, f"eval-{n}")
+        if why:
+            bad.append(f"{case}: {why}")
+    return len(EVAL_EDITS), bad
+
+
+def test_damaged_eval_folders_are_refused_in_one_line(tmp_path):
+    _assert_none(probe_eval_folders(tmp_path), len(EVAL_EDITS))
+
+
 # ------------------------------------------------------------------------------------------ no torch
 #: `alpha-gym ARGV` in a fresh interpreter where `import torch` fails as where torch is not installed (a finder
 #: that refuses it: `sys.modules["torch"] = None` would trip scipy's own check for torch tensors).
@@ -330,6 +367,7 @@ def main() -> int:
     """Print, per class, how many cases were tried and how many misbehaved (each of them)."""
     tmp = Path(tempfile.mkdtemp(prefix="hostile_compare_"))
     run_probes([("kept files", lambda: probe_kept_files(tmp)), ("compare flags", lambda: probe_compare_flags(tmp)),
+                ("eval folders", lambda: probe_eval_folders(tmp)),
                 ("report-only, no torch", lambda: probe_report_only_without_torch(tmp))], shown=100)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

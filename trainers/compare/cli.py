@@ -38,8 +38,8 @@ folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json`
 `seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
 raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `seed-S/RUNG.archive.jsonl`
 and `RUNG.book.json`, the formulas its archive admitted and the correlation-capped book chosen from them
-on the train window (the run's own book); `settings.json`;
-`comparison.md`, `report.json` and `seeds.png` (training runs, or --update-results). Re-score any of them on another window with
+on the train window (the run's own book); `settings.json`; `comparison.md`, `report.json` and `seeds.png`
+(training runs, or --update-results). Re-score any of them on another window with
 `alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
 
@@ -141,8 +141,9 @@ def _kept_brief_ids(results: Path) -> list[str] | None:
     if ids is not None and stamp.exists():
         named = read_object(stamp).get("probe_briefs")
         if named is not None and named != ids:
-            raise CompareError(f"{step0} answers {len(ids)} probe briefs, not the {len(named) if isinstance(named, list) else '?'} "
-                               f"its settings.json names: rows are missing or the files are from two comparisons")
+            raise CompareError(f"{step0} answers {len(ids)} probe briefs, not those its settings.json names "
+                               f"({len(named) if isinstance(named, list) else named!r}): rows are missing or the "
+                               "files are from two comparisons")
     return ids
 
 
