@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from alpha_gym.evaluation.endpoint import EVAL_FORMAT
-from alpha_gym.evaluation.kept import read_json, read_jsonl
+from alpha_gym.evaluation.kept import probe_scores, read_json, read_jsonl
 from trainers.compare.runner import CompareError
 
 
@@ -51,15 +51,10 @@ def read_eval(folder, brief_ids, verifier) -> dict:
             raise CompareError(f"--eval {folder}: sample {s} has no answer to {len(missing)} of the {len(brief_ids)} "
                                f"probe briefs (first: {missing[0]}); rerun `alpha-gym eval` into that folder to "
                                "ask again for failed items, or answer the probe briefs")
-        rows = []
-        for b in brief_ids:
-            r = answered[b]
-            formula = r.get("formula")
-            score = verifier.score_formula(formula) if formula is not None else None
-            cpcv = score.channels["cpcv"] if score is not None and score.valid else None
-            rows.append({"brief_id": b, "step": None, "answer": r["answer"], "formula": formula,
-                         "train_cpcv": cpcv, "train_valid": cpcv is not None})
-        per_sample[s] = rows
+        formulas = [answered[b].get("formula") for b in brief_ids]
+        per_sample[s] = [{"brief_id": b, "step": None, "answer": answered[b]["answer"], "formula": f,
+                          "train_cpcv": c, "train_valid": c is not None}
+                         for b, f, c in zip(brief_ids, formulas, probe_scores(verifier, formulas))]
     model = str(meta.get("model"))
     return {"key": f"eval:{folder.name}", "label": f"eval: {model}", "model": model, "folder": str(folder),
             "per_sample": per_sample}

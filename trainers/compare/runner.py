@@ -15,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from alpha_gym.errors import InputError
-from alpha_gym.evaluation.kept import answer_row, read_json, read_object, read_rows, write_kept, write_object
+from alpha_gym.evaluation.kept import (answer_row, probe_scores, read_json, read_object, read_rows, write_kept,
+                                      write_object)
 from alpha_gym.jsonable import json_dumps
 
 
@@ -41,10 +42,7 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
                                               max_new_tokens=scale.train_config("dapo").max_completion_length)]
     del model
     formulas = [formula_or_none(a) for a in answers]
-    train_cpcv = []
-    for f in formulas:
-        s = verifier.score_formula(f) if f is not None else None
-        train_cpcv.append(s.channels["cpcv"] if s is not None and s.valid else None)
+    train_cpcv = probe_scores(verifier, formulas)
     report = evaluate_holdout(formulas, train, holdout, train_verifier=verifier, label=run_dir.name, step=step)
     report.save(run_dir, name=f"holdout-step-{step}.json")
     summary = {**report.summary(), "book_return": report.book.total_return, "book_sharpe": report.book.sharpe}
