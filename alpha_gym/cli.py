@@ -229,13 +229,20 @@ OPTIONAL_MODULES = {"torch": "train", "transformers": "train", "trl": "train", "
                     "starlette": "serve", "uvicorn": "serve", "ray": "batch"}
 
 
+#: The extras that bring torch: only these are preceded by the CPU torch build (a bare torch requirement
+#: would pull a multi-GB CUDA build); `serve`, `batch`, `data`, `plots` need nothing of torch.
+TORCH_EXTRAS = frozenset({"train", "stress"})
+
+
+def missing_extra_message(extra: str, err: Exception) -> str:
+    """The one line a command prints when an extra it needs is not installed: what to install, and nothing more."""
+    first = "install torch==2.13.0 (CPU) first, then: " if extra in TORCH_EXTRAS else "install it: "
+    return f"alpha-gym: this command needs the `{extra}` extra ({err}); {first}pip install -e '.[{extra}]'"
+
+
 def _missing_extra(extra: str, err: Exception) -> int:
-    print(f"alpha-gym: this command needs the `{extra}` extra ({err}); "
-          f"install torch==2.13.0 (CPU) first, then: pip install -e '.[{extra}]'", file=sys.stderr)
+    print(missing_extra_message(extra, err), file=sys.stderr)
     return 2
-
-
-
 
 
 def main(argv=None) -> int:
