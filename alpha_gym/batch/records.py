@@ -36,7 +36,7 @@ def read_items(path) -> list[tuple[str, str]]:
         raise FileNotFoundError(f"formula file not found: {path}")
     items: list[tuple[str, str]] = []
     jsonl = path.suffix.lower() in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: an editor's byte-order mark is not part of item 1
         for n, line in enumerate(_text_lines(fh, path), start=1):
             line = line.rstrip("\n")
             if not line.strip():
