@@ -31,11 +31,7 @@ def _collected(request) -> tuple[int, int]:
     got = getattr(request.session, "alpha_gym_collected", None)
     if got is not None and got[2]:
         return got[0], got[1]
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "real_data", "-p",
-                           "no:cacheprovider"], capture_output=True, text=True, timeout=1200, cwd=ROOT)
-    last = re.search(r"(\d+)/(\d+) tests collected", done.stdout)
-    assert last, f"no count in pytest --collect-only's output:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    return int(last.group(2)), int(last.group(1))
+    return _collect_counts()
 
 
 def test_readme_states_the_number_of_tests_this_checkout_collects(request):
@@ -142,3 +138,27 @@ def test_batch_refusal_names_what_differs_in_words(tmp_path):
     out.write_text("")
     with pytest.raises(BatchError, match=r"was made with a different number of items \(2, now 3\); remove it"):
         check_meta(out, {"input": "a", "items": 3, "panel": "p", "config": "c"})
+
+
+def _collect_counts() -> tuple[int, int]:
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "real_data", "-p",
+                           "no:cacheprovider"], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    last = re.search(r"(\d+)/(\d+) tests collected", done.stdout)
+    if last is None:
+        raise SystemExit(f"no count in pytest --collect-only's output:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return int(last.group(2)), int(last.group(1))
+
+
+if __name__ == "__main__":
+    # `python tests/test_newcomer.py`: collect the suite and write its counts into README's sentence (after a merge
+    # that adds or removes tests; run it on a machine set up with .ci/install)
+    total, real = _collect_counts()
+    text = README.read_text(encoding="utf-8")
+    found = COUNTS.search(text)
+    if found is None:
+        raise SystemExit("README has lost its sentence 'Tests collected on a fresh machine set up this way: ...'")
+    new = found.group(0)
+    for group, value in zip((1, 2, 3), (total, real, total - real)):
+        new = new.replace(f"**{found.group(group)}**", f"**{value:,}**", 1)
+    README.write_text(text.replace(found.group(0), new, 1), encoding="utf-8")
+    print(f"README: {total:,} tests collected, {real:,} real_data, {total - real:,} without the panel")
