@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,10 @@ def test_the_synthetic_notice_is_one_line_without_a_source_path(tmp_path):
     assert "synthetic.py" not in out.stderr and "warnings.warn" not in out.stderr
 
 
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+@needs_git
 def test_report_never_writes_an_untracked_page_into_a_git_work_tree(tmp_path, monkeypatch):
     from alpha_gym.evaluation.report import page_folder
     repo = tmp_path / "repo"
@@ -115,6 +120,7 @@ def test_report_never_writes_an_untracked_page_into_a_git_work_tree(tmp_path, mo
     assert page_folder(kept, tmp_path / "pages") == (tmp_path / "pages", "")   # --out wins
 
 
+@needs_git
 def test_report_cli_writes_where_it_says(tmp_path):
     """A run folder inside a git work tree gets its page in the cache; the command prints where; the folder gains
     no file."""
