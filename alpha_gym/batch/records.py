@@ -36,7 +36,7 @@ def read_items(path) -> list[tuple[str, str]]:
         raise FileNotFoundError(f"formula file not found: {path}")
     items: list[tuple[str, str]] = []
     jsonl = path.suffix.lower() in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: an editor's byte-order mark is not part of item 1
         for n, line in enumerate(_text_lines(fh, path), start=1):
             line = line.rstrip("\n")
             if not line.strip():
@@ -112,6 +112,10 @@ def discard_output(out) -> None:
         path.unlink(missing_ok=True)
 
 
+#: How a refusal names each key of the sidecar.
+_META_WORDS = {"input": "formulas file", "items": "number of items", "panel": "panel", "config": "verifier config"}
+
+
 def meta_path(out) -> Path:
     return Path(str(out) + ".meta.json")
 
@@ -123,7 +127,9 @@ def check_meta(out, meta: dict) -> None:
         old = _read_meta(path)
         diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
         if diff:
-            raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "
+            what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
+                             for k in diff)
+            raise BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
                              f"choose another --out")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json_dumps(meta, indent=1))

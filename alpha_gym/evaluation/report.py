@@ -1,7 +1,8 @@
 """One-file HTML report of a run directory, with the plots embedded as base64 PNGs.
 
 `write_report(run_dir)` reads whichever of these files the run directory holds
-(at least one must exist) and writes `run_dir/report.html`:
+(at least one must exist) and writes `run_dir/report.html` (or `out_dir/report.html`; `page_folder` says
+where `alpha-gym report` puts it):
 
 holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(...).save(run_dir)`)
     {"format", "label", "step", "train_end", "holdout_start", "holdout_end", "n_days", "definition",
@@ -255,25 +256,61 @@ def _books_part(books: dict) -> list[str]:
                     "max drawdown"], rows, left={0})]
 
 
-def write_report(run_dir, out_name: str = REPORT_NAME) -> Path:
-    """Write `run_dir/report.html` from the files described in this module's docstring. Returns its path.
+def write_report(run_dir, out_name: str = REPORT_NAME, out_dir=None) -> Path:
+    """Write `out_dir/report.html` (default `run_dir/report.html`) from the files described in this module's
+    docstring. Returns its path.
 
-    A comparison folder gets the comparison page, and each of its runs a page of its own.
+    A comparison folder gets the comparison page, and each of its runs a page of its own (under `out_dir`, at
+    the run's place relative to `run_dir`, when `out_dir` is given).
     """
     from alpha_gym.evaluation.report_comparison import comparison_section, is_comparison, run_folders
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
+    out_dir = run_dir if out_dir is None else Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     if is_comparison(run_dir):
         links = {}
         for _, _, path in run_folders(run_dir):
             try:
-                links[path] = write_report(path, out_name)
+                links[path] = write_report(path, out_name, out_dir / path.relative_to(run_dir))
             except FileNotFoundError:   # a run stopped before it wrote anything a page can show
                 pass
-        parts = comparison_section(run_dir, links)
-        return write_page(run_dir / out_name, page(f"alpha-gym comparison: {run_dir.name}", parts))
-    return write_page(run_dir / out_name, page(f"alpha-gym report: {run_dir.name}", _run_parts(run_dir)))
+        parts = comparison_section(run_dir, links, page_dir=out_dir)
+        return write_page(out_dir / out_name, page(f"alpha-gym comparison: {run_dir.name}", parts))
+    return write_page(out_dir / out_name, page(f"alpha-gym report: {run_dir.name}", _run_parts(run_dir)))
+
+
+def page_folder(run_dir, out=None) -> tuple[Path | None, str]:
+    """Where `alpha-gym report RUN_DIR [--out DIR]` writes its page, and why when it is not RUN_DIR.
+
+    `--out` wins. Otherwise the page goes beside the run, unless the run lies in a git work tree and git does not
+    ignore it (kept results, `benchmarks/results/...`): a page there would be an untracked file in the
+    repository, so it goes to `<user cache>/reports/<name>-<hash of the run's path>/` (a temporary folder when the
+    cache is off). `runs/` is ignored by the project's .gitignore, so training runs keep their page beside them.
+    """
+    import hashlib
+    import subprocess
+    import tempfile
+    from alpha_gym.user_cache import cache_dir
+    if out is not None:
+        return Path(out), ""
+    run_dir = Path(run_dir).resolve()
+    top = next((p for p in (run_dir, *run_dir.parents) if (p / ".git").exists()), None)
+    if top is None:
+        return None, ""
+    try:
+        ignored = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", str(run_dir)],
+                                 capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ignored = False
+    if ignored:
+        return None, ""
+    base = cache_dir()
+    base = base / "reports" if base is not None else Path(tempfile.gettempdir()) / "alpha_gym-reports"
+    folder = base / f"{run_dir.name}-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]}"
+    return folder, (f"{run_dir} is in the git work tree {top} and not ignored, so the page goes to {folder} "
+                    "(--out DIR to choose)")
 
 
 def _run_parts(run_dir: Path) -> list[str]:

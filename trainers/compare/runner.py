@@ -225,7 +225,8 @@ def claim_out_dir(out: Path, settings: dict) -> None:
         before = _with_model_identity(before, now, stamp)
         if before != now:
             changed = sorted(k for k in now if before.get(k) != now[k])
-            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "
+            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} "
+                               f"{'differs' if len(changed) == 1 else 'differ'}); "
                                "pass another --out or delete the folder")
     else:
         stamp.write_text(json_dumps(settings, indent=2))
