@@ -4,7 +4,7 @@
 
     holdout-formulas --data PATH [--universe U] --holdout-start DATE [--holdout-end DATE]
                      --formulas FILE [--train-start DATE] [--context 252] [--out RUN_DIR] [--json]
-    report RUN_DIR
+    report RUN_DIR [--out DIR]
 
 and `register_eval(subparsers)` adds `eval`:
 
@@ -175,11 +175,15 @@ def _print_report(report) -> None:
         u = report.universe
         print(f"universe {u['name']}: {u['size']} tickers (sha256 {u['tickers_sha256']})"
               + (f"; the answers' run used {u['answers_trained_on']}" if "answers_trained_on" in u else ""))
+    if report.answers:  # holdout score, the train window's CPCV, the holdout book's turnover and Sharpe
+        print(f"  {'holdout':>8}  {'train CPCV':>10}  {'turnover':>8}  {'Sharpe':>6}  formula (or why invalid)")
     for a in report.answers:
         score = f"{a.score:+.3f}" if a.valid else "invalid"
-        train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "  n/a"
-        extra = f"turnover {a.turnover:6.1%}  Sharpe {a.sharpe:+.2f}" if a.valid else a.reason
-        print(f"  {score:>8}  train {train}  {extra}  {a.formula}")
+        train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "n/a"
+        if a.valid:
+            print(f"  {score:>8}  {train:>10}  {a.turnover:8.1%}  {a.sharpe:+6.2f}  {a.formula}")
+        else:
+            print(f"  {score:>8}  {train:>10}  {'':>8}  {'':>6}  {a.formula}  ({a.reason})")
     mean = f"{s['mean_score']:+.3f}" if s["mean_score"] is not None else "n/a"
     interval = f" [{s['mean_score_lo']:+.3f}, {s['mean_score_hi']:+.3f}]" if s["mean_score_lo"] is not None else ""
     print(f"mean score {mean}{interval}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
@@ -233,8 +237,11 @@ def cmd_holdout(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from alpha_gym.evaluation.report import write_report
-    print(write_report(args.run_dir))
+    from alpha_gym.evaluation.report import page_folder, write_report
+    out, why = page_folder(args.run_dir, args.out)
+    if why:
+        print(f"alpha-gym report: {why}", file=sys.stderr)
+    print(write_report(args.run_dir, out_dir=out))
     return 0
 
 
@@ -279,8 +286,10 @@ def register(subparsers) -> None:
     add_settings_args(c)
     c.set_defaults(func=cmd_holdout)
 
-    r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")
+    r = subparsers.add_parser("report", help="write the page of a run (report.html) from holdout.json, log.jsonl, ...")
     r.add_argument("run_dir")
+    r.add_argument("--out", help="folder for report.html (default: RUN_DIR, unless RUN_DIR lies in a git work tree "
+                                 "and git does not ignore it: then a folder under the user cache, printed)")
     r.set_defaults(func=cmd_report)
 
 
