@@ -141,23 +141,26 @@ def extremum(args, errs, out, node):
 
 def _ends(kernel, args, errs, out, zero: bool):
     """A function monotone in each argument on each side of 0: the largest distance from `out` of its value
-    at the ends of each argument's interval (the others at their value) and, with `zero`, at 0 where the
-    first argument's interval holds it. NaN at an end (log of x <= 0) means anything: inf."""
-    dev = ROUND * _abs(out)
+    at the ends of each argument's interval, widened by the rounding of `x +- e` (the others at their value)
+    and, with `zero`, at 0 where the first argument's interval holds it; plus the rounding of both values.
+    NaN at an end (log of x <= 0) means anything: inf."""
+    dev = 0.0 * _abs(out)
     with np.errstate(all="ignore"):
         for i, e in enumerate(errs):
             if _exact(e):
                 continue
+            wide = e + ROUND * _abs(args[i])
             for sign in (-1.0, 1.0):
                 moved = list(args)
-                moved[i] = args[i] + sign * e
+                moved[i] = args[i] + sign * wide
                 dev = np.maximum(dev, np.abs(kernel(*moved) - out))
             if zero and i == 0:
-                lo, hi = args[0] - e, args[0] + e
+                lo, hi = args[0] - wide, args[0] + wide
                 moved = list(args)
                 moved[0] = 0.0 * args[0]
                 at_zero = np.abs(kernel(*moved) - out)
                 dev = np.where((lo < 0) & (hi > 0), np.maximum(dev, at_zero), dev)
+        dev = dev * (1 + ROUND) + 2 * ROUND * _abs(out)
     if isinstance(dev, np.ndarray):
         np.copyto(dev, np.inf, where=np.isnan(dev) & ~np.isnan(out))
     return _clean(dev)
@@ -223,11 +226,13 @@ def constant_rows(values: np.ndarray, e) -> np.ndarray:
 
 
 def rank(args, errs, out, node):
-    """`rank`: on a row indistinguishable from a constant, anything in [0, 1] (bound 1); elsewhere exact."""
+    """`rank`: on a row indistinguishable from a constant, anything in [0, 1] (bound 1); elsewhere the
+    rounding of its one division."""
     (x,), (ex,) = args, errs
-    if _exact(ex):
-        return 0.0
-    return np.where(constant_rows(x, ex)[:, None], 1.0, 0.0) * np.ones((1, x.shape[1]))
+    e = ROUND * np.abs(out)
+    if not _exact(ex):
+        np.copyto(e, 1.0, where=constant_rows(x, ex)[:, None])
+    return e
 
 
 def scale(args, errs, out, node):
@@ -263,8 +268,8 @@ def ind_neutralize(args, errs, out, node):
 
 # ------------------------------------------------------------------------------------ time series
 def _window_max(e, d: int):
-    """The largest bound in each window (0.0 stays 0.0)."""
-    return 0.0 if _exact(e) else _clean(ops.ts_max(e, d))
+    """The largest bound in each window (a bound for the whole panel stays one)."""
+    return _clean(ops.ts_max(e, d)) if isinstance(e, np.ndarray) else e
 
 
 def _spread(x, d: int) -> np.ndarray:
@@ -274,7 +279,7 @@ def _spread(x, d: int) -> np.ndarray:
 
 def delay(args, errs, out, node):
     """`delay(x, d)`: the bound d sessions ago."""
-    return errs[0] if _exact(errs[0]) else _clean(ops.delay(errs[0], node.window))
+    return _clean(ops.delay(errs[0], node.window)) if isinstance(errs[0], np.ndarray) else errs[0]
 
 
 def ts_delta(args, errs, out, node):
@@ -282,7 +287,7 @@ def ts_delta(args, errs, out, node):
     (x,), (ex,) = args, errs
     e = ROUND * np.abs(out)
     if not _exact(ex):
-        e = e + ex + ops.delay(ex, node.window)
+        e = e + ex + delay(args, errs, out, node)
     return _clean(e)
 
 
@@ -301,10 +306,10 @@ ts_mean = _window_of(ops.ts_mean)
 
 def window_mean(args, errs, out, node):
     """Means with positive weights summing to 1 (`ts_decay_linear`, `ts_ema`): at most the window's largest
-    `e_x`, plus the rounding of 2d weighted additions on values centred in the window."""
+    `e_x`, plus the rounding of d weighted additions (ts_ema's weights reach e^2 before they are normalised)."""
     (x,), (ex,) = args, errs
     d = node.window
-    return _window_max(ex + ROUND * (2 * d + 2) * np.abs(x), d)
+    return _window_max(ex + ROUND * (4 * d + 4) * np.abs(x), d)
 
 
 def window_extremum(args, errs, out, node):
@@ -404,12 +409,14 @@ def ts_slope(args, errs, out, node):
 def _order(limit):
     def rule(args, errs, out, node):
         (x,), (ex,) = args, errs
+        e = ROUND * np.abs(out)  # a count over d - 1: one division (argmax / argmin: exact integers)
         if _exact(ex):
-            return 0.0
+            return e
         d = node.window
         with np.errstate(invalid="ignore"):
             flat = _spread(x, d) <= 2.0 * _window_max(ex, d)
-        return np.where(flat, float(limit(d)), 0.0)
+        np.copyto(e, float(limit(d)), where=flat)
+        return e
     return rule
 
 
