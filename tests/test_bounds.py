@@ -289,18 +289,30 @@ def test_a_constant_is_exact_when_its_decimal_is_its_binary_value():
 
 
 def test_the_discrete_operators_own_their_whole_range_on_noise():
-    """`rank`, `sign`, a comparison and `ts_rank` of a row or window within its bounds may be anything."""
-    x = 1.0 + np.random.default_rng(0).integers(-3, 4, (T, N)) * 2.0 ** -52
-    e = np.full((T, N), 8 * 2.0 ** -52)
-    node = Op("rank", (X,))
-    assert (OPERATORS["rank"].bound([x], [e], KERNELS["rank"](x), node) == 1.0).all()
-    s = KERNELS["sign"](x - 1.0)
-    assert (OPERATORS["sign"].bound([x - 1.0], [e], s, Op("sign", (X,))) >= 1.0).all()
-    assert (OPERATORS["gt"].bound([x, 1.0], [e, 0.0], KERNELS["gt"](x, 1.0), Op("gt", (X, Num(1.0)))) == 1.0).all()
+    """`rank`, `sign`, a comparison and `ts_rank` of a row or window within its bounds may be anything: here
+    rounding noise times 1e16 (values -3..3, each within 8 of the exact 0)."""
+    x = np.random.default_rng(0).integers(-3, 4, (T, N)).astype(float)
+    e = np.full((T, N), 8.0)
+    assert (OPERATORS["rank"].bound([x], [e], KERNELS["rank"](x), Op("rank", (X,))) == 1.0).all()
+    assert (OPERATORS["sign"].bound([x], [e], KERNELS["sign"](x), Op("sign", (X,))) >= 1.0).all()
+    assert (OPERATORS["gt"].bound([x, 0.0], [e, 0.0], KERNELS["gt"](x, 0.0), Op("gt", (X, Num(0.0)))) == 1.0).all()
     tr = Op("ts_rank", (X,), window=5)
     assert (OPERATORS["ts_rank"].bound([x], [e], KERNELS["ts_rank"](x, 5), tr)[4:] == 1.0).all()
-    assert bounds.noise_days(KERNELS["rank"](x * 1e16), 1.0).sum() == 0  # ranks of noise are tied: flat, not noise
     assert bounds.noise_days(x, e).all()
+    assert not bounds.noise_days(KERNELS["rank"](1.0 + x * 2.0 ** -52), 0.0).any()  # ties: a flat book
+
+
+def test_below_the_tie_tolerance_the_language_rules_decide():
+    """A row or window equal up to a few ulps, with bounds of a few ulps, is tied by rules 1 and 4 in exact
+    arithmetic as in floats: its rank is 0.5, exactly; a comparison within rule 2's tolerance is decided."""
+    x = 1.0 + np.random.default_rng(0).integers(-3, 4, (T, N)) * 2.0 ** -52
+    e = np.full((T, N), 8 * 2.0 ** -52)
+    r = KERNELS["rank"](x)
+    assert (r == 0.5).all()
+    assert (OPERATORS["rank"].bound([x], [e], r, Op("rank", (X,))) < 1e-15).all()
+    assert (OPERATORS["gt"].bound([x, 1.0], [e, 0.0], KERNELS["gt"](x, 1.0), Op("gt", (X, Num(1.0)))) == 0).all()
+    tr = Op("ts_rank", (X,), window=5)
+    assert (OPERATORS["ts_rank"].bound([x], [e], KERNELS["ts_rank"](x, 5), tr)[4:] < 1e-15).all()
 
 
 def test_a_signal_with_a_real_spread_is_never_noise():

@@ -38,6 +38,9 @@ from alpha_gym.language import ops
 U = 2.0 ** -53
 #: A book is invalid when at least this share of its traded days are `noise_days` (docs/operators.md, rule 5).
 NOISE_SHARE = 0.5
+#: Rule 1's tie tolerance relative to a value (`ops.TIE_ULPS` ulps, 2**-30): rows and windows whose bounds stay
+#: below it are tied by the language's own rules in exact arithmetic as in floats, so the rules decide them.
+TIE_REL = ops.TIE_ULPS * 2.0 ** -52
 #: What one operation adds, relative to its result: two ulps (correctly rounded arithmetic is half an
 #: ulp, numpy's and libm's log/pow/sqrt within one).
 ROUND = 4 * U
@@ -166,22 +169,24 @@ def _ends(kernel, args, errs, out, zero: bool):
     return _clean(dev)
 
 
-def monotone(kernel, zero: bool = False):
+def monotone(kernel, zero: bool = False, exact: bool = False):
     """The bound rule of a monotone element-wise operator (`log`, `sign`; powers with `zero=True`: monotone on
-    each side of 0, so 0 is the third point to try)."""
+    each side of 0, so 0 is the third point to try); `exact`: the operator itself does not round (`sign`)."""
     def rule(args, errs, out, node):
         if all(_exact(e) for e in errs):
-            return ROUND * _abs(out)
+            return 0.0 if exact else ROUND * _abs(out)
         return _ends(kernel, args, errs, out, zero)
     rule.__doc__ = f"`{kernel.__name__}`: its value at the ends of the input interval{' and at 0' if zero else ''}."
     return rule
 
 
 def _undecided(x, y, ex, ey):
-    """Cells where `x` and `y` may compare either way in exact arithmetic: `|x - y| <= e_x + e_y`, bounds > 0."""
+    """Cells where `x` and `y` may compare either way in exact arithmetic: `|x - y| <= e_x + e_y`, with bounds
+    at least rule 2's `CANCEL_RTOL` of the operands (below it the rule reads both as equal, exact or not)."""
     room = ex + ey
     with np.errstate(invalid="ignore"):
-        return (np.abs(np.subtract(x, y)) <= room) & (room > 0)
+        size = np.maximum(np.abs(x), np.abs(y)) * ops.CANCEL_RTOL
+        return (np.abs(np.subtract(x, y)) <= room) & (room > 0) & (room >= size)
 
 
 def compare(args, errs, out, node):
@@ -227,11 +232,15 @@ def constant_rows(values: np.ndarray, e) -> np.ndarray:
 
 def rank(args, errs, out, node):
     """`rank`: on a row indistinguishable from a constant, anything in [0, 1] (bound 1); elsewhere the
-    rounding of its one division."""
+    rounding of its one division. A row whose bounds are below rule 1's tie tolerance is tied in exact
+    arithmetic as in floats: rule 1 decides it."""
     (x,), (ex,) = args, errs
     e = ROUND * np.abs(out)
     if not _exact(ex):
-        np.copyto(e, 1.0, where=constant_rows(x, ex)[:, None])
+        with np.errstate(invalid="ignore"):
+            wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
+                TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
+        np.copyto(e, 1.0, where=(constant_rows(x, ex) & wide)[:, None])
     return e
 
 
@@ -414,7 +423,9 @@ def _order(limit):
             return e
         d = node.window
         with np.errstate(invalid="ignore"):
-            flat = _spread(x, d) <= 2.0 * _window_max(ex, d)
+            room = 2.0 * _window_max(ex, d)
+            size = np.maximum(np.abs(ops.ts_max(x, d)), np.abs(ops.ts_min(x, d)))
+            flat = (_spread(x, d) <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
         np.copyto(e, float(limit(d)), where=flat)
         return e
     return rule

@@ -189,10 +189,10 @@ def _apply_bound(node: Op, panel, args: list, errors: list, value):
     spec = OPERATORS[node.name]
     if spec.kind != "elem":
         args = [_full(a, panel.shape) for a in args]
-    elif not isinstance(value, np.ndarray):  # a folded constant: a scalar bound
-        error = spec.bound([np.float64(a) for a in args], errors, np.float64(value), node)
-        return float(np.max(error))
-    error = spec.bound(args, errors, value, node)
+    with np.errstate(all="ignore"):  # inf * 0 of an unbounded input: NaN, read as inf (bounds._clean)
+        if spec.kind == "elem" and not isinstance(value, np.ndarray):  # a folded constant: a scalar bound
+            return float(np.max(spec.bound([np.float64(a) for a in args], errors, np.float64(value), node)))
+        error = spec.bound(args, errors, value, node)
     if isinstance(error, np.ndarray):
         error.setflags(write=False)
     return error

@@ -215,7 +215,7 @@ SPECS: tuple[OpSpec, ...] = (
     # element-wise functions
     _elem("abs", 1, ops.abs_, _PASS, "absolute value", aliases=("Abs",), prompt="abs", bound=bounds.same),
     _elem("log", 1, ops.log, 10.0, "natural logarithm (NaN for x <= 0)", aliases=("Log",), prompt="log", bound=bounds.monotone(ops.log)),
-    _elem("sign", 1, ops.sign, _BOOL, "-1, 0 or 1", aliases=("Sign",), prompt="sign", bound=bounds.monotone(ops.sign)),
+    _elem("sign", 1, ops.sign, _BOOL, "-1, 0 or 1", aliases=("Sign",), prompt="sign", bound=bounds.monotone(ops.sign, exact=True)),
     _elem("power", 2, ops.power, Cost(8.0, general_exponent=90.0), "x to the power y (also written x ^ y)",
           prompt="power(x, y)", bound=bounds.monotone(ops.power, zero=True)),
     _elem("signed_power", 2, ops.signed_power, Cost(10.0, general_exponent=92.0), "sign(x) * abs(x) ^ y",
