@@ -98,7 +98,10 @@ def add(args, errs, out, node):
     ex, ey = errs
     if _exact(ex) and _exact(ey):
         return ROUND * _abs(out)
-    return _clean(ex + ey + ROUND * _abs(out))
+    e = ROUND * _abs(out)
+    e += ex
+    e += ey
+    return e
 
 
 sub = add
@@ -114,7 +117,7 @@ def mul(args, errs, out, node):
         e = e + _abs(x) * ey
     if not (_exact(ex) or _exact(ey)):
         e = e + ex * ey
-    return _clean(e)
+    return _clean(e)  # 0 * inf (an unbounded factor times an exact 0) is NaN: anything
 
 
 def div(args, errs, out, node):
@@ -139,7 +142,7 @@ def extremum(args, errs, out, node):
     ex, ey = errs
     if _exact(ex) and _exact(ey):
         return 0.0
-    return _clean(np.maximum(ex, ey))
+    return np.maximum(ex, ey)
 
 
 def _ends(kernel, args, errs, out, zero: bool):
@@ -220,14 +223,22 @@ def where(args, errs, out, node):
 
 
 # ---------------------------------------------------------------------------------- cross-section
+def _beyond_ties(x, ex) -> bool:
+    """Whether any bound reaches rule 1's tie tolerance of its value: if none does, rules 1 and 4 decide every
+    near-tie, in exact arithmetic as in floats, and the order operators are exact (a cheap test first)."""
+    with np.errstate(invalid="ignore"):
+        if not isinstance(ex, np.ndarray):
+            return bool(ex > (TIE_REL / 2) * np.nanmin(np.abs(x), initial=np.inf))
+        return bool(np.any(ex > (TIE_REL / 2) * np.abs(x)))
+
+
 def constant_rows(values: np.ndarray, e) -> np.ndarray:
     """(T,) rows whose valid cells fit one constant within their bounds: the intervals `[v - e, v + e]`
-    share a point (`max(v - e) <= min(v + e)`). A row with no valid cell is not one (nothing to trade)."""
-    valid = np.isfinite(values)
+    share a point (`max(v - e) <= min(v + e)`; a row without a valid cell is one, and has nothing to trade)."""
     with np.errstate(invalid="ignore"):
-        lo = np.where(valid, values - e, -np.inf).max(axis=1, initial=-np.inf)
-        hi = np.where(valid, values + e, np.inf).min(axis=1, initial=np.inf)
-    return valid.any(axis=1) & (lo <= hi)
+        lo = np.fmax.reduce(values - e, axis=1, initial=-np.inf)  # fmax skips NaN cells
+        hi = np.fmin.reduce(values + e, axis=1, initial=np.inf)
+    return lo <= hi
 
 
 def rank(args, errs, out, node):
@@ -235,13 +246,13 @@ def rank(args, errs, out, node):
     rounding of its one division. A row whose bounds are below rule 1's tie tolerance is tied in exact
     arithmetic as in floats: rule 1 decides it."""
     (x,), (ex,) = args, errs
-    e = ROUND * np.abs(out)
-    if not _exact(ex):
-        with np.errstate(invalid="ignore"):
-            wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
-                TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
-        np.copyto(e, 1.0, where=(constant_rows(x, ex) & wide)[:, None])
-    return e
+    if _exact(ex) or not _beyond_ties(x, ex):
+        return ROUND  # ranks are at most 1: one rounding of at most ROUND
+    ex = _array(ex, x.shape)
+    with np.errstate(invalid="ignore"):
+        wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
+            TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
+    return np.where((constant_rows(x, ex) & wide)[:, None], 1.0, ROUND)
 
 
 def scale(args, errs, out, node):
@@ -277,8 +288,14 @@ def ind_neutralize(args, errs, out, node):
 
 # ------------------------------------------------------------------------------------ time series
 def _window_max(e, d: int):
-    """The largest bound in each window (a bound for the whole panel stays one)."""
-    return _clean(ops.ts_max(e, d)) if isinstance(e, np.ndarray) else e
+    """A bound of the largest bound in each window: the stock's largest over the panel (one pass, not a rolling
+    maximum; bounds of rounding are small everywhere), or the rolling maximum where some bound is inf or NaN
+    (a bound for the whole panel stays one)."""
+    if not isinstance(e, np.ndarray):
+        return e
+    with np.errstate(invalid="ignore"):
+        column = np.max(e, axis=0, keepdims=True)
+    return column if np.isfinite(column).all() else ops.ts_max(e, d)
 
 
 def _spread(x, d: int) -> np.ndarray:
@@ -288,7 +305,7 @@ def _spread(x, d: int) -> np.ndarray:
 
 def delay(args, errs, out, node):
     """`delay(x, d)`: the bound d sessions ago."""
-    return _clean(ops.delay(errs[0], node.window)) if isinstance(errs[0], np.ndarray) else errs[0]
+    return ops.delay(errs[0], node.window) if isinstance(errs[0], np.ndarray) else errs[0]
 
 
 def ts_delta(args, errs, out, node):
@@ -296,15 +313,23 @@ def ts_delta(args, errs, out, node):
     (x,), (ex,) = args, errs
     e = ROUND * np.abs(out)
     if not _exact(ex):
-        e = e + ex + delay(args, errs, out, node)
-    return _clean(e)
+        e += ex
+        e += delay(args, errs, out, node)
+    return e
+
+
+def _nonnegative(x) -> bool:
+    with np.errstate(invalid="ignore"):
+        return not bool(np.any(x < 0))
 
 
 def _window_of(statistic):
     def rule(args, errs, out, node):
         (x,), (ex,) = args, errs
         d = node.window
-        return _clean(statistic(ex + ROUND * (d + 1) * np.abs(x), d))
+        if _exact(ex) and _nonnegative(x):  # prices, volumes: the statistic of |x| is |out|
+            return ROUND * (d + 1) * np.abs(out)
+        return statistic(ex + ROUND * (d + 1) * np.abs(x), d)
     return rule
 
 
@@ -318,6 +343,8 @@ def window_mean(args, errs, out, node):
     `e_x`, plus the rounding of d weighted additions (ts_ema's weights reach e^2 before they are normalised)."""
     (x,), (ex,) = args, errs
     d = node.window
+    if _exact(ex) and _nonnegative(x):  # a positive-weight mean of |x| is |out|
+        return ROUND * (4 * d + 4) * np.abs(out)
     return _window_max(ex + ROUND * (4 * d + 4) * np.abs(x), d)
 
 
@@ -343,22 +370,16 @@ def ts_product(args, errs, out, node):
     return _clean(e + part)
 
 
-def _moment_rounding(x, d: int) -> np.ndarray:
-    """The rounding of a window moment computed on values centred in the window: about d ulps of the window's
-    range (`ops._centred`), squared for a second moment: returned as a bound of the variance."""
-    r = _spread(x, d)
-    return ROUND * 4 * (d + 2) * r * r
-
-
 def ts_std(args, errs, out, node):
     """`ts_std`: a standard deviation moves by at most the largest input change (`std(x + v) - std(x) <= max |v|`),
-    plus the algorithm's rounding (variance off by `eps_var`: the std by `min(sqrt(eps_var), eps_var / std)`)."""
+    plus the algorithm's rounding: on values centred on a window member the variance is off by about d ulps of
+    `mean(c^2) <= range^2 <= 4 (d - 1) var` (Samuelson), so the std by `eps_var / std`: `16 d^2 ulps` of it."""
     (x,), (ex,) = args, errs
     d = node.window
-    eps = _moment_rounding(x, d)
-    with np.errstate(all="ignore"):
-        rounding = np.where(out > 0, np.minimum(np.sqrt(eps), eps / out), np.sqrt(eps))
-    return _clean(_window_max(ex, d) + rounding)
+    e = ROUND * 16 * d * d * out
+    if not _exact(ex):
+        e += _window_max(ex, d)
+    return e
 
 
 def _relative_change(x, ex, d: int):
@@ -418,16 +439,15 @@ def ts_slope(args, errs, out, node):
 def _order(limit):
     def rule(args, errs, out, node):
         (x,), (ex,) = args, errs
-        e = ROUND * np.abs(out)  # a count over d - 1: one division (argmax / argmin: exact integers)
-        if _exact(ex):
+        e = ROUND * max(limit(node.window), 1.0)  # a count over d - 1: one division (argmax / argmin: exact)
+        if _exact(ex) or not _beyond_ties(x, ex):
             return e
         d = node.window
         with np.errstate(invalid="ignore"):
             room = 2.0 * _window_max(ex, d)
             size = np.maximum(np.abs(ops.ts_max(x, d)), np.abs(ops.ts_min(x, d)))
             flat = (_spread(x, d) <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
-        np.copyto(e, float(limit(d)), where=flat)
-        return e
+        return np.where(flat, float(limit(d)), e)
     return rule
 
 
@@ -447,7 +467,6 @@ def noise_days(values: np.ndarray, e) -> np.ndarray:
     bit for bit (a day of exact ties is a flat book, not noise): what the book trades there is rounding."""
     if _exact(e):
         return np.zeros(values.shape[0], dtype=bool)
-    e = _array(e, values.shape)
+    spread = np.fmax.reduce(values, axis=1, initial=-np.inf) - np.fmin.reduce(values, axis=1, initial=np.inf)
     with np.errstate(invalid="ignore"):
-        spread = np.nanmax(values, axis=1, initial=-np.inf) - np.nanmin(values, axis=1, initial=np.inf)
-    return constant_rows(values, e) & (spread > 0)
+        return (spread > 0) & constant_rows(values, e)

@@ -116,7 +116,7 @@ class _Freeing:
             if isinstance(node, Field):
                 hit = _field(node, self.panel)
                 if self.bounded:
-                    hit = (hit, bounds.field(node.name, hit, node.name in self.panel.data))
+                    hit = (hit, _field_bound(node, hit, self.panel))
             else:
                 hit = self._compute(node)
             if self.left.get(node, 0) > 1 and not isinstance(node, Field):
@@ -159,6 +159,14 @@ def _field(node: Field, panel) -> np.ndarray:
                                    "on this panel)" if node.name == "cap" else
                                    f"the data has no {node.name!r} field")
     return panel.field(node.name)
+
+
+def _field_bound(node: Field, values: np.ndarray, panel):
+    """The rounding bound of a field (`bounds.field`), kept with the panel as its derived fields are."""
+    loaded = node.name in panel.data
+    if loaded or not hasattr(panel, "memo"):
+        return bounds.field(node.name, values, loaded)
+    return panel.memo(("bound", node.name), lambda: bounds.field(node.name, values, loaded))
 
 
 def _eval(node: Node, panel, memo):
