@@ -246,13 +246,14 @@ def rank(args, errs, out, node):
     rounding of its one division. A row whose bounds are below rule 1's tie tolerance is tied in exact
     arithmetic as in floats: rule 1 decides it."""
     (x,), (ex,) = args, errs
+    e = ROUND * np.abs(out)  # one division (0 and 1 exact: a comparison of exact ranks stays decided)
     if _exact(ex) or not _beyond_ties(x, ex):
-        return ROUND  # ranks are at most 1: one rounding of at most ROUND
+        return e
     ex = _array(ex, x.shape)
     with np.errstate(invalid="ignore"):
         wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
             TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
-    return np.where((constant_rows(x, ex) & wide)[:, None], 1.0, ROUND)
+    return np.where((constant_rows(x, ex) & wide)[:, None], 1.0, e)
 
 
 def scale(args, errs, out, node):
@@ -288,14 +289,9 @@ def ind_neutralize(args, errs, out, node):
 
 # ------------------------------------------------------------------------------------ time series
 def _window_max(e, d: int):
-    """A bound of the largest bound in each window: the stock's largest over the panel (one pass, not a rolling
-    maximum; bounds of rounding are small everywhere), or the rolling maximum where some bound is inf or NaN
-    (a bound for the whole panel stays one)."""
-    if not isinstance(e, np.ndarray):
-        return e
-    with np.errstate(invalid="ignore"):
-        column = np.max(e, axis=0, keepdims=True)
-    return column if np.isfinite(column).all() else ops.ts_max(e, d)
+    """The largest bound in each window (a bound for the whole panel stays one). Rolling, not the stock's
+    largest over the panel: one unbounded cell (a NaN correlation's) would spread to every day."""
+    return ops.ts_max(e, d) if isinstance(e, np.ndarray) else e
 
 
 def _spread(x, d: int) -> np.ndarray:
@@ -436,10 +432,10 @@ def ts_slope(args, errs, out, node):
     return _clean((_window_max(ex, d) + ROUND * 4 * (d + 2) * _spread(x, d)) / sd_t)
 
 
-def _order(limit):
+def _order(limit, rounding: float):
     def rule(args, errs, out, node):
         (x,), (ex,) = args, errs
-        e = ROUND * max(limit(node.window), 1.0)  # a count over d - 1: one division (argmax / argmin: exact)
+        e = rounding * np.abs(out)
         if _exact(ex) or not _beyond_ties(x, ex):
             return e
         d = node.window
@@ -453,12 +449,12 @@ def _order(limit):
 
 def ts_rank(args, errs, out, node):
     """`ts_rank`: on a window indistinguishable from a constant, anything in [0, 1]; elsewhere exact."""
-    return _order(lambda d: 1.0)(args, errs, out, node)
+    return _order(lambda d: 1.0, ROUND)(args, errs, out, node)  # a count over d - 1: one division
 
 
 def ts_arg(args, errs, out, node):
     """`ts_argmax`, `ts_argmin`: on a window indistinguishable from a constant, anything in [0, d - 1]."""
-    return _order(lambda d: d - 1.0)(args, errs, out, node)
+    return _order(lambda d: d - 1.0, 0.0)(args, errs, out, node)  # exact integers
 
 
 # --------------------------------------------------------------------------------------- verdict

@@ -112,11 +112,11 @@ class OpSpec:
                                     "ternary forms")
         if self.kernel is None and self.form != "window_name":
             raise OperatorSpecError(f"{self.name}: every operator but adv{{d}} needs a kernel in ops.py")
+        if not self.doc or "\n" in self.doc:
+            raise OperatorSpecError(f"{self.name}: doc must be one non-empty line")
         if self.bound is None:
             raise OperatorSpecError(f"{self.name}: every operator declares how it propagates a rounding bound "
                                     "(a function of bounds.py)")
-        if not self.doc or "\n" in self.doc:
-            raise OperatorSpecError(f"{self.name}: doc must be one non-empty line")
 
     @property
     def callable(self) -> bool:
