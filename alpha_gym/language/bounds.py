@@ -28,7 +28,10 @@ row is not tracked (docs/operators.md, rule 5, "Limits").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
+
+import math
 
 import numpy as np
 
@@ -44,6 +47,34 @@ TIE_REL = ops.TIE_ULPS * 2.0 ** -52
 #: What one operation adds, relative to its result: two ulps (correctly rounded arithmetic is half an
 #: ulp, numpy's and libm's log/pow/sqrt within one).
 ROUND = 4 * U
+
+
+@dataclass(frozen=True)
+class Relative:
+    """The bound `k |value|` for the whole panel: what operations on exact inputs leave (their rounding), kept
+    as one number until a rule needs the array (`absolute`). Rules marked `relative` read it; the evaluator
+    turns it into an array for the others."""
+
+    k: float
+
+
+def absolute(e, value):
+    """A bound as an array or a float: `k |value|` for a `Relative` one."""
+    return e.k * _abs(value) if isinstance(e, Relative) else e
+
+
+def reads_relative(rule):
+    """Mark a rule that accepts `Relative` bounds (and may return one)."""
+    rule.relative = True
+    return rule
+
+
+def _relative_or_exact(errs) -> bool:
+    return all(isinstance(e, Relative) or _exact(e) for e in errs)
+
+
+def _k(e) -> float:
+    return e.k if isinstance(e, Relative) else 0.0
 
 
 def _abs(x):
@@ -84,20 +115,22 @@ def field(name: str, values: np.ndarray, loaded: bool):
         return 0.0
     if name == "returns":
         return _clean(ROUND * (np.abs(values) + 1.0))
-    return _clean(ROUND * 2 * np.abs(values))
+    return Relative(ROUND * 2)
 
 
+@reads_relative
 def adv(args, errs, out, node):
     """adv{d}: the mean of vwap * volume over d sessions (one product, d additions, one division)."""
-    return ROUND * (node.window + 2) * np.abs(out)
+    return Relative(ROUND * (node.window + 2))
 
 
 # ------------------------------------------------------------------------------------ element-wise
+@reads_relative
 def add(args, errs, out, node):
     """`x + y`, `x - y`: the bounds add, plus the rounding of the result (0 where the operands cancelled)."""
-    ex, ey = errs
-    if _exact(ex) and _exact(ey):
-        return ROUND * _abs(out)
+    if _exact(errs[0]) and _exact(errs[1]):
+        return Relative(ROUND)
+    ex, ey = (absolute(e, a) for e, a in zip(errs, args))
     e = ROUND * _abs(out)
     e += ex
     e += ey
@@ -107,9 +140,14 @@ def add(args, errs, out, node):
 sub = add
 
 
+@reads_relative
 def mul(args, errs, out, node):
-    """`x * y`: `|x| e_y + |y| e_x + e_x e_y`, plus the rounding of the product."""
-    (x, y), (ex, ey) = args, errs
+    """`x * y`: `|x| e_y + |y| e_x + e_x e_y`, plus the rounding of the product (relative bounds: `kx + ky + kx ky`)."""
+    if _relative_or_exact(errs):
+        kx, ky = _k(errs[0]), _k(errs[1])
+        return Relative(kx + ky + kx * ky + ROUND)
+    x, y = args
+    ex, ey = (absolute(e, a) for e, a in zip(errs, args))
     e = ROUND * _abs(out)
     if not _exact(ex):
         e = e + _abs(y) * ex
@@ -120,9 +158,15 @@ def mul(args, errs, out, node):
     return _clean(e)  # 0 * inf (an unbounded factor times an exact 0) is NaN: anything
 
 
+@reads_relative
 def div(args, errs, out, node):
-    """`x / y`: `(e_x + |x / y| e_y) / (|y| - e_y)`, inf where `y` may be 0, plus the rounding."""
-    (x, y), (ex, ey) = args, errs
+    """`x / y`: `(e_x + |x / y| e_y) / (|y| - e_y)`, inf where `y` may be 0, plus the rounding (relative bounds:
+    `(kx + ky) / (1 - ky)`)."""
+    if _relative_or_exact(errs) and _k(errs[1]) < 0.5:
+        kx, ky = _k(errs[0]), _k(errs[1])
+        return Relative((kx + ky) / (1 - ky) + ROUND)
+    x, y = args
+    ex, ey = (absolute(e, a) for e, a in zip(errs, args))
     e = ROUND * _abs(out)
     if _exact(ex) and _exact(ey):
         return e
@@ -132,6 +176,7 @@ def div(args, errs, out, node):
     return _clean(e + part)
 
 
+@reads_relative
 def same(args, errs, out, node):
     """Exact operations on one argument (`-x`, `abs(x)`): the argument's bound."""
     return errs[0]
@@ -178,7 +223,15 @@ def monotone(kernel, zero: bool = False, exact: bool = False):
     def rule(args, errs, out, node):
         if all(_exact(e) for e in errs):
             return 0.0 if exact else ROUND * _abs(out)
+        if isinstance(errs[0], Relative) and all(_exact(e) for e in errs[1:]) and errs[0].k < 0.5:
+            if exact:  # k |x| < |x|: the sign is known (and x = 0 is exact)
+                return 0.0
+            if zero and not isinstance(args[1], np.ndarray):  # x^y: relative bounds scale by |y|
+                grow = math.expm1(abs(float(args[1])) * -math.log1p(-errs[0].k))
+                return Relative(grow * (1 + ROUND) + 2 * ROUND)
+        errs = [absolute(e, a) for e, a in zip(errs, args)]
         return _ends(kernel, args, errs, out, zero)
+    rule.relative = True
     rule.__doc__ = f"`{kernel.__name__}`: its value at the ends of the input interval{' and at 0' if zero else ''}."
     return rule
 
@@ -241,13 +294,17 @@ def constant_rows(values: np.ndarray, e) -> np.ndarray:
     return lo <= hi
 
 
+@reads_relative
 def rank(args, errs, out, node):
     """`rank`: on a row indistinguishable from a constant, anything in [0, 1] (bound 1); elsewhere the
     rounding of its one division. A row whose bounds are below rule 1's tie tolerance is tied in exact
     arithmetic as in floats: rule 1 decides it."""
     (x,), (ex,) = args, errs
-    e = ROUND * np.abs(out)  # one division (0 and 1 exact: a comparison of exact ranks stays decided)
-    if _exact(ex) or not _beyond_ties(x, ex):
+    if _exact(ex) or isinstance(ex, Relative) and ex.k <= TIE_REL / 2:
+        return Relative(ROUND)  # one division (0 and 1 exact: a comparison of exact ranks stays decided)
+    ex = absolute(ex, x)
+    e = ROUND * np.abs(out)
+    if not _beyond_ties(x, ex):
         return e
     ex = _array(ex, x.shape)
     with np.errstate(invalid="ignore"):
@@ -299,18 +356,24 @@ def _spread(x, d: int) -> np.ndarray:
     return ops.ts_max(x, d) - ops.ts_min(x, d)
 
 
+@reads_relative
 def delay(args, errs, out, node):
-    """`delay(x, d)`: the bound d sessions ago."""
+    """`delay(x, d)`: the bound d sessions ago (a relative bound stays one)."""
+    if isinstance(errs[0], Relative):
+        return errs[0]
     return ops.delay(errs[0], node.window) if isinstance(errs[0], np.ndarray) else errs[0]
 
 
+@reads_relative
 def ts_delta(args, errs, out, node):
     """`ts_delta(x, d)`: today's and d sessions ago's bounds, plus the subtraction's rounding."""
-    (x,), (ex,) = args, errs
+    if _exact(errs[0]):
+        return Relative(ROUND)
+    (x,), (ex,) = args, [absolute(errs[0], args[0])]
     e = ROUND * np.abs(out)
     if not _exact(ex):
         e += ex
-        e += delay(args, errs, out, node)
+        e += delay(args, [ex], out, node)
     return e
 
 
@@ -320,11 +383,13 @@ def _nonnegative(x) -> bool:
 
 
 def _window_of(statistic):
+    @reads_relative
     def rule(args, errs, out, node):
         (x,), (ex,) = args, errs
         d = node.window
-        if _exact(ex) and _nonnegative(x):  # prices, volumes: the statistic of |x| is |out|
-            return ROUND * (d + 1) * np.abs(out)
+        if _relative_or_exact(errs) and _nonnegative(x):  # prices, volumes: the statistic of k |x| is k |out|
+            return Relative(_k(ex) + ROUND * (d + 1))
+        ex = absolute(ex, x)
         return statistic(ex + ROUND * (d + 1) * np.abs(x), d)
     return rule
 
@@ -334,13 +399,15 @@ ts_sum = _window_of(ops.ts_sum)
 ts_mean = _window_of(ops.ts_mean)
 
 
+@reads_relative
 def window_mean(args, errs, out, node):
     """Means with positive weights summing to 1 (`ts_decay_linear`, `ts_ema`): at most the window's largest
     `e_x`, plus the rounding of d weighted additions (ts_ema's weights reach e^2 before they are normalised)."""
     (x,), (ex,) = args, errs
     d = node.window
-    if _exact(ex) and _nonnegative(x):  # a positive-weight mean of |x| is |out|
-        return ROUND * (4 * d + 4) * np.abs(out)
+    if _relative_or_exact(errs) and _nonnegative(x):  # a positive-weight mean of k |x| is k |out|
+        return Relative(_k(ex) + ROUND * (4 * d + 4))
+    ex = absolute(ex, x)
     return _window_max(ex + ROUND * (4 * d + 4) * np.abs(x), d)
 
 
@@ -461,8 +528,10 @@ def ts_arg(args, errs, out, node):
 def noise_days(values: np.ndarray, e) -> np.ndarray:
     """(T,) days whose cross-section is consistent with one constant within its bounds, yet not one value
     bit for bit (a day of exact ties is a flat book, not noise): what the book trades there is rounding."""
-    if _exact(e):
+    if _exact(e) or isinstance(e, Relative) and e.k < TIE_REL / 4:
+        # within 2k of each other a day's values are tied by rule 1: the book is flat there, never noise
         return np.zeros(values.shape[0], dtype=bool)
+    e = absolute(e, values)
     spread = np.fmax.reduce(values, axis=1, initial=-np.inf) - np.fmin.reduce(values, axis=1, initial=np.inf)
     with np.errstate(invalid="ignore"):
         return (spread > 0) & constant_rows(values, e)

@@ -38,7 +38,8 @@ def _full(x, shape) -> np.ndarray:
 def evaluate(node: Node, panel, cache: MutableMapping | None = None, bound: bool = False):
     """The formula's value for every (day, stock) of `panel`.
 
-    With `bound`, the pair `(values, error)`: `error` (an array, or 0.0 when the value is exact) bounds,
+    With `bound`, the pair `(values, error)`: `error` (an array, a float for the whole panel, or a
+    `bounds.Relative` k meaning `k |values|`; `bounds.absolute` makes it an array) bounds,
     per cell, how far the values are from the formula's value in exact arithmetic (`bounds.py`; each
     operator's `OpSpec.bound` propagates it), computed alongside and freed alike; `cache` is then ignored.
 
@@ -164,7 +165,7 @@ def _field(node: Field, panel) -> np.ndarray:
 def _field_bound(node: Field, values: np.ndarray, panel):
     """The rounding bound of a field (`bounds.field`), kept with the panel as its derived fields are."""
     loaded = node.name in panel.data
-    if loaded or not hasattr(panel, "memo"):
+    if loaded or node.name != "returns" or not hasattr(panel, "memo"):
         return bounds.field(node.name, values, loaded)
     return panel.memo(("bound", node.name), lambda: bounds.field(node.name, values, loaded))
 
@@ -197,9 +198,13 @@ def _apply_bound(node: Op, panel, args: list, errors: list, value):
     spec = OPERATORS[node.name]
     if spec.kind != "elem":
         args = [_full(a, panel.shape) for a in args]
+    if not getattr(spec.bound, "relative", False):
+        errors = [bounds.absolute(e, a) for e, a in zip(errors, args)]
     with np.errstate(all="ignore"):  # inf * 0 of an unbounded input: NaN, read as inf (bounds._clean)
         if spec.kind == "elem" and not isinstance(value, np.ndarray):  # a folded constant: a scalar bound
-            return float(np.max(spec.bound([np.float64(a) for a in args], errors, np.float64(value), node)))
+            args = [np.float64(a) for a in args]
+            errors = [bounds.absolute(e, a) for e, a in zip(errors, args)]
+            return float(np.max(bounds.absolute(spec.bound(args, errors, np.float64(value), node), value)))
         error = spec.bound(args, errors, value, node)
     if isinstance(error, np.ndarray):
         error.setflags(write=False)
