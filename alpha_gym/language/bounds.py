@@ -11,9 +11,10 @@ formula was written (`close * 1.1 / 1.1 / close`, its `log`, `rank`, `sign`, `* 
 
 Conventions. `u = 2**-53` is the unit roundoff; one correctly rounded operation is off by at most
 `u |result|`, and each rule charges `ROUND = 4u` (two ulps) per operation it performs, libm's `log`
-and `pow` (within 1 ulp) included. A bound is a float64 array (or a Python float for a whole panel:
-0.0 when exact), never NaN where the value is a number: a bound that cannot be computed is `inf`
-("anything"). Fields are exact except `returns`, one division and one subtraction. The rules are first
+and `pow` (within 1 ulp) included. A bound is a float64 array, a Python float for a whole panel (0.0
+when exact) or a `Relative` k meaning `k |value|` (what operations on exact inputs leave: one number, no
+array, for the rules marked `reads_relative`; the evaluator makes it an array for the others), never NaN
+where the value is a number: a bound that cannot be computed is `inf` ("anything"). Fields are exact except `returns`, one division and one subtraction. The rules are first
 order where that is tight (`x * y`: `|x| e_y + |y| e_x + e_x e_y`), and use the operator's own kernel on
 the ends of the input interval where the operator is monotone (log, sign, powers), which is exact for
 them. Statistics of a window are bounded by the largest input bound in the window plus their
