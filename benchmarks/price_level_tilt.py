@@ -64,18 +64,26 @@ REFERENCE_PUBLISHED = (
 HACK, STATIC, INTRADAY = "rank(close - 2 * open)", "rank(-close)", "rank(close - open)"
 
 
-def kept_formulas() -> list[str]:
-    """Every distinct formula kept under benchmarks/results/ (answers, archives, books), sorted."""
-    out = set()
-    for path in sorted((ROOT / "benchmarks" / "results").rglob("*.jsonl")):
+def kept_formulas() -> dict[str, set[str]]:
+    """Every distinct formula kept under benchmarks/results/ (answers, archives, books), with where it is kept:
+    "FOLDER/probe" (a run's shipped probe answers, seed-S/NAME.jsonl), "FOLDER/archive" (NAME.archive.jsonl),
+    "FOLDER/step-0" or "FOLDER/other"."""
+    out: dict[str, set[str]] = {}
+    results = ROOT / "benchmarks" / "results"
+    for path in sorted(results.rglob("*.jsonl")):
+        rel = path.relative_to(results)
+        kind = ("archive" if path.name.endswith(".archive.jsonl") else "step-0" if path.name == "step-0.jsonl"
+                else "probe" if rel.parts[1].startswith("seed-") else "other") if len(rel.parts) > 1 else "other"
         for line in path.read_text().splitlines():
             try:
                 row = json.loads(line)
             except ValueError:
                 continue
             if isinstance(row, dict):
-                out.update(row[k] for k in ("formula", "text") if isinstance(row.get(k), str))
-    return sorted(out)
+                for k in ("formula", "text"):
+                    if isinstance(row.get(k), str):
+                        out.setdefault(row[k], set()).add(f"{rel.parts[0]}/{kind}")
+    return out
 
 
 def honest_sets() -> dict[str, tuple[str, ...]]:
@@ -231,7 +239,9 @@ def main(argv=None) -> int:
     if not args.skip_wide:
         panels["us100"] = everything.select(load_universe(args.data / "universe_us100.txt"))
         panels["all496"] = everything
-    summary: dict = {"window": [str(us46.dates[0]), str(us46.dates[-1])], "cpu_flags": cpu_flags()}
+    threshold = VerifierConfig().max_price_level_corr
+    summary: dict = {"window": [str(us46.dates[0]), str(us46.dates[-1])], "cpu_flags": cpu_flags(),
+                     "threshold": threshold}
     for name, panel in panels.items():
         v = Verifier(panel, config)
         static_net = v.book(parse(STATIC)).net
@@ -249,14 +259,23 @@ def main(argv=None) -> int:
     if not args.skip_kept:  # the kept comparisons' train window: the panel less its last 252 sessions
         train = us46.head(us46.n_days - 252)
         v = Verifier(train, config)
-        for f in kept_formulas():
+        for f, where in sorted(kept_formulas().items()):
             level, book = statistic(v, f)
             if level is None:
                 continue
-            r = {"panel": "us46-kept-train", "group": "kept", "formula": f, "price_level": level,
-                 "turnover": float(book.turnover.mean())}
-            rows.append(r)
+            rows.append({"panel": "us46-kept-train", "group": "kept", "formula": f, "price_level": level,
+                         "turnover": float(book.turnover.mean()), "kept_in": sorted(where)})
+        summary["kept_over_threshold"] = kept_over(rows, threshold)
     summary["classes"] = classes(rows)
+    summary["family_refused"] = {p: [sum(r["price_level"] > threshold for r in fam), len(fam)] for p in panels
+                                 if (fam := [r for r in rows if r["panel"] == p and r["group"] == "family"
+                                             and r["price_level"] is not None])}
+    kept = np.array([r["price_level"] for r in rows if r["group"] == "kept" and r["turnover"] >= 0.02])
+    if kept.size:
+        edges = [0.0, 0.5, 0.7, 0.8, 0.9, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0]
+        summary["kept_histogram"] = {"edges": edges, "counts": np.histogram(kept, bins=edges)[0].tolist()}
+    # the file keeps every family and honest row and the kept formulas from 0.9 up (the rest: the histogram)
+    rows = [r for r in rows if r["group"] != "kept" or r["price_level"] >= 0.9]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
     with open(args.out / "formulas.jsonl", "w") as fh:
@@ -264,6 +283,19 @@ def main(argv=None) -> int:
             fh.write(json.dumps(r, default=float) + "\n")
     print(json.dumps(summary, indent=1, default=float))
     return 0
+
+
+def kept_over(rows: list[dict], threshold: float) -> dict:
+    """How many distinct kept formulas trading over the 2% floor the price-level floor now refuses, by where they
+    are kept, and the highest-scoring spellings' statistic (the kept train window)."""
+    hit = [r for r in rows if r["group"] == "kept" and r["turnover"] >= 0.02 and r["price_level"] > threshold]
+    counts: dict = {}
+    for r in hit:
+        for w in r["kept_in"]:
+            counts[w] = counts.get(w, 0) + 1
+    total = sum(1 for r in rows if r["group"] == "kept" and r["turnover"] >= 0.02)
+    return {"over_floor": total, "refused": len(hit), "by_place": dict(sorted(counts.items())),
+            "examples": [r["formula"] for r in sorted(hit, key=lambda r: -r["price_level"])[:5]]}
 
 
 def classes(rows: list[dict]) -> dict:

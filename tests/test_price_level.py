@@ -85,7 +85,7 @@ def test_a_book_that_never_trades_has_no_price_level(small_synthetic):
 
 def test_the_threshold_is_a_ranged_setting():
     from alpha_gym.ranges import SettingError
-    assert VerifierConfig().max_price_level_corr == 0.97
+    assert VerifierConfig().max_price_level_corr == 0.96
     with pytest.raises(SettingError):
         VerifierConfig(max_price_level_corr=1.5)
 

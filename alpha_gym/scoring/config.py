@@ -60,7 +60,7 @@ class VerifierConfig:
     min_turnover_invalid: float = 0.02  # below 2% of the book a day: invalid (R6)
     # A static price-level ranking nudged over the turnover floor (`rank(close - 2 * open)`): invalid when the
     # mean over days of |rank correlation of the signal with the close| is above this (`price_level.py`); 1: off
-    max_price_level_corr: float = 0.97
+    max_price_level_corr: float = 0.96
     # Channel constants: every number a channel uses (each channel's docstring in channels.py gives its
     # formula; the functions there take their defaults from these fields).
     pbo_floor: float = -0.48             # R2: the most a formula can lose for ranking worse out of sample
