@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.price_level import price_level_correlation
@@ -46,11 +46,17 @@ ON = VerifierConfig(stress_checkpoint=None)
 
 # ------------------------------------------------------------------ the statistic
 def _reference(signal: np.ndarray, close: np.ndarray, traded: np.ndarray) -> float:
-    """scipy's Spearman correlation day by day over the cells both define: the definition, written plainly."""
+    """The definition written plainly: day by day, each series ranked (scipy, ties averaged) over its own
+    defined cells, correlated over the cells both define; on a day without NaN that is scipy's Spearman."""
     out = []
     for t in np.flatnonzero(traded):
-        both = ~(np.isnan(signal[t]) | np.isnan(close[t]))
-        out.append(abs(spearmanr(signal[t][both], close[t][both]).statistic))
+        s_ok, c_ok = ~np.isnan(signal[t]), ~np.isnan(close[t])
+        rs, rc = np.full(len(s_ok), np.nan), np.full(len(c_ok), np.nan)
+        rs[s_ok], rc[c_ok] = rankdata(signal[t][s_ok]), rankdata(close[t][c_ok])
+        both = s_ok & c_ok
+        out.append(abs(np.corrcoef(rs[both], rc[both])[0, 1]))
+        if both.all():
+            assert out[-1] == pytest.approx(abs(spearmanr(signal[t], close[t]).statistic), abs=1e-12)
     return float(np.mean(out))
 
 
@@ -65,9 +71,8 @@ def _book(verifier, formula):
 @pytest.mark.parametrize("formula", ["close - 2 * open", "rank(ts_std(volume, 20) / ts_mean(volume, 20))",
                                      "(close - open) / (volume > ts_mean(volume, 5))", "rank(-ts_delta(close, 5))"])
 def test_the_statistic_is_the_mean_absolute_daily_spearman_correlation(small_synthetic, formula):
-    """Read off the book's weights (full rows) or ranked again (rows with NaN: the third formula is NaN where
-    volume is below its mean), it equals scipy's Spearman over the cells both define, and is bit-identical
-    when computed again."""
+    """Read off the book's weights, it equals the definition computed with scipy (the third formula is NaN
+    where volume is below its 5-day mean: rows with NaN), and is bit-identical when computed again."""
     v = Verifier(small_synthetic, OFF)
     signal, book = _book(v, formula)
     n = len(book.weights)

@@ -3,7 +3,7 @@
     price_level = mean over traded days t of |spearman_t(signal_t, close_t)|
 
 where spearman_t is the cross-sectional rank correlation of the formula's values with the close on
-decision day t, over the stocks where both are defined. Ranking by the price level (`rank(-close)`,
+decision day t (each ranked over the stocks where it is defined, correlated over those where both are). Ranking by the price level (`rank(-close)`,
 `rank(1 / vwap)`, `rank(ts_mean(close, 5))`) holds one book for years: it trades about 1.75% a day on
 us46, under the 2% turnover floor (`VerifierConfig.min_turnover_invalid`), and is invalid. A bit of
 intraday noise lifts it over that floor without changing the book: `rank(close - 2 * open)` is
@@ -24,8 +24,8 @@ The threshold (`VerifierConfig.max_price_level_corr`, 0.95) sits between the two
 the real panel: the family (`rank(close - k * open)`, `rank(-close) + small noise`, ...) is at 0.96-1.00,
 the reference's published formulas, which divide volume by a price level, at 0.86-0.94, the 101 alphas
 and every kept answer lower still (BENCHMARKS.md, "A static price-level tilt"). Read from the book's
-weights, which are the formula's centred ranks, so the cost is one product and three row sums of the
-(days x stocks) weights, about 1% of a core score.
+weights, which are the formula's centred ranks, so the cost is two products and two row sums of the
+(days x stocks) weights: 0.4 ms against a 10 ms core score on us46 (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -35,14 +35,18 @@ import numpy as np
 from alpha_gym.language.operators import KERNELS
 
 
+def _centred(x: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Each row of x centred on its mean over `cells` (bool, same shape); 0 outside them."""
+    kept = np.where(cells, x, 0.0)
+    mean = kept.sum(axis=1, keepdims=True) / np.maximum(cells.sum(axis=1, keepdims=True), 1)
+    return np.where(cells, x - mean, 0.0)
+
+
 def _centred_ranks(x: np.ndarray) -> np.ndarray:
     """Each row's ranks centred on their mean over the row's non-NaN cells; NaN cells 0."""
     with np.errstate(invalid="ignore"):
         r = KERNELS["rank"](x)
-        valid = ~np.isnan(r)
-        n = valid.sum(axis=1, keepdims=True)
-        mean = np.where(valid, r, 0.0).sum(axis=1, keepdims=True) / np.maximum(n, 1)
-    return np.where(valid, r - mean, 0.0)
+    return _centred(r, ~np.isnan(r))
 
 
 def _row_corr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -52,9 +56,13 @@ def _row_corr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
 
 
-def close_ranks(panel) -> np.ndarray:
-    """(days, stocks) centred cross-sectional ranks of the close, computed once per panel."""
-    return panel.memo(("price_level", "close_ranks"), lambda: _centred_ranks(panel.field("close")))
+def close_ranks(panel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The close's (days, stocks) centred cross-sectional ranks, each row's sum of their squares, and which rows
+    hold a NaN close: computed once per panel."""
+    ranks = panel.memo(("price_level", "close_ranks"), lambda: _centred_ranks(panel.field("close")))
+    norms = panel.memo(("price_level", "close_norms"), lambda: (ranks * ranks).sum(axis=1))
+    gaps = panel.memo(("price_level", "close_gaps"), lambda: np.isnan(panel.field("close")).any(axis=1))
+    return ranks, norms, gaps
 
 
 def price_level_correlation(weights: np.ndarray, traded: np.ndarray, signal: np.ndarray, panel) -> float:
@@ -62,24 +70,23 @@ def price_level_correlation(weights: np.ndarray, traded: np.ndarray, signal: np.
 
     weights: the book's (n, N) weights, n <= panel days: each traded row is the signal's centred ranks
     divided by a positive number, so its correlation with the close's centred ranks is the Spearman
-    correlation wherever the row has no NaN (the common case, no extra ranking). Rows where the signal or
-    the close has a NaN are ranked again over the cells both define. traded: (n,) the book holds a position.
+    correlation wherever the row has no NaN (the common case). Where the signal or the close has a NaN, each
+    keeps its ranks over its own defined cells (the book's, the day's price ranking) and the two are
+    correlated over the cells both define. traded: (n,) the book holds a position.
     Returns 0.0 when the book never trades. Deterministic: fixed-order numpy reductions of the book's numbers.
     """
     n = len(weights)
-    close = panel.field("close")[:n]
-    rows = np.flatnonzero(traded)
-    if rows.size == 0:
+    if not traded.any():
         return 0.0
-    gaps = np.isnan(signal[:n][rows]).any(axis=1) | np.isnan(close[rows]).any(axis=1)
-    full, partial = rows[~gaps], rows[gaps]
-    corr = np.empty(rows.size)
-    corr[~gaps] = _row_corr(weights[full], close_ranks(panel)[full])
-    if partial.size:  # rank both over the cells both define
-        both = ~(np.isnan(signal[partial]) | np.isnan(close[partial]))
-        corr[gaps] = _row_corr(_centred_ranks(np.where(both, signal[partial], np.nan)),
-                               _centred_ranks(np.where(both, close[partial], np.nan)))
-    return float(np.abs(corr).mean())
+    ranks, norms, close_gaps = close_ranks(panel)
+    num = (weights * ranks[:n]).sum(axis=1)
+    den = np.sqrt((weights * weights).sum(axis=1) * norms[:n])
+    corr = np.divide(num, den, out=np.zeros(n), where=den > 0)
+    partial = np.flatnonzero(traded & (np.isnan(signal[:n]).any(axis=1) | close_gaps[:n]))
+    if partial.size:  # each ranked over its own cells, correlated over the cells both define
+        both = ~(np.isnan(signal[partial]) | np.isnan(panel.field("close")[partial]))
+        corr[partial] = _row_corr(_centred(weights[partial], both), _centred(ranks[partial], both))
+    return float(np.abs(corr[traded]).mean())
 
 
 def price_level_reason(level: float, threshold: float) -> str | None:
