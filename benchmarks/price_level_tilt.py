@@ -274,8 +274,8 @@ def main(argv=None) -> int:
     if kept.size:
         edges = [0.0, 0.5, 0.7, 0.8, 0.9, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0]
         summary["kept_histogram"] = {"edges": edges, "counts": np.histogram(kept, bins=edges)[0].tolist()}
-    # the file keeps every family and honest row and the kept formulas from 0.9 up (the rest: the histogram)
-    rows = [r for r in rows if r["group"] != "kept" or r["price_level"] >= 0.9]
+    # the file keeps every family and honest row and the kept formulas from 0.95 up (the rest: the histogram)
+    rows = [r for r in rows if r["group"] != "kept" or r["price_level"] >= 0.95]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
     with open(args.out / "formulas.jsonl", "w") as fh:
