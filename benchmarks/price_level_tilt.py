@@ -1,6 +1,7 @@
 """Is `rank(close - 2 * open)` a low-price factor or the reference's Jul 6 hack re-spelled? (issue 41.2)
 
-    python benchmarks/price_level_tilt.py [--data ../shared/data/us_equities] [--out benchmarks/results/price-level-tilt]
+    python benchmarks/price_level_tilt.py [--data ../shared/data/us_equities]
+                                          [--out benchmarks/results/price-level-tilt]
                                           [--skip-kept] [--skip-wide]
 
 On the real panel (us46, the train window 2012-06-29..2025-08-20; the pseudo-holdout is its last 252
@@ -195,7 +196,8 @@ def timing(verifier, formulas) -> dict:
                 for _ in range(5))
         core.append(c)
         stat.append(s)
-    return {"formulas": len(formulas), "core_ms_median": float(np.median(core)), "stat_ms_median": float(np.median(stat)),
+    return {"formulas": len(formulas), "core_ms_median": float(np.median(core)),
+            "stat_ms_median": float(np.median(stat)),
             "stat_over_core_median": float(np.median(np.array(stat) / np.array(core)))}
 
 

@@ -3,29 +3,31 @@
     price_level = mean over traded days t of |spearman_t(signal_t, close_t)|
 
 where spearman_t is the cross-sectional rank correlation of the formula's values with the close on
-decision day t (each ranked over the stocks where it is defined, correlated over those where both are). Ranking by the price level (`rank(-close)`,
-`rank(1 / vwap)`, `rank(ts_mean(close, 5))`) holds one book for years: it trades about 1.75% a day on
-us46, under the 2% turnover floor (`VerifierConfig.min_turnover_invalid`), and is invalid. A bit of
-intraday noise lifts it over that floor without changing the book: `rank(close - 2 * open)` is
-`rank(-close)` plus the day's move, trades 3.4% a day and scored +3.23 on us46, above every formula the
-reference published; its daily P&L correlates +0.998 with `rank(-close)`'s and its daily rank correlation
-with the close is -0.999 (issue 41.2; `benchmarks/price_level_tilt.py`). The premium of that static
-low-price tilt comes from how us46 was chosen (today's large caps, followed back to 2012), and the
-reference's hack log closed it on Jul 6-7 ("slow price-level tilts"). The floor closes the class, not the
-spelling: any formula whose cross-section is, day after day, the price ranking or its reverse, whatever
-noise, wrapper (`rank`, `scale`, `power`, a sign) or monotone transform of the price it is written with.
+decision day t (each ranked over the stocks where it is defined, correlated over those where both are).
+Ranking by the price level (`rank(-close)`, `rank(1 / vwap)`, `rank(ts_mean(close, 5))`) holds one book for
+years: it trades about 1.75% a day on us46, under the 2% turnover floor
+(`VerifierConfig.min_turnover_invalid`), and is invalid. A bit of intraday noise lifts it over that floor
+without changing the book: `rank(close - 2 * open)` is `rank(-close)` plus the day's move, trades 3.4% a day
+and scored +3.23 on us46, above every formula the reference published; its daily P&L correlates +0.998 with
+`rank(-close)`'s and its daily rank correlation with the close is -0.999 (issue 41.2;
+`benchmarks/price_level_tilt.py`). The premium of that static low-price tilt comes from how us46 was chosen
+(today's large caps, followed back to 2012), and the reference's hack log closed it on Jul 6-7 ("slow price-level
+tilts"). The floor closes the class, not the spelling: any formula whose cross-section is, day after
+day, the price ranking or its reverse, whatever noise, wrapper (`rank`, `scale`, `power`, a sign) or monotone
+transform of the price it is written with.
 
-Why the close: every price field (open, high, low, vwap, a short mean of any of them) ranks the stocks
-almost exactly as the close does (rank correlation >= 0.999 on us46), and a rank correlation is unchanged
-by any increasing transform (`log`, `1 / x` reversed, powers). Why the absolute value per day: a tilt
-whose sign is switched by some timing rule is still a price ranking on every day.
+Why the close: every price field (open, high, low, vwap, a short mean of any of them) ranks the stocks almost
+as the close does (the family's spellings on vwap, high and a 5-day mean score 0.999 on us46), and a rank
+correlation is unchanged by any increasing transform (`log`, powers; `1 / x` reverses it). Why the absolute
+value per day: a tilt whose sign is switched by some timing rule is still a price ranking on every day.
 
-The threshold (`VerifierConfig.max_price_level_corr`, 0.95) sits between the two classes as measured on
-the real panel: the family (`rank(close - k * open)`, `rank(-close) + small noise`, ...) is at 0.96-1.00,
-the reference's published formulas, which divide volume by a price level, at 0.86-0.94, the 101 alphas
-and every kept answer lower still (BENCHMARKS.md, "A static price-level tilt"). Read from the book's
-weights, which are the formula's centred ranks, so the cost is two products and two row sums of the
-(days x stocks) weights: 0.4 ms against a 10 ms core score on us46 (BENCHMARKS.md).
+The threshold (`VerifierConfig.max_price_level_corr`, 0.96) sits in the middle of the gap between the two
+classes as measured on us46, us100 and all 496 stocks: the family (`rank(close - k * open)`, `rank(-close)`
+plus a small noise term, ...) is at 0.98-1.00, the reference's published formulas, which divide volume by a
+price level, at 0.94 or less, README's other examples, the motifs and the 82 Alpha101s at 0.76 or less
+(BENCHMARKS.md, "A static price-level tilt"). Read from the book's weights, which are the formula's centred
+ranks, so the cost is two products and two row sums of the (days x stocks) weights: 0.4 ms against a 10 ms
+core score on us46.
 """
 
 from __future__ import annotations
