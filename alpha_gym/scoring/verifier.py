@@ -32,6 +32,7 @@ from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.price_level import price_level_correlation, price_level_reason
 from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
@@ -81,6 +82,7 @@ class Evaluated:
     sharpe: float
     has_reasoning: bool = False
     noise_share: float = 0.0  # share of the traded days whose cross-section is constant up to rounding (bounds.py)
+    price_level: float = 0.0  # mean |daily rank correlation with the close| (the price-level floor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,7 +248,8 @@ class Verifier:
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
                          ic=book.information_coefficient(),  # = metrics.information_coefficient
-                         sharpe=metrics.sharpe(net), noise_share=noise_share)
+                         sharpe=metrics.sharpe(net), noise_share=noise_share,
+                         price_level=price_level_correlation(book.weights, book.traded, signal, self.panel))
 
     def trade(self, answer, cache=None, source: str = "formula", has_reasoning: bool = False
               ) -> Evaluated | InvalidVerdict:
@@ -301,6 +304,9 @@ class Verifier:
                                  "rounding-error bound, so the book trades float noise (docs/operators.md, rule 5)",
                                  "invalid_book", formula=ev.text, error="rounding", noise_share=ev.noise_share,
                                  **self._diagnostics(ev))
+        tilt = price_level_reason(ev.price_level, self.config.max_price_level_corr)
+        if tilt is not None:
+            return self._invalid(tilt, "invalid_book", formula=ev.text, error="price_level", **self._diagnostics(ev))
         return ev
 
     def score(self, answer: str, brief=None) -> Score:
@@ -407,6 +413,7 @@ class Verifier:
             "cpcv_slices": ev.test_sharpes.tolist(),
             "cpcv_in_sample": ev.train_sharpes.tolist(),
             "turnover": ev.turnover,
+            "price_level": ev.price_level,
             "ic": ev.ic,
             "sharpe": ev.sharpe,
             "sharpe_gross": metrics.sharpe(ev.book.gross),
