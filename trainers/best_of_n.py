@@ -70,6 +70,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     `on_brief(record)` is called after each newly sampled brief (the caller keeps it on disk).
     """
     from alpha_gym.pool import score_group
+    from alpha_gym.tasks.task import render_prompt
     from trainers.loop import _eos_ids, _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
@@ -92,7 +93,8 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
             if i < len(out):
                 continue
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
-            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, brief.prompt(), device), sampling,
+            prompt = render_prompt(brief, verifier.config.limits)
+            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompt, device), sampling,
                                        eos_ids)
             group = score_group(verifier, texts)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)

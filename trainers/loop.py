@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
+from alpha_gym.tasks.task import render_prompt
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
 from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, RECIPE_BASE, TrainConfig, register_train_table
@@ -92,7 +93,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
-    briefs: objects with `.id` and `.prompt()` (default: the 450 training briefs, `brief_set("train")`).
+    briefs: `Brief`s, or objects with `.id` and their own `.prompt()` (default: the 450 training briefs,
+    `brief_set("train")`); prompts are rendered by the task seam (`alpha_gym.tasks.task.render_prompt`).
     The verifier's novelty archive grows during the run; it is saved with every checkpoint and restored
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
@@ -148,7 +150,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
         # 1-2. sample a group per prompt and score it
         chosen = briefs_for_step(briefs, config, step)
-        prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
+        prompts = [_prompt_ids(tokenizer, render_prompt(b, verifier.config.limits), device) for b in chosen]
         groups, scores = _sample_and_score(policy, tokenizer, verifier, [b.id for b in chosen], prompts, config,
                                            eos_ids, t)
 

@@ -201,6 +201,7 @@ def cmd_holdout(args) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import generate_answers, load_for_inference
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
@@ -210,7 +211,8 @@ def cmd_holdout(args) -> int:
     del full
     briefs = list(brief_set("probe"))[: args.probe]
     model, tokenizer = load_for_inference(args.checkpoint)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    answers = [a[0] for a in generate_answers(model, tokenizer, [render_prompt(b, settings.verifier.limits)
+                                                                   for b in briefs],
                                               max_new_tokens=args.max_new_tokens)]
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
@@ -370,6 +372,7 @@ def _mean(xs):
 def cmd_eval(args) -> int:
     from alpha_gym.evaluation.endpoint import EVAL_FORMAT, EndpointClient, EndpointConfig, read_raw, run_requests
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.task import render_prompt
     if args.samples < 1 or args.concurrency < 1 or args.retries < 0 or args.max_tokens < 1 or args.timeout <= 0:
         raise InputError("--samples, --concurrency and --max-tokens must be >= 1, --retries >= 0, --timeout > 0")
     out = Path(args.out)
@@ -390,7 +393,8 @@ def cmd_eval(args) -> int:
     keys = [f"{b.id}#{s}" for b in briefs for s in range(args.samples)]
     run = {"asked": 0, "reused": len(keys), "total": len(keys)}
     if client is not None:
-        items = [(b.id, s, [{"role": "user", "content": b.prompt()}]) for b in briefs for s in range(args.samples)]
+        prompts = {b.id: render_prompt(b, settings.verifier.limits) for b in briefs}
+        items = [(b.id, s, [{"role": "user", "content": prompts[b.id]}]) for b in briefs for s in range(args.samples)]
         try:
             run = run_requests(client, items, raw_path, concurrency=args.concurrency, progress=not args.no_progress)
         except KeyboardInterrupt:

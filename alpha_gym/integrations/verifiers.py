@@ -28,6 +28,7 @@ from collections.abc import Iterator
 import verifiers.v1 as vf
 
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
+from alpha_gym.tasks.task import render_prompt
 
 __all__ = ["AlphaTaskset", "AlphaTask", "AlphaData", "AlphaTaskConfig", "AlphaTasksetConfig", "load_environment"]
 
@@ -128,7 +129,7 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
     def load(self) -> Iterator[AlphaTask]:
         from alpha_gym.tasks.sets import brief_set
         for brief in brief_set(self.config.briefs):
-            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=brief.prompt(), brief_id=brief.id,
+            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=render_prompt(brief), brief_id=brief.id,
                                       family=brief.family), self.config.task)
 
 

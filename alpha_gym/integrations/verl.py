@@ -34,6 +34,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
+from alpha_gym.tasks.task import render_prompt
 
 DATA_SOURCE = "alpha_gym"
 #: The keys of `compute_score`'s result that GDPO should normalise: the 12 reward channels.
@@ -75,7 +76,7 @@ def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
     """
     from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
-    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": b.prompt()}], "ability": "alpha",
+    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": render_prompt(b)}], "ability": "alpha",
              "reward_model": {"style": "rule", "ground_truth": ""},
              "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, b in enumerate(items)]
 
