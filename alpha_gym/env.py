@@ -39,7 +39,9 @@ class AlphaFormulaEnv(gym.Env):
     """A language model writes one trading formula for a design brief; the verifier scores it.
 
     Observation: the brief's prompt text (`spaces.Text`, printable ASCII, at
-    most 4096 characters): the request, the answer contract and a compact DSL reference.
+    most 4096 characters): the request, the answer contract and a compact DSL reference, rendered by the
+    write task (`alpha_gym.tasks.task.render_prompt`) under the verifier's limits; the brief goes to the
+    scoring with the answer (`score_group([answer], brief=)`).
 
     Action: the model's raw answer text (`spaces.Text`, at most 32,768
     characters). The formula must sit in exactly one `<alpha>...</alpha>` block.

@@ -97,3 +97,59 @@ def test_every_caller_renders_prompts_through_the_seam():
     found = {str(p.relative_to(ROOT)): lines for pkg in ("alpha_gym", "trainers", "benchmarks")
              for p in sorted((ROOT / pkg).rglob("*.py")) if p not in seam and (lines := _prompt_calls(p))}
     assert found == {}
+
+
+# ------------------------------------------------------------------- the brief reaches the scoring
+ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
+           "<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(close -)</alpha>", "no tag"]
+
+
+def test_the_brief_reaches_every_channel_and_leaves_the_reward(small_synthetic):
+    """`score_group(answers, brief=)`: each tradable answer's `Measures.brief` is the brief (a channel may read it);
+    no default channel does, so rewards and channels are those of scoring without it, bit for bit."""
+    from alpha_gym import pool
+    from alpha_gym.scoring.verifier import Evaluated, Verifier
+    v, brief = Verifier(small_synthetic), brief_set("train")[0]
+    without, with_brief = v.score_group(ANSWERS), v.score_group(ANSWERS, brief=brief)
+    assert with_brief.rewards.tolist() == without.rewards.tolist()
+    assert [s.channels for s in with_brief.scores] == [s.channels for s in without.scores]
+    assert "brief_compliance" in with_brief.scores[0].diagnostics
+    assert pool.score_group(v, ANSWERS, brief).rewards.tolist() == without.rewards.tolist()
+    evs = [it for it in (v._prepare_answer(a, None) for a in ANSWERS) if isinstance(it, Evaluated)]
+    assert [m.brief for m in v._measures(evs, brief).answers] == [brief] * 3
+    assert all(m.brief is None for m in v._measures(evs).answers)
+
+
+def test_trl_reward_functions_score_each_group_with_its_briefs(small_synthetic):
+    pytest.importorskip("trl")
+    from alpha_gym.scoring.verifier import Verifier
+    from trainers.trl_adapter import GroupScorer
+    briefs = brief_set("train")[:2]
+    scorer = GroupScorer(Verifier(small_synthetic), group_size=3)
+    completions = ANSWERS[:3] + ANSWERS[:3]
+    ids = [briefs[0].id] * 3 + [briefs[1].id] * 3
+    got = scorer.scores(completions, brief_ids=ids)
+    fresh = Verifier(small_synthetic)
+    want = [s for k, b in ((0, briefs[0]), (3, briefs[1]))
+            for s in fresh.score_group(completions[k:k + 3], brief=b).scores]
+    assert [s.reward for s in got] == [s.reward for s in want]
+    assert [s.diagnostics.get("brief_compliance") for s in got] == [s.diagnostics.get("brief_compliance") for s in want]
+    assert scorer.scores(completions, brief_ids=ids) is got and scorer.calls == 2  # one scoring per batch
+    with pytest.raises(ValueError, match="several brief ids"):
+        GroupScorer(Verifier(small_synthetic), group_size=3).scores(completions, brief_ids=ids[1:] + ids[:1])
+    with pytest.raises(ValueError, match="'x' is not one of the briefs given"):
+        GroupScorer(Verifier(small_synthetic), group_size=3, briefs=briefs).scores(completions, brief_ids=["x"] * 6)
+    other = GroupScorer(Verifier(small_synthetic), group_size=3).scores(completions, brief_ids=["x"] * 6)
+    assert [s.reward for s in other] == [s.reward for s in got]  # another brief's rows: scored without one
+
+
+def test_verls_compute_score_takes_the_brief_of_its_row(small_synthetic, tmp_path, write_market_csv):
+    pytest.importorskip("verl")
+    from alpha_gym.integrations import verl as av
+    from alpha_gym.scoring.verifier import Verifier
+    path = write_market_csv(small_synthetic, tmp_path / "bars.csv.gz")
+    brief = brief_set("probe")[0]
+    row = av.dataset_rows([brief])[0]
+    got = av.compute_score("alpha_gym", ANSWERS[1], extra_info=row["extra_info"], data=str(path))
+    assert got["score"] == Verifier(small_synthetic).score(ANSWERS[1], brief=brief).reward
+    assert av.compute_score("alpha_gym", ANSWERS[1], extra_info={"brief_id": "x"}, data=str(path)) == got

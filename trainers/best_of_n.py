@@ -74,7 +74,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     from trainers.loop import _eos_ids, _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
-        group = score_group(verifier, record["answers"])  # on every core (alpha_gym.pool)
+        group = score_group(verifier, record["answers"], brief)  # on every core (alpha_gym.pool)
         verifier.update_archive(group)
         if record["brief_id"] != brief.id or group.rewards.tolist() != record["rewards"]:
             raise RuntimeError(f"the kept samples of brief {record['brief_id']} do not score as they did: "
@@ -96,7 +96,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
             prompt = render_prompt(brief, verifier.config.limits)
             _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompt, device), sampling,
                                        eos_ids)
-            group = score_group(verifier, texts)  # on every core, the same scores (alpha_gym.pool)
+            group = score_group(verifier, texts, brief)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)
             out.append({"brief_id": brief.id, "answers": list(texts), "rewards": group.rewards.tolist(),
                         "valid": group.valid.tolist(),

@@ -151,7 +151,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # 1-2. sample a group per prompt and score it
         chosen = briefs_for_step(briefs, config, step)
         prompts = [_prompt_ids(tokenizer, render_prompt(b, verifier.config.limits), device) for b in chosen]
-        groups, scores = _sample_and_score(policy, tokenizer, verifier, [b.id for b in chosen], prompts, config,
+        groups, scores = _sample_and_score(policy, tokenizer, verifier, chosen, prompts, config,
                                            eos_ids, t)
 
         # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
@@ -159,7 +159,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         for _ in range(config.refill_rounds):
             flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
             if flat:
-                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i].id for i in flat],
+                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i] for i in flat],
                                           [prompts[i] for i in flat], config, eos_ids, t)
                 for i, group, score in zip(flat, *again):
                     groups[i], scores[i] = group, score
@@ -542,9 +542,10 @@ def _dora_cached(model):
                 module._cache_clear()
 
 
-def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, eos_ids, t):
+def _sample_and_score(policy, tokenizer, verifier, briefs, prompts, config, eos_ids, t):
     """Sample a group per prompt (all prompts in one batch, or, with `batch_generation` off, one prompt at a
-    time with transformers' own cache: the sampler as it was) and score each group. Returns (groups, scores)."""
+    time with transformers' own cache: the sampler as it was) and score each group with its brief.
+    Returns (groups, scores)."""
     t0 = time.perf_counter()
     kw = {"with_logps": config.sampler_logps}
     if config.batch_generation:
@@ -552,10 +553,10 @@ def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, e
     else:
         sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False, **kw)[0] for p in prompts]
     t1 = time.perf_counter()
-    scores = [verifier.score_group(s[2]) for s in sampled]
+    scores = [verifier.score_group(s[2], brief=b) for s, b in zip(sampled, briefs)]
     t["generation"] += t1 - t0
     t["scoring"] += time.perf_counter() - t1
-    groups = [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
+    groups = [Group(b.id, p, *s) for b, p, s in zip(briefs, prompts, sampled)]
     return groups, scores
 
 

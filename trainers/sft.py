@@ -93,7 +93,7 @@ def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: in
     prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
     answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=max_new_tokens)]
-    scores = [verifier.score(a) for a in answers]
+    scores = [verifier.score(a, brief=b) for a, b in zip(answers, briefs)]
     return {"valid": sum(s.valid for s in scores), "n": len(scores),
             "tagged": sum(s.diagnostics.get("error") != "answer" for s in scores),
             "valid_share": sum(s.valid for s in scores) / max(1, len(scores)), "answers": answers}

@@ -61,11 +61,15 @@ def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground
     `end` (from `reward_kwargs`) choose the market as `alpha-gym score --data ...` does; `config` (a settings
     TOML's path, or a mapping of its tables) and `settings` (--set items) choose the settings as
     `--config` and `--set` do (`cache.resolve_config`).
-    Never raises for model output: an invalid answer gets the verifier's invalid-answer reward.
+    `extra_info["brief_id"]` (`dataset_rows` writes it) names the brief the answer is scored with, where it is a
+    seeded or fixed brief (rows of other briefs score without one, as before). Never raises for model output: an
+    invalid answer gets the verifier's invalid-answer reward.
     """
     from alpha_gym.pool import shared_verifier
+    from alpha_gym.tasks.sets import brief_by_id
     verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config, settings=settings)
-    score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
+    brief = brief_by_id(extra_info.get("brief_id")) if isinstance(extra_info, dict) else None
+    score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str), brief=brief)
     guarded = score.valid and score.channels["motif_guard"] < 0  # R10 fired (GroupScore.guarded)
     return {"score": float(score.reward), "valid": bool(score.valid),
             **{k: float(v) for k, v in score.channels.items()}, "may_win": bool(score.valid and not guarded)}
