@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.jsonable import content_hash, json_dumps
 from alpha_gym.errors import InputError
 from alpha_gym.tasks.sets import brief_by_id
 
@@ -93,17 +93,11 @@ def scored_with(panel_fingerprint: str, config_key: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _content_hash(rec: dict) -> str:
-    """Hash of a record without its own "sha256" (canonical JSON: key order and spacing do not count)."""
-    body = {k: v for k, v in rec.items() if k != "sha256"}
-    return hashlib.sha256(json_dumps(body, sort_keys=True).encode()).hexdigest()[:32]
-
-
 def record(index: int, kind: str, text: str, score, stamp: str, brief_id: str | None = None) -> str:
     """One output line (no newline); `stamp` is `scored_with(...)` of the run; "brief_id" only where one was given."""
     rec = {"index": index, "kind": kind, "input": text, **({} if brief_id is None else {"brief_id": brief_id}),
            "score": score.to_dict(), "scored_with": stamp}
-    rec["sha256"] = _content_hash(rec)
+    rec["sha256"] = content_hash(rec)
     return json_dumps(rec)
 
 
@@ -161,7 +155,7 @@ def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:
             if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input"), rec.get("brief_id")) != \
                     (*items[index][:2], items[index][2] if len(items[index]) > 2 else None):
                 raise BatchError(f"{out}: the record for item {index} is not for this input file; {RESTART_HINT}")
-            if rec.get("sha256") != _content_hash(rec):
+            if rec.get("sha256") != content_hash(rec):
                 raise BatchError(f"{out}: line {n} (item {index}) was edited after it was scored, or written by an "
                                  f"older alpha-gym; {RESTART_HINT}")
             if rec.get("scored_with") != stamp:

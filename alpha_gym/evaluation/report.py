@@ -24,6 +24,9 @@ log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training se
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
+eval.json, answers.jsonl, endpoint.jsonl  (an `alpha-gym eval` folder, with or without holdout.json)
+                 -> `report_eval`: the run and every item with its brief id, raw answer excerpt and the
+                 verifier's reason for an invalid one (and its holdout score with a holdout).
 
 A comparison folder (`alpha-gym compare --out OUT`: report.json and/or seed-S/RUNG runs)
 gets the page of `report_comparison` instead (rung table with intervals, baselines, per-checkpoint
@@ -43,6 +46,7 @@ import numpy as np
 
 from alpha_gym.errors import InputError
 from alpha_gym.evaluation.alpha_tests import summary_line
+from alpha_gym.evaluation.report_eval import eval_section, load_eval
 from alpha_gym.evaluation.report_html import arr as _arr, fmt as _fmt, img as _img, kv_table as _kv_table
 from alpha_gym.evaluation.report_html import mpl as _mpl, page, png as _png, table as _table, write_page
 from alpha_gym.evaluation.report_training import read_jsonl, training_section
@@ -141,7 +145,8 @@ def _load_json(path: Path, fmt: str | None = None) -> dict | None:
     return d
 
 
-def _holdout_section(h: dict, others: list[dict]) -> list[str]:
+def _holdout_section(h: dict, others: list[dict], answers_table: bool = True) -> list[str]:
+    """The holdout's summary, plots and baselines; its answers table unless the eval part shows them."""
     s, b = h["summary"], h["book"]
     out = [f"<h2 id=\"holdout\">Holdout {html.escape(h['holdout_start'])} .. {html.escape(h['holdout_end'])}"
            f"{' - ' + html.escape(str(h['label'])) if h.get('label') else ''}</h2>",
@@ -171,13 +176,17 @@ def _holdout_section(h: dict, others: list[dict]) -> list[str]:
            _img(plot_slices(h), "CPCV slices per answer")]
     rows, classes = [], []
     for a in sorted(h["answers"], key=lambda a: (not a["valid"], -(a.get("score") or 0.0))):
-        rows.append([f"<code>{html.escape(a['formula'])}</code>", "yes" if a["valid"] else "no",
+        rows.append([f"<code>{html.escape(a['formula'])}</code>" if a.get("formula") else "(none)",
+                     "yes" if a["valid"] else "no",
                      _fmt(a.get("score")), _fmt(a.get("train_cpcv")), _fmt(a.get("turnover"), ".1%"),
                      _fmt(a.get("sharpe"), "+.2f"), _fmt(a.get("total_return"), "+.1%"),
                      html.escape(summary_line(a.get("alpha_tests"))) if a["valid"] else "",
                      html.escape(a["reason"]) if not a["valid"] else ""])
         classes.append("")
     out += _baselines_part(h)
+    if not answers_table:
+        out.append('<p class="note">Each answer\'s holdout score or reason is in the eval table above.</p>')
+        return out + _alpha_tests_part(h)
     out.append("<h3>Answers</h3>")
     out.append('<p class="note">Alpha tests: WorldQuant BRAIN\'s submission tests on the holdout book (fitness '
                ">= 1, sub-universe Sharpe, self-correlation &lt; 0.7 on the training window, largest weight &lt; 10%, "
@@ -276,19 +285,22 @@ def _run_parts(run_dir: Path) -> list[str]:
     log = read_jsonl(run_dir / "log.jsonl")
     checkpoints = _load_json(run_dir / "checkpoints.json", CHECKPOINTS_FORMAT)
     books = _load_json(run_dir / "books.json", BOOKS_FORMAT)
-    if holdout is None and not others and not log and checkpoints is None and books is None:
+    evaluated = load_eval(run_dir)
+    if holdout is None and not others and not log and checkpoints is None and books is None and evaluated is None:
         raise FileNotFoundError(f"{run_dir} holds none of holdout.json, holdout-*.json, log.jsonl, "
-                                "checkpoints.json, books.json")
+                                "checkpoints.json, books.json, eval.json")
     if holdout is None and others:
         holdout, others = others[-1], others[:-1]
-    sections = [("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
+    sections = [("eval", "Eval", evaluated is not None), ("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
                 ("training", "Training", bool(log)),
                 ("answers", "Answers", (run_dir / "completions.jsonl").is_file() and bool(log)),
                 ("books", "Book selectors", books is not None)]
     nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t, present in sections if present)
     parts = [f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>", f"<nav>{nav}</nav>"]
+    if evaluated is not None:
+        parts += eval_section(run_dir, holdout)
     if holdout is not None:
-        parts += _holdout_section(holdout, others)
+        parts += _holdout_section(holdout, others, answers_table=evaluated is None)
     if checkpoints is not None:
         parts += _checkpoints_part(checkpoints)
     parts += training_section(run_dir, log)
