@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.settings import SETTINGS_FILE, claim_run_dir, dumps, refuse_other_settings, to_dict
+from alpha_gym.tasks.task import render_prompt
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import CheckpointError, load_state, load_tensors
 from trainers.config import COMPUTE_ONLY, OUTPUT_ONLY, RECIPE_BASE, TrainConfig, register_train_table
@@ -92,7 +93,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
-    briefs: objects with `.id` and `.prompt()` (default: the 450 training briefs, `brief_set("train")`).
+    briefs: `Brief`s, or objects with `.id` and their own `.prompt()` (default: the 450 training briefs,
+    `brief_set("train")`); prompts are rendered by the task seam (`alpha_gym.tasks.task.render_prompt`).
     The verifier's novelty archive grows during the run; it is saved with every checkpoint and restored
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
@@ -148,8 +150,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
         # 1-2. sample a group per prompt and score it
         chosen = briefs_for_step(briefs, config, step)
-        prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
-        groups, scores = _sample_and_score(policy, tokenizer, verifier, [b.id for b in chosen], prompts, config,
+        prompts = [_prompt_ids(tokenizer, render_prompt(b, verifier.config.limits), device) for b in chosen]
+        groups, scores = _sample_and_score(policy, tokenizer, verifier, chosen, prompts, config,
                                            eos_ids, t)
 
         # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
@@ -157,7 +159,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         for _ in range(config.refill_rounds):
             flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
             if flat:
-                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i].id for i in flat],
+                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i] for i in flat],
                                           [prompts[i] for i in flat], config, eos_ids, t)
                 for i, group, score in zip(flat, *again):
                     groups[i], scores[i] = group, score
@@ -540,9 +542,10 @@ def _dora_cached(model):
                 module._cache_clear()
 
 
-def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, eos_ids, t):
+def _sample_and_score(policy, tokenizer, verifier, briefs, prompts, config, eos_ids, t):
     """Sample a group per prompt (all prompts in one batch, or, with `batch_generation` off, one prompt at a
-    time with transformers' own cache: the sampler as it was) and score each group. Returns (groups, scores)."""
+    time with transformers' own cache: the sampler as it was) and score each group with its brief.
+    Returns (groups, scores)."""
     t0 = time.perf_counter()
     kw = {"with_logps": config.sampler_logps}
     if config.batch_generation:
@@ -550,10 +553,10 @@ def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, e
     else:
         sampled = [sample_groups(policy, tokenizer, [p], config, eos_ids, preallocate=False, **kw)[0] for p in prompts]
     t1 = time.perf_counter()
-    scores = [verifier.score_group(s[2]) for s in sampled]
+    scores = [verifier.score_group(s[2], brief=b) for s, b in zip(sampled, briefs)]
     t["generation"] += t1 - t0
     t["scoring"] += time.perf_counter() - t1
-    groups = [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
+    groups = [Group(b.id, p, *s) for b, p, s in zip(briefs, prompts, sampled)]
     return groups, scores
 
 

@@ -212,6 +212,7 @@ def cmd_holdout(args) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import generate_answers, load_for_inference
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
@@ -221,7 +222,8 @@ def cmd_holdout(args) -> int:
     del full
     briefs = list(brief_set("probe"))[: args.probe]
     model, tokenizer = load_for_inference(args.checkpoint)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    answers = [a[0] for a in generate_answers(model, tokenizer, [render_prompt(b, settings.verifier.limits)
+                                                                   for b in briefs],
                                               max_new_tokens=args.max_new_tokens)]
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
@@ -497,6 +499,7 @@ def _eval(args, out: Path) -> int:
     from alpha_gym.evaluation.endpoint import (EVAL_FORMAT, EndpointClient, EndpointConfig, EndpointFailure,
                                                Interrupted, item_key, read_raw, run_requests)
     from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.task import render_prompt
     _check_eval_numbers(args)
     briefs = _briefs(args)
     settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
@@ -515,7 +518,7 @@ def _eval(args, out: Path) -> int:
         print(f"alpha-gym eval: warning: --samples {args.samples} at temperature 0: greedy decoding gives the "
               "same answer to every sample on most servers; pass --temperature 0.7 (or so) for different ones",
               file=sys.stderr)
-    messages = [[{"role": "user", "content": b.prompt()}] for b in briefs]
+    messages = [[{"role": "user", "content": render_prompt(b, settings.verifier.limits)}] for b in briefs]
     keys = [item_key(b.id, s) for b in briefs for s in range(args.samples)]
     have = read_raw(raw_path)
     asking = client is not None and any(not have.get(k, {}).get("ok") for k in keys)

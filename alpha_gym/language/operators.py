@@ -5,7 +5,7 @@ One `OpSpec` per operator names its arguments, its kernel (`ops.py`), its cost i
 its words in the prompt's DSL reference. Everything else is read from this table: the
 parser's function names (`resolve`), the evaluator's kernels (`KERNELS`), the cost model,
 the printer's symbols and binding strengths, the DSL reference of every brief
-(`alpha_gym.tasks.briefs.dsl_reference`) and the table in `docs/operators.md`
+(`alpha_gym.tasks.dsl.dsl_reference`) and the table in `docs/operators.md`
 (`operator_table_markdown`). Adding an operator is one entry here and its kernel in `ops.py`.
 
 One table serves both spellings: the DSL names (`ts_corr`) and the aliases of

@@ -323,6 +323,9 @@ class Verifier:
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
 
+        `brief`: the brief the prompt was rendered from (`alpha_gym.tasks.task.render_prompt`); every channel sees
+        it as `Measures.brief`, and its checkable constraints are reported as `diagnostics["brief_compliance"]`.
+        No default channel reads it: the reward is the same with and without it.
         Deterministic and independent of the answers' order (up to the same permutation of the result).
         A bare string is refused (TypeError): iterating it would score each character as an answer.
         """
@@ -337,7 +340,7 @@ class Verifier:
         live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
         scores: list = list(items)
         if live:
-            for i, sc in zip(live, self._channel_scores([items[i] for i in live])):
+            for i, sc in zip(live, self._channel_scores([items[i] for i in live], brief)):
                 if brief is not None and getattr(brief, "constraints", ()):
                     sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].node)
                 scores[i] = sc
@@ -345,11 +348,11 @@ class Verifier:
         return GroupScore.from_scores(scores, evaluated=evaluated)
 
     # -------------------------------------------------------------- channels
-    def _channel_scores(self, evs: list[Evaluated]) -> list[Score]:
+    def _channel_scores(self, evs: list[Evaluated], brief=None) -> list[Score]:
         """The 12 channels of the tradable answers of one group (invalid ones are already scored): this measures
         each answer once, and the channel table (`channel_table.CHANNEL_TABLE`) turns measures into channels."""
         cfg = self.config
-        group = self._measures(evs)
+        group = self._measures(evs, brief)
         values, notes = channels.channel_values(group, cfg)
         out = []
         for ev, m, ch, fired in zip(evs, group.answers, values, notes):
@@ -367,8 +370,9 @@ class Verifier:
                              diagnostics=diag, formula=ev.text, world_model=self.world_model))
         return out
 
-    def _measures(self, evs: list[Evaluated]) -> GroupMeasures:
-        """What the channels read of a group's tradable answers: each against the archive and the others."""
+    def _measures(self, evs: list[Evaluated], brief=None) -> GroupMeasures:
+        """What the channels read of a group's tradable answers: each against the archive and the others, and the
+        brief they answer (`Measures.brief`)."""
         archive = self.archive
         # R2: rank stability within the group; with fewer than two tradable answers there is nothing to rank
         # against inside the group, so the answer is ranked among the archive's books instead
@@ -392,7 +396,7 @@ class Verifier:
                 max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
                 form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
                 has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state,
-                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None))
+                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None, brief=brief))
         return GroupMeasures(answers=tuple(answers), train_sharpes=np.array([ev.train_sharpes for ev in evs]),
                              test_sharpes=np.array([ev.test_sharpes for ev in evs]),
                              reference_train_sharpes=ref_in, reference_test_sharpes=ref_out)

@@ -29,6 +29,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import check_compliance
+from alpha_gym.tasks.task import render_prompt
 
 
 def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_turnover: float = 0.03,
@@ -71,7 +72,7 @@ def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
                 ranked.append((-share, k, item))
         for neg_share, _, item in sorted(ranked, key=lambda r: r[:2])[:per_brief]:
             rows.append({
-                "prompt": [{"role": "user", "content": brief.prompt()}],
+                "prompt": [{"role": "user", "content": render_prompt(brief)}],
                 "completion": [{"role": "assistant", "content": f"<alpha>{item['formula']}</alpha>"}],
                 "brief_id": brief.id, "family": brief.family, "formula": item["formula"],
                 "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]), "compliance": -neg_share,

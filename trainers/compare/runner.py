@@ -36,9 +36,11 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
         return d["train_cpcv"], d["summary"]
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
+    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import generate_answers, load_for_inference
     model, tokenizer = load_for_inference(model_path)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
+    answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=scale.train_config("dapo").max_completion_length)]
     del model
     formulas = [formula_or_none(a) for a in answers]
