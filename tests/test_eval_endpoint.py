@@ -195,6 +195,23 @@ def test_other_settings_into_the_same_folder_are_refused(scripted, tmp_path, cap
     assert len(server.requests) == 1
 
 
+def test_extra_body_fields_are_sent_stamped_and_checked(scripted, tmp_path, capsys):
+    server = scripted([], then="ok")
+    out = tmp_path / "run"
+    assert main(_eval_args(server.url, out, "--limit", "1", "--extra-body", '{"repeat_penalty": 1.0, "top_k": 1}')) == 0
+    body = server.requests[0][3]
+    assert body["repeat_penalty"] == 1.0 and body["top_k"] == 1 and body["model"] == "m" and body["temperature"] == 0
+    assert json.loads((out / "eval.json").read_text())["extra_body"] == {"repeat_penalty": 1.0, "top_k": 1}
+    assert main(_eval_args(server.url, out, "--limit", "1")) == 2  # other request fields: another experiment
+    assert "extra_body" in capsys.readouterr().err
+    for bad, says in (('{"model": "x"}', "model (set by --model)"), ('{"messages": []}', "messages"),
+                      ('{"stream": true, "n": 2}', "n (set by --samples), stream"), ('[1]', "must be a JSON object"),
+                      ('{"repeat_penalty": ', "is not JSON")):
+        assert main(_eval_args(server.url, tmp_path / "bad", "--limit", "1", "--extra-body", bad)) == 2
+        assert says in capsys.readouterr().err
+    assert len(server.requests) == 1 and not (tmp_path / "bad").exists()
+
+
 def test_report_only_asks_nothing_and_a_torn_last_line_is_asked_again(scripted, tmp_path, capsys):
     server = scripted([], then="ok")
     out = tmp_path / "run"

@@ -368,7 +368,8 @@ def _mean(xs):
 
 
 def cmd_eval(args) -> int:
-    from alpha_gym.evaluation.endpoint import EVAL_FORMAT, EndpointClient, EndpointConfig, read_raw, run_requests
+    from alpha_gym.evaluation.endpoint import (EVAL_FORMAT, EndpointClient, EndpointConfig, extra_body, read_raw,
+                                               run_requests)
     from alpha_gym.scoring.verifier import Verifier
     if args.samples < 1 or args.concurrency < 1 or args.retries < 0 or args.max_tokens < 1 or args.timeout <= 0:
         raise InputError("--samples, --concurrency and --max-tokens must be >= 1, --retries >= 0, --timeout > 0")
@@ -376,6 +377,7 @@ def cmd_eval(args) -> int:
     briefs = _briefs(args)
     settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
     raw_path = out / "endpoint.jsonl"
+    extra = extra_body(args.extra_body)
     if args.report_only and not raw_path.is_file():
         raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
     if not args.report_only and not args.base_url:
@@ -383,10 +385,10 @@ def cmd_eval(args) -> int:
     client = None if args.report_only else EndpointClient(EndpointConfig(
         base_url=args.base_url, model=args.model, api_key=_api_key(args.api_key_env), max_tokens=args.max_tokens,
         temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
-        seed=args.seed))
+        seed=args.seed, extra_body=extra))
     train, holdout = _eval_panels(args)  # bad data flags fail before any request
     _claim_eval_dir(out, {"model": args.model, "temperature": args.temperature, "max_tokens": args.max_tokens,
-                          "seed": args.seed})
+                          "seed": args.seed, "extra_body": extra})
     keys = [f"{b.id}#{s}" for b in briefs for s in range(args.samples)]
     run = {"asked": 0, "reused": len(keys), "total": len(keys)}
     if client is not None:
@@ -409,7 +411,7 @@ def cmd_eval(args) -> int:
     summary = {
         "format": EVAL_FORMAT, "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
         "briefs": len(briefs), "samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens,
-        "seed": args.seed, "items": len(keys), "answered": len(rows), "failed": sum(failed.values()),
+        "seed": args.seed, "extra_body": extra, "items": len(keys), "answered": len(rows), "failed": sum(failed.values()),
         "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
         "errors": dict(sorted(attempts.items())), "failed_by_error": dict(sorted(failed.items())),
         "train": {"start": str(train.dates[0]), "end": str(train.dates[-1]), "n_valid": len(valid),
@@ -466,6 +468,8 @@ def register_eval(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, help="sent as the request's seed (plus the sample's index)")
+    p.add_argument("--extra-body", metavar="JSON", help="more request fields, a JSON object, e.g. llama.cpp's "
+                                                        "'{\"repeat_penalty\": 1.0}' for greedy answers at temperature 0")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one response")
     p.add_argument("--retries", type=int, default=3, help="retries of a failed request (429, 5xx, time-out, ...)")
