@@ -25,7 +25,7 @@ import pytest
 
 from alpha_gym.cli import main
 from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw
-from llama_serving import free_port, llama_server as serve_gguf, skip_without_llama_cpp
+from llama_serving import llama_server as serve_gguf, skip_without_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "<alpha>rank(-ts_delta(close, 5))</alpha>"
@@ -253,6 +253,12 @@ def _gguf():
     return found[0] if found else None
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def llama_server():
     skip_without_llama_cpp()
@@ -322,7 +328,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
     page = _cli("report", str(out))
     assert page.returncode == 0 and (out / "report.html").is_file()
     # a finished run re-scores without asking: the endpoint may be gone (baselines skipped: they were checked)
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+    dead = f"http://127.0.0.1:{_free_port()}/v1"
     again = _cli(*args, "--base-url", dead, "--no-baselines")
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "eval.json").read_text())["asked_this_run"] == 0

@@ -23,9 +23,10 @@ from trainers.export_gguf import (CONVERTER_ENV, ExportError, converter_script, 
 
 def _converter() -> Path:
     """The sdist (or converter) the user's setup holds; conftest points the cache folder at a temporary one."""
-    given = os.environ.get(CONVERTER_ENV)
-    if given:
-        return Path(given)
+    try:
+        return find_converter()  # --converter's defaults: $ALPHA_GYM_GGUF_CONVERTER, then the cache folder
+    except ExportError:
+        pass
     home_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "alpha_gym" / "llama.cpp"
     found = sorted(home_cache.glob("llama_cpp_python-*.tar.gz"))
     if not found:

@@ -3,6 +3,8 @@
     alpha-gym export-gguf runs/sft/model --out runs/sft/model-f32.gguf
     python -m llama_cpp.server --model runs/sft/model-f32.gguf --host 127.0.0.1 --port 8080 --model_alias sft
 
+`serve_gguf(path, alias)` runs that server for a block (tests, benchmarks/served_eval.py) and stops it after.
+
 What `source` may be (`model_source`):
     a Hugging Face model folder: config.json, *.safetensors and the tokenizer (`alpha-gym sft`'s OUT/model)
     an `alpha-gym sft` output folder: its model/
@@ -32,11 +34,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,3 +227,47 @@ def _convert(script: Path, folder: Path, out: Path, outtype: str) -> None:
     if done.returncode != 0 or not out.is_file():
         tail = "\n".join(done.stdout.strip().splitlines()[-8:])
         raise ExportError(f"llama.cpp's converter failed on {folder} (exit {done.returncode}):\n{tail}")
+
+
+# ------------------------------------------------------------------------------------------ serving
+def free_port() -> int:
+    """A TCP port nothing listens on at the moment, on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve_gguf(gguf, alias: str, *, threads: int = 2, n_ctx: int = 2048, start_timeout_s: float = 120,
+               log_dir=None):
+    """llama-cpp-python's OpenAI-compatible server for `gguf` on 127.0.0.1 (a free port), answering under the
+    model name `alias`, for the block: yields its base URL (http://127.0.0.1:PORT/v1) and stops it after.
+    Its log is `log_dir`/llama-server-PORT.log ($TMPDIR or /tmp by default)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ExportError("llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' "
+                          "(see .ci/install for the build flags)")
+    port = free_port()
+    log_path = Path(log_dir or os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+                                 "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+                                 "--model_alias", alias], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            deadline = time.monotonic() + start_timeout_s
+            while True:
+                try:
+                    urllib.request.urlopen(url + "/models", timeout=2).read()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise ExportError(f"llama.cpp's server did not start on {gguf} (see {log_path})") from None
+                    time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
