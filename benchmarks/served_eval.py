@@ -46,12 +46,13 @@ def cpu_flags() -> str:
     return " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "none of avx2/avx512"
 
 
-def run_eval(url: str, alias: str, out: Path, args, *extra: str) -> list[str]:
-    """`alpha-gym eval` against the server; returns the command's arguments (the served URL left out)."""
+def run_eval(url: str, alias: str, out: Path, args, *extra: str, real: bool = True) -> list[str]:
+    """`alpha-gym eval` against the server; returns the command's arguments (the served URL left out).
+    real=False scores on the synthetic market: the parity checks read only the completions."""
     command = ["eval", "--model", alias, "--out", str(out), "--extra-body", GREEDY_BODY, "--no-progress",
-               "--concurrency", "1", *extra]
+               "--concurrency", "1", "--timeout", str(args.timeout), *extra]
     for flag, value in (("--data", args.data), ("--universe", args.universe)):
-        if value:
+        if value and real:
             command += [flag, value]
     rc = alpha_gym([command[0], "--base-url", url, *command[1:]])
     if rc != 0:
@@ -63,8 +64,7 @@ def greedy_pairs(url, alias, work, args, briefs_file: Path, n: int, max_tokens: 
     """The served model's greedy answers on the first `n` briefs of `briefs_file`, by brief id."""
     out = work / f"greedy-{max_tokens}"
     run_eval(url, alias, out, args, "--briefs", str(briefs_file), "--limit", str(n), "--max-tokens", str(max_tokens),
-             "--temperature", "0", *(["--holdout-start", args.holdout_start] if args.holdout_start else []),
-             "--no-baselines")
+             "--temperature", "0", real=False)
     return {key.split("#")[0]: row["completion"] for key, row in read_raw(out / "endpoint.jsonl").items()}
 
 
@@ -91,7 +91,9 @@ def main() -> None:
     p.add_argument("--step0", help="a comparison's kept step-0 answers: the served greedy answers must equal them")
     p.add_argument("--in-process", type=int, default=0, help="briefs whose served greedy answers are checked "
                                                             "against transformers' in this process")
-    p.add_argument("--threads", type=int, default=2, help="the server's threads")
+    p.add_argument("--threads", type=int, default=1, help="the server's threads (on a busy machine one thread: "
+                                                          "two spin at every token waiting for each other)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take (eval --timeout)")
     p.add_argument("--converter", help="llama.cpp's converter (see alpha-gym export-gguf --help)")
     args = p.parse_args()
 
@@ -134,7 +136,7 @@ def main() -> None:
             briefs = list(brief_set("probe"))[: args.in_process]
             served = greedy_pairs(url, args.alias, work, args, write_briefs(briefs, work / "in-process-briefs.jsonl"),
                                   len(briefs), 64)
-            model, tokenizer = load_for_inference(args.model_dir)
+            model, tokenizer = load_for_inference(export["source"])
             local = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs], max_new_tokens=64)]
             same = [b.id for b, a in zip(briefs, local) if served.get(b.id) == a]
             run["in_process_parity"] = {"max_tokens": 64, "briefs": len(briefs), "identical": len(same),

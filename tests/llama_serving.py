@@ -16,7 +16,7 @@ def skip_without_llama_cpp() -> None:
 
 
 @contextmanager
-def llama_server(gguf, alias: str, threads: int = 2):
+def llama_server(gguf, alias: str, threads: int = 1):
     skip_without_llama_cpp()
     from trainers.export_gguf import serve_gguf
     with serve_gguf(gguf, alias, threads=threads) as url:

@@ -238,11 +238,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_gguf(gguf, alias: str, *, threads: int = 2, n_ctx: int = 2048, start_timeout_s: float = 120,
+def serve_gguf(gguf, alias: str, *, threads: int = 1, n_ctx: int = 2048, start_timeout_s: float = 120,
                log_dir=None):
     """llama-cpp-python's OpenAI-compatible server for `gguf` on 127.0.0.1 (a free port), answering under the
     model name `alias`, for the block: yields its base URL (http://127.0.0.1:PORT/v1) and stops it after.
-    Its log is `log_dir`/llama-server-PORT.log ($TMPDIR or /tmp by default)."""
+    Its log is `log_dir`/llama-server-PORT.log ($TMPDIR or /tmp by default).
+
+    One thread by default: on a busy 2-core machine two llama.cpp threads wait for each other at every
+    token (SmolLM2 f32, load average 12 on 2 cores: 0.7 tokens/s with 2 threads started under `nice`,
+    11-12 with 1 thread not niced)."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ExportError("llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' "
                           "(see .ci/install for the build flags)")
