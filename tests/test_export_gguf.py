@@ -120,6 +120,13 @@ def test_the_sdist_yields_llama_cpps_converter_and_its_packages():
     assert not kept.exists()  # read into a temporary folder, removed after
 
 
+def test_a_failed_conversion_says_what_the_converter_said_and_leaves_nothing(tmp_path):
+    folder = _model_folder(tmp_path / "m", config='{"architectures": ["NoSuchModelForCausalLM"]}')
+    with pytest.raises(ExportError, match=r"(?s)llama.cpp's converter failed on .*NoSuchModelForCausalLM"):
+        export_gguf(folder, tmp_path / "out" / "m.gguf", converter=_converter())
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def _tiny_base(folder: Path):
     """A 2-layer Llama with SmolLM2's real tokenizer (the converter identifies the pre-tokenizer by its output)."""
     import torch
