@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from alpha_gym.cli import main
 from llama_serving import llama_server, skip_without_llama_cpp
 from trainers.export_gguf import (CONVERTER_ENV, ExportError, converter_script, export_gguf, find_converter,
-                                  model_source)
+                                  merge_adapters, model_source)
 
 
 def _converter() -> Path:
@@ -72,6 +72,9 @@ def test_a_missing_or_invalid_folder_is_a_clear_error(tmp_path, capsys):
         if complete:
             (run / f"checkpoint-{step}" / "trainer_state.pt").write_bytes(b"")
     assert (model_source(run).kind, model_source(run).folder.name) == ("adapter", "checkpoint-4")
+    (run / "checkpoint-4" / "adapter_config.json").write_text('{"base_model_name_or_path": "/moved/base"}')
+    with pytest.raises(ExportError, match="cannot be loaded .*; pass it with --base"):
+        merge_adapters(run / "checkpoint-4", tmp_path / "merged")
     (run / "checkpoint-4" / "adapter_config.json").write_text("[")
     with pytest.raises(ExportError, match="adapter_config.json is not valid JSON"):
         model_source(run)

@@ -181,7 +181,11 @@ def merge_adapters(adapter_dir: Path, into: Path, base=None) -> Path:
 
     from trainers.models import load_base
     recorded = _read_json(adapter_dir / "adapter_config.json").get("base_model_name_or_path")
-    model, tokenizer = load_base(base if base is not None else recorded or None)
+    try:
+        model, tokenizer = load_base(base if base is not None else recorded or None)
+    except (FileNotFoundError, OSError) as err:
+        raise ExportError(f"the base of the adapters in {adapter_dir} cannot be loaded ({err}); pass it with --base "
+                          "(the model folder they were trained on)") from None
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(into)
     tokenizer.save_pretrained(into)
