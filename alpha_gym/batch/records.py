@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.jsonable import content_hash, json_dumps
 from alpha_gym.errors import InputError
 
 
@@ -36,7 +36,7 @@ def read_items(path) -> list[tuple[str, str]]:
         raise FileNotFoundError(f"formula file not found: {path}")
     items: list[tuple[str, str]] = []
     jsonl = path.suffix.lower() in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: an editor's byte-order mark is not part of item 1
         for n, line in enumerate(_text_lines(fh, path), start=1):
             line = line.rstrip("\n")
             if not line.strip():
@@ -88,16 +88,10 @@ def scored_with(panel_fingerprint: str, config_key: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _content_hash(rec: dict) -> str:
-    """Hash of a record without its own "sha256" (canonical JSON: key order and spacing do not count)."""
-    body = {k: v for k, v in rec.items() if k != "sha256"}
-    return hashlib.sha256(json_dumps(body, sort_keys=True).encode()).hexdigest()[:32]
-
-
 def record(index: int, kind: str, text: str, score, stamp: str) -> str:
     """One output line (no newline); `stamp` is `scored_with(...)` of the run."""
     rec = {"index": index, "kind": kind, "input": text, "score": score.to_dict(), "scored_with": stamp}
-    rec["sha256"] = _content_hash(rec)
+    rec["sha256"] = content_hash(rec)
     return json_dumps(rec)
 
 
@@ -118,6 +112,10 @@ def discard_output(out) -> None:
         path.unlink(missing_ok=True)
 
 
+#: How a refusal names each key of the sidecar.
+_META_WORDS = {"input": "formulas file", "items": "number of items", "panel": "panel", "config": "verifier config"}
+
+
 def meta_path(out) -> Path:
     return Path(str(out) + ".meta.json")
 
@@ -129,7 +127,9 @@ def check_meta(out, meta: dict) -> None:
         old = _read_meta(path)
         diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
         if diff:
-            raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "
+            what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
+                             for k in diff)
+            raise BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
                              f"choose another --out")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json_dumps(meta, indent=1))
@@ -154,7 +154,7 @@ def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:
             index = rec["index"]
             if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input")) != items[index]:
                 raise BatchError(f"{out}: the record for item {index} is not for this input file; {RESTART_HINT}")
-            if rec.get("sha256") != _content_hash(rec):
+            if rec.get("sha256") != content_hash(rec):
                 raise BatchError(f"{out}: line {n} (item {index}) was edited after it was scored, or written by an "
                                  f"older alpha-gym; {RESTART_HINT}")
             if rec.get("scored_with") != stamp:

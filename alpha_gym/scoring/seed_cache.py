@@ -40,7 +40,7 @@ KEEP_FILES = 16
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose code decides a seed book's numbers.
 _CODE = ("language", "book", "market/panel.py", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py",
-         "scoring/verifier.py", "scoring/config.py", "scoring/archive.py", "alpha101")
+         "scoring/verifier.py", "scoring/price_level.py", "scoring/config.py", "scoring/archive.py", "alpha101")
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,13 @@ def seed_key(fingerprint: str, config) -> str:
 
 
 def compute_seed_books(verifier, formulas) -> list[SeedBook]:
-    """Evaluate the seed formulas; keep those that parse and trade at least the invalid-turnover floor."""
-    out = []
+    """Evaluate the seed formulas; keep those that parse, trade at least the invalid-turnover floor and are not
+    a static price-level ranking (`price_level.py`): the books an answer must be to be valid."""
+    out, config = [], verifier.config
     for formula in formulas:
         ev = verifier.trade(formula)  # the one answer-to-book path: an invalid verdict is skipped
-        if not isinstance(ev, InvalidVerdict) and ev.turnover >= verifier.config.min_turnover_invalid:
+        if (not isinstance(ev, InvalidVerdict) and ev.turnover >= config.min_turnover_invalid
+                and not ev.price_level > config.max_price_level_corr):
             out.append(SeedBook(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes))
     return out
 

@@ -24,6 +24,7 @@ from alpha_gym.book.book import Book, ForwardReturns, build_book, open_to_open_r
 from alpha_gym.book.costs import training_cost
 from alpha_gym.jsonable import jsonable
 from alpha_gym.language import Node, Op, canonical, lookback, size, to_text
+from alpha_gym.language.bounds import NOISE_SHARE, noise_days
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
@@ -31,6 +32,7 @@ from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.price_level import price_level_correlation, price_level_reason
 from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
@@ -79,6 +81,8 @@ class Evaluated:
     ic: float
     sharpe: float
     has_reasoning: bool = False
+    noise_share: float = 0.0  # share of the traded days whose cross-section is constant up to rounding (bounds.py)
+    price_level: float = 0.0  # mean |daily rank correlation with the close| (the price-level floor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,10 +232,15 @@ class Verifier:
                           self.config.min_valid_stocks, returns=self._forward,
                           ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
-    def _evaluated(self, node: Node, signal: np.ndarray) -> Evaluated:
-        """The book of a formula's values with the statistics the channels need (the verifier's trade rule)."""
+    def _evaluated(self, node: Node, signal: np.ndarray, error=0.0) -> Evaluated:
+        """The book of a formula's values with the statistics the channels need (the verifier's trade rule);
+        `error`: the values' rounding-error bound (`alpha_gym.language.bounds`), read for `noise_share`."""
         book = self._book_of(node, signal)
         net = book.net
+        traded = book.traded if book.traded is not None else np.abs(book.weights).sum(axis=1) > 0
+        n = len(traded)
+        noise = noise_days(signal[:n], error[:n] if isinstance(error, np.ndarray) else error) & traded
+        noise_share = float(noise.sum() / traded.sum()) if traded.any() else 0.0
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
         return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=self.config.syntax_window_buckets),
                          book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
@@ -239,7 +248,8 @@ class Verifier:
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
                          ic=book.information_coefficient(),  # = metrics.information_coefficient
-                         sharpe=metrics.sharpe(net))
+                         sharpe=metrics.sharpe(net), noise_share=noise_share,
+                         price_level=price_level_correlation(book.weights, book.traded, signal, self.panel))
 
     def trade(self, answer, cache=None, source: str = "formula", has_reasoning: bool = False
               ) -> Evaluated | InvalidVerdict:
@@ -247,7 +257,7 @@ class Verifier:
         under `config.limits` on this panel: its `Evaluated`, or the `InvalidVerdict` saying why not.
         source: "formula" (bare), "answer" (needs an `<alpha>` block) or "auto". Never raises on bad input."""
         out = answer_to_book(answer, self.config.limits, self.panel, self._evaluated, source=source, cache=cache,
-                             has_reasoning=has_reasoning)
+                             has_reasoning=has_reasoning, bound=True)
         if isinstance(out, InvalidVerdict):
             return out
         return replace(out.book, has_reasoning=True) if out.has_reasoning else out.book
@@ -288,6 +298,15 @@ class Verifier:
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
                                  "invalid_book", formula=ev.text, error="turnover",
                                  **self._diagnostics(ev))
+        if ev.noise_share >= NOISE_SHARE:
+            return self._invalid(f"the signal is constant up to rounding on {ev.noise_share:.0%} of the traded days "
+                                 f"(at least {NOISE_SHARE:.0%}): each day's cross-section lies within its "
+                                 "rounding-error bound, so the book trades float noise (docs/operators.md, rule 5)",
+                                 "invalid_book", formula=ev.text, error="rounding", noise_share=ev.noise_share,
+                                 **self._diagnostics(ev))
+        tilt = price_level_reason(ev.price_level, self.config.max_price_level_corr)
+        if tilt is not None:
+            return self._invalid(tilt, "invalid_book", formula=ev.text, error="price_level", **self._diagnostics(ev))
         return ev
 
     def score(self, answer: str, brief=None) -> Score:
@@ -394,6 +413,7 @@ class Verifier:
             "cpcv_slices": ev.test_sharpes.tolist(),
             "cpcv_in_sample": ev.train_sharpes.tolist(),
             "turnover": ev.turnover,
+            "price_level": ev.price_level,
             "ic": ev.ic,
             "sharpe": ev.sharpe,
             "sharpe_gross": metrics.sharpe(ev.book.gross),
