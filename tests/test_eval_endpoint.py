@@ -312,7 +312,8 @@ def _cli(*args, **kw):
 def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_path):
     out = tmp_path / "smol"
     args = ["eval", "--model", "smollm2", "--out", str(out), "--limit", "3", "--samples", "2", "--max-tokens", "40",
-            "--temperature", "0.8", "--seed", "7", "--concurrency", "2", "--holdout-start", "2024-03-01"]
+            "--temperature", "0.8", "--seed", "7", "--concurrency", "2", "--holdout-start", "2024-03-01",
+            "--timeout", "600"]  # a real deadline per attempt: two cores shared with the rest of the suite
     r = _cli(*args, "--base-url", llama_server)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "] 6/6  failed 0  errors 0" in r.stderr  # the progress bar
@@ -346,7 +347,8 @@ def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, 
     by_prompt = {b.prompt(): b.id for b in briefs}
     out = tmp_path / "smol"
     args = ["eval", "--base-url", proxy.url, "--model", "smollm2", "--out", str(out), "--limit", "4",
-            "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30"]
+            "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30",
+            "--timeout", "600"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
