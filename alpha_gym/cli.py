@@ -205,15 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)
     try:  # `train` and `compare` need the train extra (torch); without it the command says how to install it
-        from trainers.cli import register as register_train
+        from trainers.cli import register as register_train, register_export
         from trainers.compare.cli import register as register_compare
     except ImportError as err:
-        for name, what in (("train", "RL training"), ("compare", "the trainer comparison")):
+        for name, what in (("train", "RL training"), ("compare", "the trainer comparison"),
+                           ("export-gguf", "a model folder as a GGUF file")):
             p = sub.add_parser(name, help=f"{what} (needs: pip install alpha-gym[train])")
             p.set_defaults(func=lambda args, err=err: _missing_extra("train", err))
     else:
         register_train(sub)
         register_compare(sub)  # the trainer comparison (trainers/compare/)
+        register_export(sub)  # a trained model for llama.cpp (trainers/export_gguf.py)
     from alpha_gym.stress.cli import register as register_stress
     register_stress(sub)
     from alpha_gym.service.cli import register as register_serve  # issue 12: the scoring service

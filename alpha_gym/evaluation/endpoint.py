@@ -127,6 +127,29 @@ def server_message(body: bytes) -> str | None:
     return None
 
 
+#: Request fields `--extra-body` may not set: the client's own (it reads one non-streamed choice) and those
+#: with a flag of their own, which the folder's stamp records.
+CLIENT_FIELDS = {"model": "--model", "messages": "the brief", "n": "--samples", "stream": "the client",
+                 "temperature": "--temperature", "max_tokens": "--max-tokens", "seed": "--seed"}
+
+
+def extra_body(text: str | None) -> dict | None:
+    """`--extra-body`'s JSON object: request fields a server reads beyond the OpenAI ones, e.g. llama.cpp's
+    `{"repeat_penalty": 1.0}` (its default 1.1 makes temperature 0 differ from greedy decoding)."""
+    if text is None:
+        return None
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--extra-body is not JSON ({err}): give an object, e.g. '{{\"repeat_penalty\": 1.0}}'")
+    if not isinstance(fields, dict):
+        raise InputError(f"--extra-body must be a JSON object of request fields, got {type(fields).__name__}")
+    taken = sorted(k for k in fields if k in CLIENT_FIELDS)
+    if taken:
+        raise InputError("--extra-body may not set " + ", ".join(f"{k} (set by {CLIENT_FIELDS[k]})" for k in taken))
+    return fields or None
+
+
 @dataclass(frozen=True)
 class EndpointConfig:
     """Where to ask and how: the key is the value itself, read by the caller from an environment variable."""
@@ -140,6 +163,7 @@ class EndpointConfig:
     retries: int = 3            # attempts after the first
     backoff_s: float = 1.0      # first wait; doubled each retry (plus up to 25% jitter)
     seed: int | None = None     # sent as `seed` (+ the sample's index) when given
+    extra_body: dict | None = None  # more request fields for this server (see `extra_body`)
 
     def url(self, path: str = "/chat/completions") -> str:
         """The URL of `path` under the base URL, credentials removed (they go in a header)."""
@@ -493,6 +517,7 @@ class EndpointClient:
                 "temperature": self.config.temperature, "n": 1, "stream": False}
         if self.config.seed is not None:
             body["seed"] = self.config.seed + sample
+        body.update(self.config.extra_body or {})
         payload = json_dumps(body).encode()
         t0 = time.perf_counter()
         errors: list[str] = []
