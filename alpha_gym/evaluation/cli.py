@@ -367,7 +367,7 @@ def eval_stamp(args, briefs, messages, train, holdout) -> dict:
 
 
 def _shown(value) -> str:
-    text = json.dumps(value, default=str)
+    text = json_dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -282,8 +282,10 @@ class Verifier:
         """A raw answer through `trade`, then `_verdict`: an invalid Score without an `<alpha>` block."""
         return self._verdict(self.trade(answer, cache, source="answer"))
 
-    def _prepare(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
-        """A bare formula through `trade`, then `_verdict`."""
+    def admit(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
+        """A bare formula through `trade`, then every validity rule (`_verdict`: the turnover floor, rounding
+        noise, the price-level floor): its `Evaluated` when it would score valid, else the invalid `Score`.
+        What builds pools of valid books (seed books, SFT pairs) reads this, so no rule is left out there."""
         return self._verdict(self.trade(formula, cache, has_reasoning=has_reasoning))
 
     def _verdict(self, out: Evaluated | InvalidVerdict) -> Score | Evaluated:
@@ -318,7 +320,7 @@ class Verifier:
 
     def score_formula(self, formula: str, brief=None) -> Score:
         """Score a bare formula (no `<alpha>` block needed): a group of one."""
-        return self._score_items([self._prepare(formula)], brief).scores[0]
+        return self._score_items([self.admit(formula)], brief).scores[0]
 
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).

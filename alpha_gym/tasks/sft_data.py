@@ -24,9 +24,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
+from alpha_gym.scoring.verifier import Score
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import check_compliance
 from alpha_gym.tasks.task import render_prompt
@@ -50,8 +50,8 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
         if text in seen:
             continue
         seen.add(text)
-        ev = verifier.trade(text)  # the one answer-to-book path: an invalid verdict is skipped
-        if isinstance(ev, InvalidVerdict):
+        ev = verifier.admit(text)  # every validity rule (turnover, rounding, price level): an invalid Score is skipped
+        if isinstance(ev, Score):
             continue
         if min_turnover <= ev.turnover <= max_turnover and ev.cpcv >= min_cpcv:
             kept.append({"formula": ev.text, "node": ev.node, "cpcv": ev.cpcv, "turnover": ev.turnover})
