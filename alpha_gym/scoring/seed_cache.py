@@ -75,13 +75,12 @@ def seed_key(fingerprint: str, config) -> str:
 
 
 def compute_seed_books(verifier, formulas) -> list[SeedBook]:
-    """Evaluate the seed formulas; keep those that would score valid (`Verifier.admit`: they parse, trade at
-    least the invalid-turnover floor, are not rounding noise nor a static price-level ranking)."""
-    from alpha_gym.scoring.verifier import Score  # here, not at the top: the verifier imports this module
+    """Evaluate the seed formulas; keep those that would score valid (`Verifier.valid_book`: they parse, trade
+    at least the invalid-turnover floor, are not rounding noise nor a static price-level ranking)."""
     out = []
     for formula in formulas:
-        ev = verifier.admit(formula)  # every validity rule; an invalid Score is skipped
-        if not isinstance(ev, Score):
+        ev = verifier.valid_book(formula)  # every validity rule; None for an invalid one, skipped
+        if ev is not None:
             out.append(SeedBook(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes))
     return out
 

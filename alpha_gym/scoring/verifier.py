@@ -285,8 +285,13 @@ class Verifier:
     def admit(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
         """A bare formula through `trade`, then every validity rule (`_verdict`: the turnover floor, rounding
         noise, the price-level floor): its `Evaluated` when it would score valid, else the invalid `Score`.
-        What builds pools of valid books (seed books, SFT pairs) reads this, so no rule is left out there."""
+        Pools of valid books (seed books, SFT pairs) read it through `valid_book`, so no rule is left out there."""
         return self._verdict(self.trade(formula, cache, has_reasoning=has_reasoning))
+
+    def valid_book(self, formula: str, cache=None) -> Evaluated | None:
+        """A bare formula's `Evaluated` when it would score valid under every rule (`admit`), else None."""
+        out = self.admit(formula, cache)
+        return None if isinstance(out, Score) else out
 
     def _verdict(self, out: Evaluated | InvalidVerdict) -> Score | Evaluated:
         """An invalid Score for an invalid verdict or a book under the turnover floor; else the Evaluated."""

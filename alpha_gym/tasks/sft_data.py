@@ -26,7 +26,6 @@ import numpy as np
 
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
-from alpha_gym.scoring.verifier import Score
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import check_compliance
 from alpha_gym.tasks.task import render_prompt
@@ -50,8 +49,8 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
         if text in seen:
             continue
         seen.add(text)
-        ev = verifier.admit(text)  # every validity rule (turnover, rounding, price level): an invalid Score is skipped
-        if isinstance(ev, Score):
+        ev = verifier.valid_book(text)  # every validity rule (turnover, rounding, price level); None: skipped
+        if ev is None:
             continue
         if min_turnover <= ev.turnover <= max_turnover and ev.cpcv >= min_cpcv:
             kept.append({"formula": ev.text, "node": ev.node, "cpcv": ev.cpcv, "turnover": ev.turnover})
