@@ -40,7 +40,7 @@ def pass_rates(model, tokenizer, verifier, briefs: Sequence, tries: int = 8, tem
                max_new_tokens: int = 128, batch_size: int = 4, seed: int = 0, progress: bool = True
                ) -> list[BriefPassRate]:
     """Sample `tries` answers per brief and count how many are solved."""
-    from trainers.answers import generate_answers
+    from trainers.rollout import generate_answers
     iterator = range(0, len(briefs), batch_size)
     if progress:
         from tqdm import tqdm

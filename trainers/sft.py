@@ -86,7 +86,7 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
 
 def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96) -> dict:
     """Greedy answers to the briefs and the share the verifier finds valid."""
-    from trainers.answers import generate_answers
+    from trainers.rollout import generate_answers
     from trainers.models import load_base
     model, tokenizer = load_base(model_dir)
     answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
