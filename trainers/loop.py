@@ -118,20 +118,22 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         t_step = time.perf_counter()
         t = {"generation": 0.0, "scoring": 0.0}
 
-        # 1-2. sample a group per prompt (with the sampling policy's log-probs) and score it
+        # 1. sample a group of answers per prompt, with the sampling policy's log-probs and entropies
         chosen = briefs_for_step(briefs, config, step)
         prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
-        groups, scores = _sample_and_score(policy, tokenizer, verifier, [b.id for b in chosen], prompts, config,
-                                           eos_ids, t)
+        groups = _sample(policy, tokenizer, [b.id for b in chosen], prompts, config, eos_ids, t)
+
+        # 2. score each group with the verifier
+        scores = _score(verifier, groups, t)
 
         # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
         refills = 0
         for _ in range(config.refill_rounds):
             flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
             if flat:
-                again = _sample_and_score(policy, tokenizer, verifier, [chosen[i].id for i in flat],
-                                          [prompts[i] for i in flat], config, eos_ids, t)
-                for i, group, score in zip(flat, *again):
+                again = _sample(policy, tokenizer, [chosen[i].id for i in flat], [prompts[i] for i in flat], config,
+                                eos_ids, t)
+                for i, group, score in zip(flat, again, _score(verifier, again, t)):
                     groups[i], scores[i] = group, score
             refills += len(flat)
             if not flat:
@@ -233,17 +235,20 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
 
 # ------------------------------------------------------------------------------------ the step's pieces
-def _sample_and_score(policy, tokenizer, verifier, brief_ids, prompts, config, eos_ids, t):
-    """Sample a group per prompt (all prompts in one batch, with the sampler's log-probs) and score each group.
-    Returns (groups, scores); adds the seconds to t["generation"] and t["scoring"]."""
+def _sample(policy, tokenizer, brief_ids, prompts, config, eos_ids, t) -> list[Group]:
+    """A group per prompt, all prompts in one batch, with the sampler's log-probs; adds to t["generation"]."""
     t0 = time.perf_counter()
     sampled = sample_groups(policy, tokenizer, prompts, config, eos_ids, with_logps=True)
-    t1 = time.perf_counter()
-    scores = [verifier.score_group(s[2]) for s in sampled]
-    t["generation"] += t1 - t0
-    t["scoring"] += time.perf_counter() - t1
-    groups = [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
-    return groups, scores
+    t["generation"] += time.perf_counter() - t0
+    return [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
+
+
+def _score(verifier, groups: list[Group], t) -> list:
+    """Each group's answers scored together (`Verifier.score_group`); adds to t["scoring"]."""
+    t0 = time.perf_counter()
+    scores = [verifier.score_group(g.texts) for g in groups]
+    t["scoring"] += time.perf_counter() - t0
+    return scores
 
 
 def _lengths(mask: torch.Tensor) -> list[int]:
