@@ -145,6 +145,8 @@ def cmd_config_show(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="alpha-gym", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
+    from alpha_gym._version import __version__
+    parser.add_argument("--version", action="version", version=f"alpha-gym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("config", help="the settings file: every verifier, cost, channel, stress and training setting")
@@ -203,15 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     from alpha_gym.evaluation.cli import register as register_evaluation
     register_evaluation(sub)
     try:  # `train` and `compare` need the train extra (torch); without it the command says how to install it
-        from trainers.cli import register as register_train
+        from trainers.cli import register as register_train, register_export
         from trainers.compare.cli import register as register_compare
     except ImportError as err:
-        for name, what in (("train", "RL training"), ("compare", "the trainer comparison")):
+        for name, what in (("train", "RL training"), ("compare", "the trainer comparison"),
+                           ("export-gguf", "a model folder as a GGUF file")):
             p = sub.add_parser(name, help=f"{what} (needs: pip install alpha-gym[train])")
             p.set_defaults(func=lambda args, err=err: _missing_extra("train", err))
     else:
         register_train(sub)
         register_compare(sub)  # the trainer comparison (trainers/compare/)
+        register_export(sub)  # a trained model for llama.cpp (trainers/export_gguf.py)
     from alpha_gym.stress.cli import register as register_stress
     register_stress(sub)
     from alpha_gym.service.cli import register as register_serve  # issue 12: the scoring service
@@ -229,13 +233,20 @@ OPTIONAL_MODULES = {"torch": "train", "transformers": "train", "trl": "train", "
                     "starlette": "serve", "uvicorn": "serve", "ray": "batch"}
 
 
+#: The extras that bring torch: only these are preceded by the CPU torch build (a bare torch requirement
+#: would pull a multi-GB CUDA build); `serve`, `batch`, `data`, `plots` need nothing of torch.
+TORCH_EXTRAS = frozenset({"train", "stress"})
+
+
+def missing_extra_message(extra: str, err: Exception) -> str:
+    """The one line a command prints when an extra it needs is not installed: what to install, and nothing more."""
+    first = "install torch==2.13.0 (CPU) first, then: " if extra in TORCH_EXTRAS else "install it: "
+    return f"alpha-gym: this command needs the `{extra}` extra ({err}); {first}pip install -e '.[{extra}]'"
+
+
 def _missing_extra(extra: str, err: Exception) -> int:
-    print(f"alpha-gym: this command needs the `{extra}` extra ({err}); "
-          f"install torch==2.13.0 (CPU) first, then: pip install -e '.[{extra}]'", file=sys.stderr)
+    print(missing_extra_message(extra, err), file=sys.stderr)
     return 2
-
-
-
 
 
 def main(argv=None) -> int:
@@ -249,6 +260,21 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A notice meant for the user (the synthetic market's) is one line, `alpha-gym: note: ...`, without the
+    source path and code line Python adds; every other warning is shown as Python shows it."""
+    from alpha_gym.market.synthetic import SyntheticDataNotice
+    if issubclass(category, SyntheticDataNotice):
+        text = str(message).removeprefix("alpha-gym: ").replace(
+            "load real data with alpha_gym.market.load_panel", "give --data FILE for real prices")
+        print(f"alpha-gym: note: {text}", file=sys.stderr if file is None else file)
+        return
+    _default_showwarning(message, category, filename, lineno, file, line)
 
 
 def user_errors() -> tuple[type, ...]:
@@ -265,6 +291,7 @@ def _main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
             return args.func(args)
     except ModuleNotFoundError as err:
         if not args.debug and err.name and err.name.split(".")[0] in OPTIONAL_MODULES:

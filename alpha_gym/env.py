@@ -21,6 +21,7 @@ from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.sets import brief_set
+from alpha_gym.tasks.task import render_prompt
 
 log = logging.getLogger("alpha_gym")
 _ANNOUNCED: set[tuple[str, str | None]] = set()  # world models already logged by this process
@@ -38,7 +39,9 @@ class AlphaFormulaEnv(gym.Env):
     """A language model writes one trading formula for a design brief; the verifier scores it.
 
     Observation: the brief's prompt text (`spaces.Text`, printable ASCII, at
-    most 4096 characters): the request, the answer contract and a compact DSL reference.
+    most 4096 characters): the request, the answer contract and a compact DSL reference, rendered by the
+    write task (`alpha_gym.tasks.task.render_prompt`) under the verifier's limits; the brief goes to the
+    scoring with the answer (`score_group([answer], brief=)`).
 
     Action: the model's raw answer text (`spaces.Text`, at most 32,768
     characters). The formula must sit in exactly one `<alpha>...</alpha>` block.
@@ -107,7 +110,7 @@ class AlphaFormulaEnv(gym.Env):
         if not self.briefs:
             raise ValueError("the environment needs at least one brief")
         for b in self.briefs:
-            prompt = b.prompt(verifier.config.limits)  # the prompt states the limits this verifier applies
+            prompt = render_prompt(b, verifier.config.limits)  # the prompt states the limits this verifier applies
             bad = set(prompt) - set(CHARSET)
             if bad or len(prompt) > MAX_PROMPT_CHARS:
                 raise ValueError(f"brief {b.id} has characters outside printable ASCII ({sorted(bad)[:5]}) "
@@ -132,7 +135,7 @@ class AlphaFormulaEnv(gym.Env):
             self._brief = self.briefs[int(self.np_random.integers(len(self.briefs)))]
         self._last = None
         self._over = False
-        prompt = self._brief.prompt(self.verifier.config.limits)
+        prompt = render_prompt(self._brief, self.verifier.config.limits)
         return prompt, {"brief_id": self._brief.id, "family": self._brief.family}
 
     def step(self, action: str):
@@ -149,7 +152,7 @@ class AlphaFormulaEnv(gym.Env):
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
                 "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id,
                 "archive_size": len(self.verifier.archive), "world_model": score.world_model}
-        return self._brief.prompt(self.verifier.config.limits), float(score.reward), True, False, info
+        return render_prompt(self._brief, self.verifier.config.limits), float(score.reward), True, False, info
 
     def render(self):
         if self.render_mode == "ansi":

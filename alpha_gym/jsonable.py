@@ -6,6 +6,7 @@ the package and the trainers write goes through `json_dumps` (tests/test_setting
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -43,6 +44,13 @@ def json_dumps(x, **kwargs) -> str:
     """`json.dumps` of `jsonable(x)`, with allow_nan=False: never a bare NaN or Infinity, which strict JSON
     readers refuse. A non-finite value that `default=` makes is a bug and raises ValueError."""
     return json.dumps(jsonable(x), allow_nan=False, **kwargs)
+
+
+def content_hash(record: Mapping, key: str = "sha256") -> str:
+    """The hash a record carries of itself under `key` (score-batch records, kept comparison files): sha256 of its
+    canonical JSON without `key` (key order and spacing do not count), first 32 hex digits."""
+    body = {k: v for k, v in record.items() if k != key}
+    return hashlib.sha256(json_dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 
 _NESTING = np.zeros(256, dtype=np.int64)

@@ -13,9 +13,9 @@ meets nothing.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from alpha_gym.evaluation.kept import read_rows
 from alpha_gym.language import FormulaError, parse
 from alpha_gym.tasks.compliance import check_compliance, compliance_share
 from alpha_gym.tasks.sets import brief_by_id
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(path: Path) -> dict:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_rows(path)  # the kept reader: an edited or torn row is refused
     out = {"file": str(path), "n": 0, "all": [0, 0], "share": [0.0, 0.0], "distinct": set()}
     for row in rows:
         brief = brief_by_id(row["brief_id"])

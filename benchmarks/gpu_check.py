@@ -104,9 +104,10 @@ def grad_probe(policy, tokenizer, brief) -> dict:
     checked directly, whatever the answers' rewards were.
     """
     import torch
+    from alpha_gym.tasks.task import render_prompt
     from trainers.rollout import chat_prompt
     device = next(policy.parameters()).device
-    ids = tokenizer(chat_prompt(tokenizer, brief.prompt()), add_special_tokens=False,
+    ids = tokenizer(chat_prompt(tokenizer, render_prompt(brief)), add_special_tokens=False,
                     return_tensors="pt").input_ids.to(device)
     with torch.no_grad():
         out = policy.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=True)

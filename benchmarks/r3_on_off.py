@@ -34,8 +34,8 @@ def shipped(results: Path, seed: int, rung: str) -> tuple[dict, list[dict]] | No
     summary, answers = results / f"seed-{seed}" / f"{rung}.json", results / f"seed-{seed}" / f"{rung}.jsonl"
     if not (summary.is_file() and answers.is_file()):
         return None
-    return (json.loads(summary.read_text()),
-            [json.loads(line) for line in answers.read_text().splitlines() if line.strip()])
+    from alpha_gym.evaluation.kept import read_object, read_rows  # checked against their hashes
+    return read_object(summary), read_rows(answers)
 
 
 def training_share(run_dir: Path) -> dict | None:

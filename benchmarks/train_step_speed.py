@@ -33,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 from alpha_gym.tasks.briefs import FIXED_BRIEFS  # noqa: E402
+from alpha_gym.tasks.task import render_prompt  # noqa: E402
 from trainers.config import recipe  # noqa: E402
 
 
@@ -97,7 +98,7 @@ def trl(config, verifier, briefs) -> dict:
 
     P, G = config.prompts_per_step, config.num_generations
     base, tokenizer = load_base(None)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": b.prompt()}]} for b in briefs[:P]])
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": render_prompt(b)}]} for b in briefs[:P]])
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(), max_steps=1, seed=config.seed,
         # 48 answers per optimizer step, in 4 micro-batches of 12 (48 x 430 tokens at once does not fit in RAM)

@@ -26,6 +26,17 @@ if "ALPHA_GYM_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Record what this session collected before any -m/-k deselection: (tests, real_data tests, whole suite?).
+    tests/test_newcomer.py compares it with README's count when the whole suite runs (and collects in a
+    subprocess otherwise)."""
+    whole = [Path(a).resolve() for a in config.args] in ([ROOT / "tests"], [ROOT])
+    session.alpha_gym_collected = (len(items), sum(1 for i in items if i.get_closest_marker("real_data")), whole)
+
+
 REAL_DATA_DIR = Path(os.environ.get("ALPHA_GYM_REAL_DATA", ROOT.parent / "shared" / "data" / "us_equities"))
 REAL_TRAIN_FILE = REAL_DATA_DIR / "us_daily_train.csv.gz"
 SKIP_REASON = (f"real US equity panel not found at {REAL_TRAIN_FILE} "

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from alpha_gym.cli import main
+from alpha_gym.evaluation.kept import write_object, write_rows
 from alpha_gym.jsonable import json_dumps
 from trainers.compare import floor_trap, runner, stats as st
 from trainers.compare.ladder import LADDER
@@ -243,7 +244,7 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     scores (its two samples in place of seeds); a folder missing a brief, or not an eval folder, is refused.
     """
     from alpha_gym.tasks.sets import brief_set
-    from trainers.compare.runner import write_jsonl
+    from alpha_gym.evaluation.kept import write_rows as write_jsonl
     probe = list(brief_set("probe"))[:2]               # the smoke scale's probe briefs
     answers = {probe[0].prompt(): "<alpha>rank(-ts_delta(close, 5))</alpha>",
                probe[1].prompt(): "momentum, I think: rank(returns)"}   # no tag: invalid
@@ -264,7 +265,8 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     assert list(report["rows"]) == ["eval:eval"]
     row = report["rows"]["eval:eval"]
     assert row["kind"] == "eval" and row["model"] == "tiny-model" and row["samples"] == 2 and row["valid"] == 1.0
-    table = (out / "results" / "comparison.md").read_text()
+    table = (out / "comparison.md").read_text()
+    assert not (out / "results").exists()  # --report-only writes into --out, never into the kept results
     assert "| eval: tiny-model | 2 | 1.0 |" in table and "`eval` rows:" in table
     assert len(report["baselines"]) == 10 and row["above_baselines"] in (True, False, None)
 
@@ -277,10 +279,11 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     alone = tmp_path / "alone"
     assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(alone), "--results",
                  str(results)]) == 0
-    step0_alone = json.loads((results / "report.json").read_text())["rows"]["step-0"]
+    step0_alone = json.loads((alone / "report.json").read_text())["rows"]["step-0"]
     assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(out), "--results", str(results),
                  "--eval", str(tmp_path / "eval")]) == 0
-    rows = json.loads((results / "report.json").read_text())["rows"]
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    assert not (results / "report.json").exists() and not (results / "comparison.md").exists()
     assert list(rows) == ["step-0", "eval:eval"] and rows["step-0"] == step0_alone
     assert rows["step-0"]["score"] is not None
     assert rows["eval:eval"]["score"] == pytest.approx(rows["step-0"]["score"], rel=1e-12)  # 2 samples vs 1 seed
@@ -303,7 +306,7 @@ def _kept_step0(results, formulas):
     """A kept step-0.jsonl for the smoke scale's probe briefs (the table's step-0 row)."""
     from alpha_gym.tasks.sets import brief_set
     from trainers.compare.ladder import SCALES
-    from trainers.compare.runner import write_jsonl
+    from alpha_gym.evaluation.kept import write_rows as write_jsonl
     probe = list(brief_set("probe"))[: SCALES["smoke"].probe]
     write_jsonl(results / "step-0.jsonl", [
         {"brief_id": b.id, "step": 0, "answer": f"<alpha>{f}</alpha>", "formula": f, "train_cpcv": 0.0,
@@ -329,9 +332,9 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     assert not (out / "step-0").exists()  # the kept step 0 seeded the search: the probe was not answered again
     # a rung whose answers are the control's: every paired difference is exactly 0
     (kept / "cispo.jsonl").write_text((kept / "search.jsonl").read_text())
-    (kept / "cispo.json").write_text(json_dumps({**numbers, "rung": "cispo", "clipped_share": 0.0}))
+    write_object(kept / "cispo.json", {**numbers, "rung": "cispo", "clipped_share": 0.0})
     assert main(["compare", "--scale", "smoke", "--steps", "20", "--out", str(out), "--results", str(results),
-                 "--report-only"]) == 0
+                 "--report-only", "--update-results"]) == 0
     report = json.loads((results / "report.json").read_text())
     assert report["rows"]["search"]["kind"] == "control" and "vs_previous" not in report["rows"]["search"]
     vs = report["rows"]["cispo"]["vs_controls"]["search"]
@@ -347,13 +350,14 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     # ... and --report-only --rungs narrows the table to those named
     assert main(["compare", "--scale", "smoke", "--steps", "20", "--rungs", "search", "--out", str(out),
                  "--results", str(results), "--report-only"]) == 0
-    assert "cispo" not in json.loads((results / "report.json").read_text())["rows"]
+    assert "cispo" not in json.loads((out / "report.json").read_text())["rows"]
+    assert "cispo" in json.loads((results / "report.json").read_text())["rows"]  # kept results untouched
 
 
 def test_the_gated_rung_pairs_with_the_rung_it_gates_or_else_with_the_row_before_and_says_which(tmp_path, capsys):
     """The gated rung's 'vs previous' is its difference against cispo_repo_r (the rung it changes); in a
     comparison that did not run that rung (the long runs keep cispo), against the row before, named as such."""
-    from trainers.compare.runner import write_jsonl
+    from alpha_gym.evaluation.kept import write_rows as write_jsonl
     results, out = tmp_path / "results", tmp_path / "out"
     step0 = ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"]
     gated = ["rank(ts_mean(volume, 10))", "rank(-ts_std(close, 10))"]
@@ -365,14 +369,14 @@ def test_the_gated_rung_pairs_with_the_rung_it_gates_or_else_with_the_row_before
         write_jsonl(kept / f"{name}.jsonl", [
             {"brief_id": b.id, "step": 20, "answer": f"<alpha>{f}</alpha>", "formula": f, "train_cpcv": 0.0,
              "train_valid": True} for b, f in zip(probe, formulas)])
-        (kept / f"{name}.json").write_text(json_dumps({"rung": name, "clipped_share": 0.0, "selected_step": 20,
-                                                          "checkpoints": [{"step": 20, "train_cpcv": 0.0}]}))
+        write_object(kept / f"{name}.json", {"rung": name, "clipped_share": 0.0, "selected_step": 20,
+                                             "checkpoints": [{"step": 20, "train_cpcv": 0.0}]})
 
     def report():
         assert main(["compare", "--scale", "smoke", "--steps", "20", "--out", str(out), "--results", str(results),
                      "--report-only"]) == 0
-        return (json.loads((results / "report.json").read_text())["rows"]["cispo_repo_r_gate"]["vs_previous"],
-                (results / "comparison.md").read_text())
+        return (json.loads((out / "report.json").read_text())["rows"]["cispo_repo_r_gate"]["vs_previous"],
+                (out / "comparison.md").read_text())
 
     keep("cispo", step0)
     keep("cispo_repo_r_gate", gated)
@@ -421,17 +425,17 @@ def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path
     results = tmp_path / "results"
     results.mkdir()
     runner.check_kept_model(results, ida)                                     # nothing kept yet
-    (results / "settings.json").write_text(json.dumps({"model": "runs/sft/model"}))
+    write_object(results / "settings.json", {"model": "runs/sft/model"})
     runner.check_kept_model(results, ida)
     assert "names no model identity" in capsys.readouterr().err
-    (results / "settings.json").write_text(json.dumps({"model": "runs/sft/model", "model_identity": ida}))
+    write_object(results / "settings.json", {"model": "runs/sft/model", "model_identity": ida})
     runner.check_kept_model(results, ida)
     runner.check_kept_model(results, None)
     with pytest.raises(runner.CompareError, match="start model"):
         runner.check_kept_model(results, idb)
     # through the command: a control added to kept results of another start model is refused before it runs
     _kept_step0(results, ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"])
-    (results / "settings.json").write_text(json.dumps({"model_identity": "sha256:0123456789abcdef"}))
+    write_object(results / "settings.json", {"model_identity": "sha256:0123456789abcdef"})
     capsys.readouterr()
     assert main(["compare", "--scale", "smoke", "--steps", "2", "--rungs", "search", "--out", str(tmp_path / "o2"),
                  "--results", str(results)]) == 2
@@ -479,7 +483,7 @@ def test_a_start_model_rebuilt_elsewhere_joins_kept_results_only_if_it_answers_s
     (other / "NOTE2.txt").write_text("another rebuild")
     rows = [json.loads(x) for x in step0.splitlines()]
     rows[0]["answer"] += " "
-    (results / "step-0.jsonl").write_text("".join(json_dumps(r) + "\n" for r in rows))
+    write_rows(results / "step-0.jsonl", rows)  # sealed again: the answer differs, not the hash
     assert compare(other, 44, "o3") == 2
     assert f"1 of {len(rows)} of its greedy step-0 answers differ" in capsys.readouterr().err
     assert not (results / "seed-44").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from alpha_gym.evaluation.kept import read_object, read_rows
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language import DEFAULT_LIMITS, Limits, parse
 from alpha_gym.scoring.config import VerifierConfig
@@ -185,9 +186,9 @@ def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
     numbers = run_search_rung(scale, 42, verifier, train, holdout, probe, [None, "rank(close)", "nonsense(("],
                               results, out=out, config=SearchConfig(population=12, group_size=4,
                                                                     groups_per_generation=2))
-    rows = [json.loads(x) for x in (results / "seed-42" / "search.jsonl").read_text().splitlines()]
+    rows = read_rows(results / "seed-42" / "search.jsonl")  # each row checked against its content hash
     assert [r["brief_id"] for r in rows] == [b.id for b in probe]
-    saved = json.loads((results / "seed-42" / "search.json").read_text())
+    saved = read_object(results / "seed-42" / "search.json")
     assert saved == json.loads(json_dumps(numbers)) and NUMBER_KEYS <= set(saved)
     assert saved["verifier_calls"] == saved["budget"] == 32 and saved["selected_step"] == 4
     assert {c["step"] for c in saved["checkpoints"]} == {4}
@@ -209,7 +210,7 @@ def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
     run_search_rung(scale, 42, verifier, train, holdout, probe, [None, "rank(close)", "nonsense(("], results, out=out,
                     config=SearchConfig(population=12, group_size=4, groups_per_generation=2))
     assert (out / "seed-42" / "search" / "search.json").read_text() == trace
-    assert [json.loads(x) for x in (results / "seed-42" / "search.jsonl").read_text().splitlines()] == rows
+    assert read_rows(results / "seed-42" / "search.jsonl") == rows
 
 
 def test_search_settings_are_checked():

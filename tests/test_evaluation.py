@@ -419,6 +419,11 @@ def test_cli_briefs_holdout_and_report(tmp_path, small_synthetic, write_market_c
     text = capsys.readouterr().out
     assert "valid 2/3" in text and "equal-weight book" in text
     assert "baselines (no model" in text and "rank(volume)" in text and "the best baseline" in text
+    lines = text.splitlines()  # the per-formula lines sit under a header naming their columns (issue 43.7)
+    header = next(i for i, ln in enumerate(lines) if "train CPCV" in ln)
+    assert lines[header].split() == ["holdout", "train", "CPCV", "turnover", "Sharpe", "formula", "(or", "why",
+                                     "invalid)"]
+    assert "rank(close -)  (" in lines[header + 3] and lines[header + 3].startswith("   invalid")  # and its reason
     d = load_holdout(run)
     assert d["train_end"] == str(p.dates[299]) and d["holdout_start"] == str(p.dates[300])
     assert d["answers"][0]["train_cpcv"] is not None

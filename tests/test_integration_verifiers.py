@@ -76,6 +76,17 @@ def test_trace_reward_is_the_verifiers_reward(direct, answer):
     assert trace.rewards["verifier_adjustment"].score == pytest.approx(want.reward - weighted, abs=1e-12)
 
 
+def test_the_tasks_brief_reaches_the_scoring(direct):
+    """Issue 38.1: each task is scored with its brief (its compliance in trace.info); the reward is the same."""
+    task = next(iter(av.load_environment(briefs="probe")))
+    brief = brief_set("probe")[0]
+    trace = _trace(task, ANSWERS[1])
+    asyncio.run(task.score(trace))
+    want = direct.score(ANSWERS[1], brief=brief)
+    assert trace.metrics["verifier_reward"] == want.reward == direct.score(ANSWERS[1]).reward
+    assert trace.info["alpha_gym"]["brief_compliance"] == want.diagnostics["brief_compliance"] is not None
+
+
 def test_priorities_reach_both_the_weights_and_the_verifier():
     task = next(iter(av.load_environment(briefs="fixed", priorities={"cpcv": 2.0, "turnover": 0.0})))
     trace = _trace(task, ANSWERS[0])

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from alpha_gym.integrations import verl as av  # noqa: E402
 from alpha_gym.market import synthetic_panel  # noqa: E402
+from alpha_gym.scoring.advantage_rule import project_advantages  # noqa: E402
 from alpha_gym.scoring.config import CHANNELS  # noqa: E402
 from alpha_gym.scoring.verifier import Verifier  # noqa: E402
 
@@ -94,7 +95,13 @@ def test_guard_keeps_invalid_answers_from_positive_advantage(market):
     assert av.install_guard() in (True, False) and not av.install_guard()  # idempotent
     guarded, _ = core_algos.get_adv_estimator_fn("gdpo")(config=config, **_gdpo_batch(scores, 5))
     assert (guarded[~valid] <= 0).all()
-    assert torch.equal(guarded[valid], unguarded[valid])
+    # the one rule (issue 38.5): the answers that may win move by one shift per group, so each group sums to 0
+    shift = (unguarded - guarded)[valid].reshape(-1, 4)
+    groups = np.arange(len(scores)) // 5
+    rows = shift[groups[valid] == 0]  # group 0 holds the two valid answers
+    assert len(rows) == 2 and torch.allclose(rows, rows[0, 0].expand_as(rows), atol=1e-6)
+    assert abs(float(guarded[groups == 0, -1].sum())) < 1e-5
+    assert torch.equal(guarded[groups == 1], torch.zeros(3, 4))  # no answer of group 1 may win: no signal
     # an R10-guarded answer (valid, may not win) is held at <= 0 too: mark the best valid answer guarded
     batch = _gdpo_batch(scores, 5)
     best = int(np.argmax(np.where(valid, unguarded[:, -1].numpy(), -np.inf)))
@@ -113,9 +120,48 @@ def test_guard_keeps_invalid_answers_from_positive_advantage(market):
 
 
 def test_guard_advantages_on_numpy():
+    """By hand: one group; the invalid 0.3 is clamped to 0, the one answer that may win absorbs the sum 0.3."""
     adv = np.array([[0.5, 0.5], [-0.2, -0.2], [0.3, 0.3]])
     out = av.guard_advantages(adv, [True, False, False])
-    np.testing.assert_array_equal(out, [[0.5, 0.5], [-0.2, -0.2], [0.0, 0.0]])
+    np.testing.assert_allclose(out, [[0.2, 0.2], [-0.2, -0.2], [0.0, 0.0]], rtol=0, atol=1e-12)
+    # two groups by verl's uid index, and a response mask: tokens outside it stay 0
+    # group a: 0.3 (may not win) -> 0, the sum 0.4 shared by 2; group b: the sum 0.2 shared by 2
+    adv = np.array([[0.5, 0.5], [0.3, 0.3], [-0.2, 0.0], [-0.1, -0.1], [0.4, 0.4]])
+    out = av.guard_advantages(adv, [True, False, True, True, True], index=["a", "a", "b", "a", "b"],
+                              response_mask=[[1, 1], [1, 1], [1, 0], [1, 1], [1, 1]])
+    np.testing.assert_allclose(out, [[0.3, 0.3], [0.0, 0.0], [-0.3, 0.0], [-0.3, -0.3], [0.3, 0.3]],
+                               rtol=0, atol=1e-12)
+
+
+def test_verls_estimator_keeps_every_group_zero_sum_and_no_invalid_answer_positive():
+    """verl's GDPO with the guard installed, on random batches: groups of several sizes in shuffled order, random
+    validity (whole groups invalid too), responses of random length. Every group's answers sum to 0, no answer
+    that may not win has a positive advantage, and each answer's tokens share one value."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import core_algos
+    av.install_guard()
+    estimator = core_algos.get_adv_estimator_fn("gdpo")
+    config = OmegaConf.create({"gdpo_reward_keys": av.GDPO_KEYS, "gdpo_reward_weights": av.gdpo_weights()})
+    rng = np.random.default_rng(38)
+    for trial in range(20):
+        sizes = rng.integers(2, 9, size=rng.integers(1, 6))
+        index = rng.permutation(np.repeat([f"uid-{k}" for k in range(len(sizes))], sizes)).astype(object)
+        n, length = len(index), 6
+        may_win = rng.random(n) < rng.choice([0.0, 0.5, 0.9])
+        lengths = rng.integers(1, length + 1, size=n)
+        mask = torch.as_tensor(np.arange(length)[None, :] < lengths[:, None], dtype=torch.float32)
+        non_tensor = {k: rng.normal(size=n) for k in av.GDPO_KEYS}
+        non_tensor["may_win"] = may_win
+        batch = {"prompts": torch.zeros(n, 2, dtype=torch.long),
+                 "attention_mask": torch.cat([torch.ones(n, 2, dtype=torch.long), mask.long()], dim=1)}
+        adv, _ = estimator(token_level_rewards=torch.zeros(n, length), response_mask=mask, index=index,
+                           config=config, non_tensor_batch=non_tensor, batch=batch)
+        value = adv[:, 0].numpy()
+        assert torch.equal(adv, adv[:, :1] * mask), trial  # one value per answer, on its tokens only
+        assert (value[~may_win] <= 0).all(), trial
+        for uid in set(index):
+            assert abs(value[index == uid].sum()) < 1e-5, (trial, uid)
+        np.testing.assert_allclose(project_advantages(value, may_win, index), value, rtol=0, atol=1e-6)  # a fixed point
 
 
 def test_verls_external_module_hook_installs_the_guard():

@@ -128,16 +128,19 @@ def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path, kept):
     shutil.copytree(kept.folder, results)
     (results / "comparison.md").unlink()
     (results / "seeds.png").unlink(missing_ok=True)
+    out = tmp_path / "out"
     assert main(["compare", "--scale", "cpu", "--report-only", "--results", str(results), "--out",
-                 str(tmp_path / "out"), "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
+                 str(out), "--data", str(REAL_DATA_DIR / "us_daily_train.csv.gz"),
                  "--universe", str(REAL_DATA_DIR / "universe_us46.txt")]) == 0
-    assert (results / "comparison.md").read_text() == (kept.folder / "comparison.md").read_text()
+    assert (out / "comparison.md").read_text() == (kept.folder / "comparison.md").read_text()
     # every number of the report, not only those the table rounds: byte for byte on the kind of machine that
     # wrote it; another CPU's vector units sum in another order, so numbers agree there to 1e-12 relative
-    rebuilt, before = (results / "report.json").read_text(), (kept.folder / "report.json").read_text()
+    rebuilt, before = (out / "report.json").read_text(), (kept.folder / "report.json").read_text()
     if rebuilt != before:
         _assert_same_numbers(json.loads(rebuilt), json.loads(before), "report.json")
-    assert (results / "seeds.png").stat().st_size > 10_000
+    assert (out / "seeds.png").stat().st_size > 10_000
+    # --report-only writes into --out: the kept folder changes only with --update-results
+    assert not (results / "comparison.md").exists() and not (results / "seeds.png").exists()
 
 
 @each_comparison

@@ -106,6 +106,8 @@ def test_a_contradictory_entry_is_refused():
         OpSpec("bad", "rolling", 1, KERNELS["abs"], Cost(1.0), "doc")
     with pytest.raises(OperatorSpecError, match="doc"):
         OpSpec("bad", "elem", 1, KERNELS["abs"], Cost(1.0), "two\nlines")
+    with pytest.raises(OperatorSpecError, match="rounding bound"):
+        OpSpec("bad", "elem", 1, KERNELS["abs"], Cost(1.0), "doc")  # no bound rule (docs/operators.md, rule 5)
 
 
 def test_the_default_prompt_reference_is_the_hand_written_text():

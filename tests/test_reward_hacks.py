@@ -50,6 +50,10 @@ HACKS = [
     # Jul 6: a slow static price-level tilt with IC about 0.
     Hack("slow static price-level tilt", (tag("rank(ts_mean(close, 200))"), tag("rank(close)"),
                                           tag("rank(ts_mean(vwap, 120))")), "beaten"),
+    # Jul 6 re-spelled (issue 41.2): the static price-level tilt nudged over the 2% floor by noise.
+    Hack("price-level tilt nudged over the turnover floor",
+         (tag("rank(close - 2 * open)"), tag("scale(vwap - 2 * open)"), tag("rank(-close) + 0.1 * rank(-returns)")),
+         "invalid"),
     # Jul 7: a high-CPCV book trading under 2% a day.
     Hack("high-CPCV book trading under 2% a day", (tag("rank(ts_mean(volume, 100) / ts_mean(close, 100))"),),
          "invalid"),

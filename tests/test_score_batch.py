@@ -100,6 +100,29 @@ def test_bad_input_files_are_clear_errors(tmp_path, text, message):
         read_items(path)
 
 
+def test_a_rows_brief_id_reaches_the_scoring_and_its_record(panel, tmp_path):
+    """Issue 38.1: a JSONL row's brief_id is passed to the scoring and kept in the record; the reward is unchanged."""
+    from alpha_gym.tasks.sets import brief_set
+    brief, answer = brief_set("train")[0], "<alpha>rank(-ts_delta(close, 5))</alpha>"
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"answer": answer, "brief_id": brief.id}) + "\n" + json.dumps({"answer": answer}) + "\n")
+    out = tmp_path / "out.jsonl"
+    score_batch(panel, path, out, workers=0, progress=False)
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    v = Verifier(panel)
+    assert got[0]["brief_id"] == brief.id and "brief_id" not in got[1]
+    assert got[0]["score"] == json.loads(json.dumps(v.score(answer, brief=brief).to_dict()))
+    assert got[1]["score"] == json.loads(json.dumps(v.score(answer).to_dict()))
+    assert got[0]["score"]["reward"] == got[1]["score"]["reward"]
+    assert "brief_compliance" in got[0]["score"]["diagnostics"]
+    assert read_items(path) == [("answer", answer)] * 2  # without briefs=True: the pairs as before
+    # an id that names no brief is ignored, as any other key of a row (`sft-data` rows of other briefs score as ever)
+    path.write_text(json.dumps({"answer": answer, "brief_id": "g9-9999"}) + "\n")
+    score_batch(panel, path, tmp_path / "other.jsonl", workers=0, progress=False)
+    other = json.loads((tmp_path / "other.jsonl").read_text())
+    assert "brief_id" not in other and other["score"] == got[1]["score"]
+
+
 def test_cli_score_batch_serial(pool, serial, tmp_path, capsys):
     from alpha_gym.cli import main
     out = tmp_path / "cli.jsonl"

@@ -75,6 +75,19 @@ def test_scores_equal_direct_verifier_calls(served, panel):
     assert group[0]["channels"]["novelty_syntax"] < client.score(ANSWERS[0])["channels"]["novelty_syntax"]
 
 
+def test_a_brief_id_reaches_the_scoring_and_leaves_the_reward(served, panel):
+    """Issue 38.1: the brief the answers answer reaches `score_group(..., brief=)`; no channel reads it yet."""
+    from alpha_gym.tasks.sets import brief_set
+    _, client = served
+    direct, brief = Verifier(panel), brief_set("train")[0]
+    got = client.score_group(ANSWERS, brief_id=brief.id)
+    assert got == _roundtrip([s.to_dict() for s in direct.score_group(ANSWERS, brief=brief).scores])
+    assert [g["reward"] for g in got] == [s.reward for s in direct.score_group(ANSWERS).scores]
+    assert "brief_compliance" in got[0]["diagnostics"]
+    assert "brief_compliance" not in client.score(ANSWERS[0])["diagnostics"]
+    assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(direct.score(ANSWERS[0], brief=brief).to_dict())
+
+
 def test_concurrent_requests_get_the_direct_answer(served, panel):
     _, client = served
     expected = {a: _roundtrip(Verifier(panel).score(a).to_dict()) for a in ANSWERS[:3]}
@@ -107,6 +120,8 @@ def test_concurrent_requests_get_the_direct_answer(served, panel):
     ("POST", "/score", b'{"answers": ["a", 2]}', 422, "items [1]"),
     ("POST", "/score", json.dumps({"answers": ["x"] * 9}).encode(), 422, "most in one group is 8"),
     ("POST", "/score", json.dumps({"answer": "x" * 70_000}).encode(), 413, "over 65536 bytes"),
+    ("POST", "/score", b'{"answer": "a", "brief_id": 3}', 422, 'brief_id\\" must be a string'),
+    ("POST", "/score", b'{"answer": "a", "brief_id": "nope"}', 422, "not a seeded or fixed brief"),
     ("GET", "/score", None, 405, ""),
     ("POST", "/health", b"{}", 405, ""),
     ("GET", "/nowhere", None, 404, ""),

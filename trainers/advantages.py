@@ -20,6 +20,8 @@ from typing import Sequence
 
 import torch
 
+from alpha_gym.scoring.advantage_rule import project_advantages
+
 __all__ = [
     "grpo_advantages",
     "gdpo_advantages",
@@ -105,18 +107,14 @@ def _project(adv: torch.Tensor, may_win: torch.Tensor) -> torch.Tensor:
                 S = sum_g A (after step 1), n = number of answers in the group that may win
         if n = 0: every A in the group <- 0
 
-    Step 2 is the least-squares smallest change to the free answers that zeroes the sum; the answers
-    that may not win are never raised, so rule 1 holds. When n = 0 every answer is <= 0 and the sum must
-    be 0, which leaves only all zeros: a group with no admissible answer carries no learning signal.
+    The rule is `alpha_gym.scoring.advantage_rule.project_advantages` (numpy), the one the verl guard
+    applies too, so every trainer holds answers to the same rule; advantages carry no gradient.
     """
-    a = _as_groups(adv)
-    free = _as_groups(may_win.to(torch.bool)).expand_as(a)
-    a = torch.where(free, a, a.clamp(max=0.0))
-    n = free.sum(dim=1, keepdim=True)
-    shift = a.sum(dim=1, keepdim=True) / n.clamp(min=1)
-    a = torch.where(free, a - shift, a)
-    a = a.masked_fill(n == 0, 0.0)
-    return a.reshape(adv.shape)
+    x = adv.detach().cpu()
+    if x.dtype in (torch.bfloat16, torch.float16):  # numpy has no bfloat16
+        x = x.float()
+    out = project_advantages(x.numpy(), may_win.detach().cpu().to(torch.bool).numpy())
+    return torch.from_numpy(out).to(device=adv.device, dtype=adv.dtype)
 
 
 def enforce_validity(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

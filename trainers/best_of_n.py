@@ -71,10 +71,11 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     `on_brief(record)` is called after each newly sampled brief (the caller keeps it on disk).
     """
     from alpha_gym.pool import score_group
+    from alpha_gym.tasks.task import render_prompt
     from trainers.rollout import end_token_ids as _eos_ids, prompt_ids as _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
-        group = score_group(verifier, record["answers"])  # on every core (alpha_gym.pool)
+        group = score_group(verifier, record["answers"], brief)  # on every core (alpha_gym.pool)
         verifier.update_archive(group)
         if record["brief_id"] != brief.id or group.rewards.tolist() != record["rewards"]:
             raise RuntimeError(f"the kept samples of brief {record['brief_id']} do not score as they did: "
@@ -93,9 +94,10 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
             if i < len(out):
                 continue
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
-            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, brief.prompt(), device), sampling,
+            prompt = render_prompt(brief, verifier.config.limits)
+            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompt, device), sampling,
                                        eos_ids, drop_finished=sampling.drop_finished)
-            group = score_group(verifier, texts)  # on every core, the same scores (alpha_gym.pool)
+            group = score_group(verifier, texts, brief)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)
             out.append({"brief_id": brief.id, "answers": list(texts), "rewards": group.rewards.tolist(),
                         "valid": group.valid.tolist(),

@@ -147,3 +147,30 @@ def cmd_train(args) -> int:
     summary.pop("policy", None)
     print(json_dumps(summary, indent=2))
     return 0
+
+
+def register_export(subparsers) -> argparse.ArgumentParser:
+    """Add `export-gguf` (a model folder as a GGUF file for llama.cpp; trainers/export_gguf.py)."""
+    p = subparsers.add_parser("export-gguf", help="a trained or SFT model folder as one GGUF file for llama.cpp's "
+                                                  "server (llama.cpp's own converter)")
+    p.add_argument("source", help="a model folder (alpha-gym sft's OUT/model, or OUT), a checkpoint-N folder of "
+                                  "adapters (merged into their base) or a training run folder (its latest checkpoint)")
+    p.add_argument("--out", required=True, help="the GGUF file to write (FILE.gguf)")
+    p.add_argument("--outtype", choices=("f32", "f16"), default="f32",
+                   help="weight precision (default f32: the weights as trained, greedy answers as in-process)")
+    p.add_argument("--converter", metavar="PATH",
+                   help="llama.cpp's convert_hf_to_gguf.py, a llama.cpp checkout or llama-cpp-python's sdist "
+                        "(.tar.gz) (default: $ALPHA_GYM_GGUF_CONVERTER, else an sdist in the cache folder's llama.cpp/)")
+    p.add_argument("--base", help="the base model of an adapter folder (default: the one its adapter_config.json "
+                                  "records)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.set_defaults(func=cmd_export_gguf)
+    return p
+
+
+def cmd_export_gguf(args) -> int:
+    from trainers.export_gguf import export_gguf
+    summary = export_gguf(args.source, args.out, outtype=args.outtype, converter=args.converter, base=args.base,
+                          overwrite=args.force)
+    print(json_dumps(summary, indent=2))
+    return 0

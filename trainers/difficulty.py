@@ -40,6 +40,7 @@ def pass_rates(model, tokenizer, verifier, briefs: Sequence, tries: int = 8, tem
                max_new_tokens: int = 128, batch_size: int = 4, seed: int = 0, progress: bool = True
                ) -> list[BriefPassRate]:
     """Sample `tries` answers per brief and count how many are solved."""
+    from alpha_gym.tasks.task import render_prompt
     from trainers.rollout import generate_answers
     iterator = range(0, len(briefs), batch_size)
     if progress:
@@ -48,7 +49,8 @@ def pass_rates(model, tokenizer, verifier, briefs: Sequence, tries: int = 8, tem
     out = []
     for start in iterator:
         chunk = briefs[start:start + batch_size]
-        answers = generate_answers(model, tokenizer, [b.prompt() for b in chunk], n=tries, temperature=temperature,
+        prompts = [render_prompt(b, verifier.config.limits) for b in chunk]
+        answers = generate_answers(model, tokenizer, prompts, n=tries, temperature=temperature,
                                    max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed + start)
         for brief, group in zip(chunk, answers):
             scores = [verifier.score(a, brief=brief) for a in group]

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.settings import claim_run_dir, to_dict
+from alpha_gym.tasks.task import render_prompt
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import (ARCHIVE_FILE, check_checkpoint_settings, latest_checkpoint, load_checkpoint,
                                   save_checkpoint)
@@ -64,7 +65,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
-    briefs: objects with `.id` and `.prompt()` (default: the 450 training briefs, `brief_set("train")`).
+    briefs: `Brief`s, or objects with `.id` and their own `.prompt()` (default: the 450 training briefs,
+    `brief_set("train")`); prompts are rendered by the task seam (`alpha_gym.tasks.task.render_prompt`).
     The verifier's novelty archive grows during the run; it is saved with every checkpoint and restored
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
@@ -120,11 +122,11 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
         # 1. sample a group of answers per prompt, with the sampling policy's log-probs and entropies
         chosen = briefs_for_step(briefs, config, step)
-        prompts = [_prompt_ids(tokenizer, b.prompt(), device) for b in chosen]
+        prompts = [_prompt_ids(tokenizer, render_prompt(b, verifier.config.limits), device) for b in chosen]
         groups = _sample(policy, tokenizer, [b.id for b in chosen], prompts, config, eos_ids, t)
 
-        # 2. score each group with the verifier
-        scores = _score(verifier, groups, t)
+        # 2. score each group with the verifier, with its brief
+        scores = _score(verifier, groups, chosen, t)
 
         # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
         refills = 0
@@ -133,7 +135,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             if flat:
                 again = _sample(policy, tokenizer, [chosen[i].id for i in flat], [prompts[i] for i in flat], config,
                                 eos_ids, t)
-                for i, group, score in zip(flat, again, _score(verifier, again, t)):
+                for i, group, score in zip(flat, again, _score(verifier, again, [chosen[i] for i in flat], t)):
                     groups[i], scores[i] = group, score
             refills += len(flat)
             if not flat:
@@ -243,10 +245,10 @@ def _sample(policy, tokenizer, brief_ids, prompts, config, eos_ids, t) -> list[G
     return [Group(b, p, *s) for b, p, s in zip(brief_ids, prompts, sampled)]
 
 
-def _score(verifier, groups: list[Group], t) -> list:
-    """Each group's answers scored together (`Verifier.score_group`); adds to t["scoring"]."""
+def _score(verifier, groups: list[Group], briefs, t) -> list:
+    """Each group's answers scored together with its brief (`Verifier.score_group`); adds to t["scoring"]."""
     t0 = time.perf_counter()
-    scores = [verifier.score_group(g.texts) for g in groups]
+    scores = [verifier.score_group(g.texts, brief=b) for g, b in zip(groups, briefs)]
     t["scoring"] += time.perf_counter() - t0
     return scores
 

@@ -86,12 +86,14 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
 
 def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96) -> dict:
     """Greedy answers to the briefs and the share the verifier finds valid."""
+    from alpha_gym.tasks.task import render_prompt
     from trainers.rollout import generate_answers
     from trainers.models import load_base
     model, tokenizer = load_base(model_dir)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
+    answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=max_new_tokens)]
-    scores = [verifier.score(a) for a in answers]
+    scores = [verifier.score(a, brief=b) for a, b in zip(answers, briefs)]
     return {"valid": sum(s.valid for s in scores), "n": len(scores),
             "tagged": sum(s.diagnostics.get("error") != "answer" for s in scores),
             "valid_share": sum(s.valid for s in scores) / max(1, len(scores)), "answers": answers}

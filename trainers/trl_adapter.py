@@ -130,12 +130,16 @@ class GroupScorer:
     equal prompts), each scored with `Verifier.score_group` (in-group duplicates, PBO ranks), and the
     result kept for the next caller, so the 12 channel functions cost one scoring. After a new batch is
     scored its valid answers above the threshold join the novelty archive (`grow=False` freezes it).
+    Each group is scored with its brief: the dataset's `brief_id` column (TRL passes it to reward functions),
+    looked up in `briefs` (an id not among them is an error) or, by default, among the seeded and fixed briefs
+    (`alpha_gym.tasks.sets.brief_by_id`; a group of another brief scores without one, as before).
     """
 
-    def __init__(self, verifier, group_size: int | None = None, grow: bool = True):
+    def __init__(self, verifier, group_size: int | None = None, grow: bool = True, briefs=None):
         self.verifier = verifier
         self.group_size = group_size
         self.grow = grow
+        self.briefs = None if briefs is None else {b.id: b for b in briefs}
         self.calls = 0          # Verifier.score_group calls, for tests
         self.groups: list = []  # the GroupScores of the last batch
         self._key = None
@@ -151,16 +155,37 @@ class GroupScorer:
         bounds = [0] + [i for i in range(1, n) if prompts[i] != prompts[i - 1]] + [n]
         return [range(a, b) for a, b in zip(bounds, bounds[1:])]
 
-    def scores(self, completions, prompts=None) -> list:
+    def _brief(self, brief_ids, idx: range):
+        """The brief of one group's answers (None without a `brief_id` column); mixed ids are an error."""
+        if brief_ids is None:
+            return None
+        ids = {brief_ids[i] for i in idx}
+        if len(ids) != 1:
+            raise ValueError(f"one group of answers carries several brief ids {sorted(map(str, ids))}")
+        (brief_id,) = ids
+        if brief_id is None:
+            return None
+        if self.briefs is None:
+            from alpha_gym.tasks.sets import brief_by_id
+            return brief_by_id(brief_id)
+        if brief_id not in self.briefs:
+            raise ValueError(f"brief_id {str(brief_id)[:80]!r} is not one of the briefs given to reward_funcs")
+        return self.briefs[brief_id]
+
+    def scores(self, completions, prompts=None, brief_ids=None) -> list:
         """The Score of every completion, in order; one scoring per distinct batch."""
         texts = [completion_text(c) for c in completions]
-        key = (repr(prompts), tuple(texts))
+        if brief_ids is not None and all(b is None for b in brief_ids):
+            brief_ids = None  # a dataset without the column: TRL passes no list, our trainer a list of None
+        key = (repr(prompts), tuple(texts), None if brief_ids is None else tuple(brief_ids))
         if key == self._key:
             return self._scores
+        if brief_ids is not None and len(brief_ids) != len(texts):
+            raise ValueError(f"{len(brief_ids)} brief ids for {len(texts)} completions")
         self.groups = []
         for idx in self._split(prompts, len(texts)):
             self.calls += 1
-            self.groups.append(self.verifier.score_group([texts[i] for i in idx]))
+            self.groups.append(self.verifier.score_group([texts[i] for i in idx], brief=self._brief(brief_ids, idx)))
         if self.grow:
             for group in self.groups:
                 self.verifier.update_archive(group)
@@ -168,19 +193,20 @@ class GroupScorer:
         return self._scores
 
 
-def reward_funcs(verifier, group_size: int | None = None) -> list[Callable[..., list[float]]]:
+def reward_funcs(verifier, group_size: int | None = None, briefs=None) -> list[Callable[..., list[float]]]:
     """One TRL reward function per channel, in `CHANNELS` order, sharing one `GroupScorer`.
 
     Each has TRL's signature f(prompts, completions, **kwargs) -> list[float] and is named after its
     channel (TRL logs rewards/<name>/mean). `f.scorer` is the shared scorer. Set `group_size` to TRL's
     `num_generations` (AlphaGRPOTrainer does) unless every group has its own prompt text.
     With `reward_weights(verifier)` the weighted sum of the 12 values is the verifier's scalar reward.
+    A dataset's `brief_id` column reaches the scoring (`GroupScorer`; `briefs`: where to look ids up).
     """
-    scorer = GroupScorer(verifier, group_size)
+    scorer = GroupScorer(verifier, group_size, briefs=briefs)
 
     def make(channel: str):
-        def reward(prompts=None, completions=None, **kwargs) -> list[float]:
-            return [float(s.channels[channel]) for s in scorer.scores(completions, prompts)]
+        def reward(prompts=None, completions=None, brief_id=None, **kwargs) -> list[float]:
+            return [float(s.channels[channel]) for s in scorer.scores(completions, prompts, brief_id)]
         reward.__name__ = reward.__qualname__ = channel
         reward.scorer = scorer
         return reward
@@ -231,7 +257,8 @@ class AlphaGRPOTrainer(_trainer_base()):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         from accelerate.utils import gather
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        scores = self.scorer.scores(completions, prompts)
+        brief_ids = [x.get("brief_id") if isinstance(x, dict) else None for x in inputs]  # as TRL's reward kwargs
+        scores = self.scorer.scores(completions, prompts, brief_ids)
         # may win: valid and not caught by the motif guard (R10), as in our loop
         valid = torch.tensor([s.valid and s.channels["motif_guard"] >= 0 for s in scores], dtype=torch.int32,
                              device=rewards.device)

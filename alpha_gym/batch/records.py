@@ -2,7 +2,9 @@
 
 Input: a text file with one formula per line (blank lines skipped), or JSONL whose
 objects hold "formula" (scored with `Verifier.score_formula`) or "answer" (a raw model
-answer, scored with `Verifier.score`) — the rows of `alpha-gym sft-data` work as they are.
+answer, scored with `Verifier.score`) — the rows of `alpha-gym sft-data` work as they are. A row's
+"brief_id", where it names a seeded or fixed brief, is the brief the item is scored with, and its record
+carries it (any other id is ignored, as other keys are).
 
 Output: JSONL, one record per input item, `{"index", "kind", "input", "score", "scored_with",
 "sha256"}`, where "score" is exactly the object `alpha-gym score --json` prints, "scored_with"
@@ -21,28 +23,30 @@ import json
 import os
 from pathlib import Path
 
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.jsonable import content_hash, json_dumps
 from alpha_gym.errors import InputError
+from alpha_gym.tasks.sets import brief_by_id
 
 
 class BatchError(InputError):
     """Batch input or output that cannot be used (with what is wrong and where)."""
 
 
-def read_items(path) -> list[tuple[str, str]]:
-    """[(kind, text)] with kind "formula" or "answer", in file order."""
+def read_items(path, briefs: bool = False) -> list[tuple]:
+    """[(kind, text)] with kind "formula" or "answer", in file order; with `briefs`, [(kind, text, brief_id)]: the
+    JSONL row's brief id where it names a seeded or fixed brief, else None (the item is scored without one)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"formula file not found: {path}")
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, str, str | None]] = []
     jsonl = path.suffix.lower() in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: an editor's byte-order mark is not part of item 1
         for n, line in enumerate(_text_lines(fh, path), start=1):
             line = line.rstrip("\n")
             if not line.strip():
                 continue
             if not jsonl:
-                items.append(("formula", line.strip()))
+                items.append(("formula", line.strip(), None))
                 continue
             try:
                 row = json.loads(line)
@@ -51,10 +55,11 @@ def read_items(path) -> list[tuple[str, str]]:
             kinds = [k for k in ("formula", "answer") if isinstance(row, dict) and isinstance(row.get(k), str)]
             if not kinds:
                 raise BatchError(f'{path}: line {n} has no "formula" or "answer" text')
-            items.append((kinds[0], row[kinds[0]]))
+            brief_id = row.get("brief_id")  # kept only where it names a brief: other ids are ignored, as ever
+            items.append((kinds[0], row[kinds[0]], brief_id if brief_by_id(brief_id) is not None else None))
     if not items:
         raise BatchError(f"{path} holds no formulas")
-    return items
+    return items if briefs else [(kind, text) for kind, text, _ in items]
 
 
 def _text_lines(fh, path):
@@ -88,16 +93,11 @@ def scored_with(panel_fingerprint: str, config_key: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _content_hash(rec: dict) -> str:
-    """Hash of a record without its own "sha256" (canonical JSON: key order and spacing do not count)."""
-    body = {k: v for k, v in rec.items() if k != "sha256"}
-    return hashlib.sha256(json_dumps(body, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def record(index: int, kind: str, text: str, score, stamp: str) -> str:
-    """One output line (no newline); `stamp` is `scored_with(...)` of the run."""
-    rec = {"index": index, "kind": kind, "input": text, "score": score.to_dict(), "scored_with": stamp}
-    rec["sha256"] = _content_hash(rec)
+def record(index: int, kind: str, text: str, score, stamp: str, brief_id: str | None = None) -> str:
+    """One output line (no newline); `stamp` is `scored_with(...)` of the run; "brief_id" only where one was given."""
+    rec = {"index": index, "kind": kind, "input": text, **({} if brief_id is None else {"brief_id": brief_id}),
+           "score": score.to_dict(), "scored_with": stamp}
+    rec["sha256"] = content_hash(rec)
     return json_dumps(rec)
 
 
@@ -118,6 +118,10 @@ def discard_output(out) -> None:
         path.unlink(missing_ok=True)
 
 
+#: How a refusal names each key of the sidecar.
+_META_WORDS = {"input": "formulas file", "items": "number of items", "panel": "panel", "config": "verifier config"}
+
+
 def meta_path(out) -> Path:
     return Path(str(out) + ".meta.json")
 
@@ -129,7 +133,9 @@ def check_meta(out, meta: dict) -> None:
         old = _read_meta(path)
         diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
         if diff:
-            raise BatchError(f"{out} was made with another {', '.join(diff)}; remove it (and {path.name}) or "
+            what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
+                             for k in diff)
+            raise BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
                              f"choose another --out")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json_dumps(meta, indent=1))
@@ -152,9 +158,10 @@ def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:
                 break  # only the last line can lack its newline: the run stopped while writing it
             rec = _parse(out, n, raw)
             index = rec["index"]
-            if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input")) != items[index]:
+            if not (0 <= index < len(items)) or (rec.get("kind"), rec.get("input"), rec.get("brief_id")) != \
+                    (*items[index][:2], items[index][2] if len(items[index]) > 2 else None):
                 raise BatchError(f"{out}: the record for item {index} is not for this input file; {RESTART_HINT}")
-            if rec.get("sha256") != _content_hash(rec):
+            if rec.get("sha256") != content_hash(rec):
                 raise BatchError(f"{out}: line {n} (item {index}) was edited after it was scored, or written by an "
                                  f"older alpha-gym; {RESTART_HINT}")
             if rec.get("scored_with") != stamp:

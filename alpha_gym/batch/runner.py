@@ -38,18 +38,19 @@ class Scorer:
         # stamped where scored: a worker running another alpha-gym says so in its records
         self.stamp = scored_with(panel.fingerprint(), config_key(config))
 
-    def score(self, chunk: list[tuple[int, str, str]]) -> list[str]:
+    def score(self, chunk: list[tuple[int, str, str, str | None]]) -> list[str]:
         from alpha_gym.pool import prepare
         from alpha_gym.threads import blas_threads
         with blas_threads(1):  # set after numpy loaded too (the environment variable only counts before)
-            return self.records(chunk, prepare(self.verifier, [(kind, text) for _, kind, text in chunk], workers=1))
+            return self.records(chunk, prepare(self.verifier, [(kind, text) for _, kind, text, _ in chunk], workers=1))
 
-    def records(self, chunk: list[tuple[int, str, str]], prepared: list) -> list[str]:
-        """The output lines of `chunk` from its prepared items (`alpha_gym.pool.prepare`): each scored alone, as
-        `score_formula(text)` or `score(text)` would."""
+    def records(self, chunk: list[tuple[int, str, str, str | None]], prepared: list) -> list[str]:
+        """The output lines of `chunk` (index, kind, text, brief id) from its prepared items (`alpha_gym.pool.prepare`):
+        each scored alone, with its brief, as `score_formula(text, brief)` or `score(text, brief)` would."""
         from alpha_gym.pool import score_prepared
-        return [record(i, kind, text, score_prepared(self.verifier, [item]).scores[0], self.stamp)
-                for (i, kind, text), item in zip(chunk, prepared)]
+        from alpha_gym.tasks.sets import brief_by_id
+        return [record(i, kind, text, score_prepared(self.verifier, [item], brief_by_id(b)).scores[0], self.stamp, b)
+                for (i, kind, text, b), item in zip(chunk, prepared)]
 
 
 def _progress(total: int, done: int, enabled: bool):
@@ -81,14 +82,14 @@ def score_batch(panel, formulas, out, *, workers: int | None = None, ray_address
         workers = 2 if ray_address is not None or _ray_running() else default_workers(panel)
     check_counts(panel, workers, chunk, limit, ray_address)
     check_paths(formulas, out)
-    items = read_items(formulas)
+    items = read_items(formulas, briefs=True)
     if restart:
         discard_output(out)
     key = config_key(config)
     check_meta(out, {"input": str(Path(formulas).resolve()), "items": len(items), "panel": panel.fingerprint(),
                      "config": key})
     done = load_done(out, items, scored_with(panel.fingerprint(), key))
-    pending = [(i, kind, text) for i, (kind, text) in enumerate(items) if i not in done]
+    pending = [(i, kind, text, brief_id) for i, (kind, text, brief_id) in enumerate(items) if i not in done]
     if limit is not None:
         pending = pending[:limit]
     bar = _progress(len(items), len(done), progress)
@@ -144,7 +145,7 @@ def _score_on_pool(panel, config, chunks, write, workers: int) -> float:
     ready_s = time.perf_counter() - t0
     in_flight: deque = deque()
     for c in chunks:
-        in_flight.append((c, pool.submit([(kind, text) for _, kind, text in c])))
+        in_flight.append((c, pool.submit([(kind, text) for _, kind, text, _ in c])))
         if len(in_flight) > 1:  # the workers prepare the next chunk while this one is scored and written
             done, futures = in_flight.popleft()
             write(scorer.records(done, pool.collect(scorer.verifier, futures)))

@@ -79,15 +79,16 @@ def holds_alpha_tag(text: str) -> bool:
 
 def answer_to_book(answer_or_formula: Any, limits: Limits, panel, trade: Callable[[Node, Any], B], *,
                    source: str = "answer", cache=None, max_lookback: int | None = None,
-                   has_reasoning: bool = False) -> Traded[B] | InvalidVerdict:
+                   has_reasoning: bool = False, bound: bool = False) -> Traded[B] | InvalidVerdict:
     """Extract, parse under `limits`, evaluate on `panel` and `trade(node, values)`; never raises on bad input.
 
     source: "answer" (needs exactly one `<alpha>` block), "formula" (the text is the formula) or "auto"
     (see `SOURCES`). max_lookback: refuse a formula needing more past sessions than the panel offers
     before its first scored day (the holdout's context); None: no such check. has_reasoning: the answer's
     reasoning flag for a bare formula (an answer's own `<think>` block decides otherwise). `cache`: as in
-    `evaluate`. Returns a `Traded` or an `InvalidVerdict`; an exception outside `MODEL_FAULTS` is a bug
-    and propagates.
+    `evaluate`. bound: evaluate with rounding-error bounds and call `trade(node, values, error)`
+    (`alpha_gym.language.bounds`; `cache` is then unused). Returns a `Traded` or an `InvalidVerdict`; an
+    exception outside `MODEL_FAULTS` is a bug and propagates.
     """
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
@@ -107,7 +108,7 @@ def answer_to_book(answer_or_formula: Any, limits: Limits, panel, trade: Callabl
         return InvalidVerdict("unparseable", "lookback",
                               f"lookback {lookback(node)} exceeds the {max_lookback}-session context", text, node)
     try:
-        book = trade(node, evaluate(node, panel, cache))
+        book = trade(node, *evaluate(node, panel, bound=True)) if bound else trade(node, evaluate(node, panel, cache))
     except FormulaError as err:     # data the panel lacks, found while evaluating
         return InvalidVerdict("unparseable", err.kind, str(err), text, node, err)
     except MODEL_FAULTS as err:

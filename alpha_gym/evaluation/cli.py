@@ -4,7 +4,7 @@
 
     holdout-formulas --data PATH [--universe U] --holdout-start DATE [--holdout-end DATE]
                      --formulas FILE [--train-start DATE] [--context 252] [--out RUN_DIR] [--json]
-    report RUN_DIR
+    report RUN_DIR [--out DIR]
 
 and `register_eval(subparsers)` adds `eval`:
 
@@ -12,7 +12,7 @@ and `register_eval(subparsers)` adds `eval`:
         [--api-key-env OPENAI_API_KEY] [--briefs FILE] [--limit N] [--samples K] [--temperature T] \
         [--max-tokens N] [--concurrency C] [--timeout S] [--retries R] [--backoff S] [--seed S] \
         [--data PATH --universe U --start D] [--holdout-start D [--holdout-end D] [--no-baselines]] \
-        [--report-only] [--no-progress]
+        [--report-only] [--no-progress] [--no-model-check]
 
 Writes into --out:
     endpoint.jsonl   every raw completion or error, one line per (brief, sample) (`endpoint.read_raw`);
@@ -24,11 +24,18 @@ Writes into --out:
                      (`alpha-gym report OUT` makes the page)
     eval.json        the run: endpoint, model, sampling, items answered/failed, every error counted by kind,
                      the train-window and holdout summaries
-    eval-settings.json  what the answers depend on (model, temperature, max tokens, seed): a rerun with
-                     other values into the same folder is refused rather than mixed
+    eval-settings.json  the folder's stamp (`eval_stamp`): endpoint (redacted), model, temperature, max
+                     tokens, seed, extra body, data file, universe, train and holdout windows with their panels'
+                     fingerprints, each brief's prompt hash. Once the folder holds an answer a rerun with
+                     any of them changed is refused rather than mixed (`claim_eval_dir`; the endpoint
+                     only when there is something to ask it)
+    report.html      not written here: `alpha-gym report OUT` makes the page (`report_eval`)
 
 Exit status 0 when every item is answered, 3 when some ended in an endpoint error (they are counted in
-eval.json, never scored, and asked again by the next run), 2 for bad input.
+eval.json, never scored, and asked again by the next run) or the endpoint cannot answer at all (nothing
+listening, 401/403/404, a redirect: one line, the run stops; `endpoint` module docstring), 2 for bad
+input (flags out of range, a key that cannot be sent, a --model the endpoint does not list, a folder
+made with other settings), 130 after Ctrl-C (the answers finished so far are kept).
 
 Each sub-command sets `func(args) -> int` (exit status), like the main CLI's.
 """
@@ -168,11 +175,15 @@ def _print_report(report) -> None:
         u = report.universe
         print(f"universe {u['name']}: {u['size']} tickers (sha256 {u['tickers_sha256']})"
               + (f"; the answers' run used {u['answers_trained_on']}" if "answers_trained_on" in u else ""))
+    if report.answers:  # holdout score, the train window's CPCV, the holdout book's turnover and Sharpe
+        print(f"  {'holdout':>8}  {'train CPCV':>10}  {'turnover':>8}  {'Sharpe':>6}  formula (or why invalid)")
     for a in report.answers:
         score = f"{a.score:+.3f}" if a.valid else "invalid"
-        train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "  n/a"
-        extra = f"turnover {a.turnover:6.1%}  Sharpe {a.sharpe:+.2f}" if a.valid else a.reason
-        print(f"  {score:>8}  train {train}  {extra}  {a.formula}")
+        train = f"{a.train_cpcv:+.2f}" if a.train_cpcv is not None else "n/a"
+        if a.valid:
+            print(f"  {score:>8}  {train:>10}  {a.turnover:8.1%}  {a.sharpe:+6.2f}  {a.formula}")
+        else:
+            print(f"  {score:>8}  {train:>10}  {'':>8}  {'':>6}  {a.formula}  ({a.reason})")
     mean = f"{s['mean_score']:+.3f}" if s["mean_score"] is not None else "n/a"
     interval = f" [{s['mean_score_lo']:+.3f}, {s['mean_score_hi']:+.3f}]" if s["mean_score_lo"] is not None else ""
     print(f"mean score {mean}{interval}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
@@ -201,6 +212,7 @@ def cmd_holdout(args) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import load_for_inference
     from trainers.rollout import generate_answers
     settings = _holdout_settings(args)
@@ -211,7 +223,8 @@ def cmd_holdout(args) -> int:
     del full
     briefs = list(brief_set("probe"))[: args.probe]
     model, tokenizer = load_for_inference(args.checkpoint)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    answers = [a[0] for a in generate_answers(model, tokenizer, [render_prompt(b, settings.verifier.limits)
+                                                                   for b in briefs],
                                               max_new_tokens=args.max_new_tokens)]
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
@@ -227,8 +240,11 @@ def cmd_holdout(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from alpha_gym.evaluation.report import write_report
-    print(write_report(args.run_dir))
+    from alpha_gym.evaluation.report import page_folder, write_report
+    out, why = page_folder(args.run_dir, args.out)
+    if why:
+        print(f"alpha-gym report: {why}", file=sys.stderr)
+    print(write_report(args.run_dir, out_dir=out))
     return 0
 
 
@@ -273,8 +289,10 @@ def register(subparsers) -> None:
     add_settings_args(c)
     c.set_defaults(func=cmd_holdout)
 
-    r = subparsers.add_parser("report", help="write RUN_DIR/report.html from holdout.json, log.jsonl, ...")
+    r = subparsers.add_parser("report", help="write the page of a run (report.html) from holdout.json, log.jsonl, ...")
     r.add_argument("run_dir")
+    r.add_argument("--out", help="folder for report.html (default: RUN_DIR, unless RUN_DIR lies in a git work tree "
+                                 "and git does not ignore it: then a folder under the user cache, printed)")
     r.set_defaults(func=cmd_report)
 
 
@@ -283,11 +301,15 @@ def register(subparsers) -> None:
 
 def _api_key(name: str | None) -> str | None:
     """The key from the environment variable `name`; never taken from a flag, never printed."""
+    from alpha_gym.evaluation.endpoint import key_problem
     if not name:
         return None
     key = os.environ.get(name)
     if not key:
         raise InputError(f"--api-key-env {name}: that environment variable is not set or empty")
+    problem = key_problem(key)
+    if problem:
+        raise InputError(f"--api-key-env {name}: the key in that variable cannot be sent: {problem}")
     return key
 
 
@@ -304,17 +326,97 @@ def _briefs(args):
     return briefs
 
 
-def _claim_eval_dir(out: Path, stamp: dict) -> None:
+#: The ranges of eval's numeric flags: (flag, attribute, lowest, highest); a float must also be finite.
+EVAL_RANGES = (("--samples", "samples", 1, 10_000), ("--concurrency", "concurrency", 1, 256),
+               ("--retries", "retries", 0, 20), ("--max-tokens", "max_tokens", 1, 1_000_000),
+               ("--limit", "limit", 0, None), ("--timeout", "timeout", 1e-3, 86_400.0),
+               ("--backoff", "backoff", 0.0, 3_600.0), ("--temperature", "temperature", 0.0, 100.0))
+
+
+def _check_eval_numbers(args) -> None:
+    """One line for the first flag out of its range (nan, inf, 0 or negative where they make no sense)."""
+    import math
+    for flag, attr, low, high in EVAL_RANGES:
+        value = getattr(args, attr)
+        if isinstance(value, float) and not math.isfinite(value) or value < low or (high is not None and value > high):
+            span = f"a number >= {low:g}" if high is None else f"a number within [{low:g}, {high:g}]"
+            if flag == "--timeout":
+                span = f"seconds > 0 and <= {high:g}"
+            raise InputError(f"{flag} {value}: expected {span}")
+
+
+def _prompt_hash(messages) -> str:
+    import hashlib
+    return hashlib.sha256(json_dumps(messages).encode()).hexdigest()[:16]
+
+
+def eval_stamp(args, briefs, messages, train, holdout) -> dict:
+    """What an eval folder's answers and scores depend on (eval-settings.json): the endpoint (redacted),
+    model, sampling, extra request fields, the data file, universe, the panels' fingerprints and each brief's
+    prompt hash."""
+    from alpha_gym.evaluation.endpoint import extra_body, redact_url
+    data = str(args.data) if args.data else None
+    return {"endpoint": redact_url(args.base_url) if args.base_url else None, "model": args.model,
+            "temperature": args.temperature, "max_tokens": args.max_tokens, "seed": args.seed,
+            "extra_body": extra_body(getattr(args, "extra_body", None)),
+            "data": Path(data).name if data else "the embedded synthetic market",
+            "universe": universe_record(universe_arg(args.universe), train, data or "the synthetic market"),
+            "train": f"{train.dates[0]}..{train.dates[-1]}", "panel": train.fingerprint()[:16],
+            "holdout": None if holdout is None else {"window": f"{holdout.dates[0]}..{holdout.dates[-1]}",
+                                                     "panel": holdout.fingerprint()[:16]},
+            "briefs": {b.id: _prompt_hash(m) for b, m in zip(briefs, messages)}}
+
+
+def _shown(value) -> str:
+    text = json_dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, write: bool = True) -> dict:
+    """Refuse a folder whose answers were made or scored with other settings; else write the stamp.
+
+    The stamp binds once the folder holds an answer (`answered`: before that nothing can be mixed, and a
+    run that failed at once, say on a URL without /v1, can be rerun with the fix). The endpoint counts
+    only when this run asks it something (a finished folder re-scores without one); briefs are compared
+    by id (a run with more briefs or samples adds to the folder). A stamp written by an older alpha-gym
+    lacks some keys: they are added, not refused. With `write=False` only checks. Returns the stamp.
+    """
     path = out / "eval-settings.json"
-    if path.is_file():
-        before = json.loads(path.read_text(encoding="utf-8"))
-        changed = sorted(k for k in stamp if before.get(k) != stamp[k])
-        if changed:
-            raise InputError(f"{out} holds answers made with other settings ({', '.join(changed)} differ); "
-                             "pass another --out or delete the folder")
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json_dumps(stamp, indent=1), encoding="utf-8")
+    before = {}
+    if path.is_file() and answered:
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise InputError(f"{path} is damaged (not JSON): pass another --out or delete the folder") from None
+        if not isinstance(before, dict):
+            raise InputError(f"{path} is damaged (not an object): pass another --out or delete the folder")
+    changed = []
+    for k, now in stamp.items():
+        if k not in before or (k == "endpoint" and (not asking or now is None)):
+            continue
+        if k == "briefs":
+            old = before[k] if isinstance(before[k], dict) else {}
+            other = [i for i, h in now.items() if i in old and old[i] != h]
+            if other:
+                changed.append(f"the prompt of brief {other[0]}" + (f" and {len(other) - 1} more" if len(other) > 1
+                                                                   else "") + " differs")
+        elif before[k] != now:
+            changed.append(f"{k}: {_shown(before[k])} before, {_shown(now)} now")
+    if changed:
+        raise InputError(f"{out} holds answers made with other settings ({'; '.join(changed)}); "
+                         "pass another --out or delete the folder")
+    merged = {**before, **stamp}
+    if not asking or stamp["endpoint"] is None:
+        merged["endpoint"] = before.get("endpoint", stamp["endpoint"])
+    merged["briefs"] = {**(before.get("briefs") or {}), **stamp["briefs"]}
+    if not write:
+        return merged
+    out.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or merged != before:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json_dumps(merged, indent=1), encoding="utf-8")
+        tmp.replace(path)
+    return merged
 
 
 def _eval_panels(args):
@@ -368,12 +470,41 @@ def _mean(xs):
     return float(sum(xs) / len(xs)) if xs else None
 
 
+def _check_model(client, model: str) -> list[str] | None:
+    """What `GET /models` lists (None where the server has no list). A list without `model` is refused when
+    it holds several models; one model under another name is a warning only: llama.cpp's servers (and
+    others serving a single model) answer for it whatever `model` a request names."""
+    served = client.served_models()
+    if served is None or model in served:
+        return served
+    where = client.config.url("/models")
+    if len(served) > 1:
+        names = ", ".join(served[:10]) + (f", ... ({len(served)} in all)" if len(served) > 10 else "")
+        raise InputError(f"--model {model}: {where} lists {names}; pass one of them "
+                         "(or --no-model-check where the server takes names it does not list)")
+    print(f"alpha-gym eval: warning: {where} lists {served[0] if served else 'no model'}, not {model!r}; "
+          f"going on, as servers with one model (llama.cpp) answer under any name: the answers are "
+          f"{served[0] if served else 'its model'}'s, recorded as {model!r}", file=sys.stderr)
+    return served
+
+
 def cmd_eval(args) -> int:
-    from alpha_gym.evaluation.endpoint import EVAL_FORMAT, EndpointClient, EndpointConfig, read_raw, run_requests
-    from alpha_gym.scoring.verifier import Verifier
-    if args.samples < 1 or args.concurrency < 1 or args.retries < 0 or args.max_tokens < 1 or args.timeout <= 0:
-        raise InputError("--samples, --concurrency and --max-tokens must be >= 1, --retries >= 0, --timeout > 0")
     out = Path(args.out)
+    try:
+        return _eval(args, out)
+    except KeyboardInterrupt:
+        print(f"alpha-gym eval: interrupted; the answers so far are in {out / 'endpoint.jsonl'}: rerun the same "
+              "command to go on", file=sys.stderr)
+        return 130
+
+
+def _eval(args, out: Path) -> int:
+    from alpha_gym.evaluation.endpoint import (EVAL_FORMAT, EndpointClient, EndpointConfig, EndpointFailure,
+                                               Interrupted, extra_body, item_key, read_raw, run_requests)
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.task import render_prompt
+    _check_eval_numbers(args)
+    extra = extra_body(args.extra_body)
     briefs = _briefs(args)
     settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
     raw_path = out / "endpoint.jsonl"
@@ -381,23 +512,40 @@ def cmd_eval(args) -> int:
         raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
     if not args.report_only and not args.base_url:
         raise InputError("--base-url is required (or --report-only to re-score the kept answers)")
+    if args.report_only:
+        args.base_url = None  # nothing is asked: the folder's endpoint stays what it was
     client = None if args.report_only else EndpointClient(EndpointConfig(
         base_url=args.base_url, model=args.model, api_key=_api_key(args.api_key_env), max_tokens=args.max_tokens,
         temperature=args.temperature, timeout_s=args.timeout, retries=args.retries, backoff_s=args.backoff,
-        seed=args.seed))
-    train, holdout = _eval_panels(args)  # bad data flags fail before any request
-    _claim_eval_dir(out, {"model": args.model, "temperature": args.temperature, "max_tokens": args.max_tokens,
-                          "seed": args.seed})
-    keys = [f"{b.id}#{s}" for b in briefs for s in range(args.samples)]
-    run = {"asked": 0, "reused": len(keys), "total": len(keys)}
-    if client is not None:
-        items = [(b.id, s, [{"role": "user", "content": b.prompt()}]) for b in briefs for s in range(args.samples)]
-        try:
+        seed=args.seed, extra_body=extra))
+    if client is not None and args.samples > 1 and args.temperature == 0:
+        print(f"alpha-gym eval: warning: --samples {args.samples} at temperature 0: greedy decoding gives the "
+              "same answer to every sample on most servers; pass --temperature 0.7 (or so) for different ones",
+              file=sys.stderr)
+    messages = [[{"role": "user", "content": render_prompt(b, settings.verifier.limits)}] for b in briefs]
+    keys = [item_key(b.id, s) for b in briefs for s in range(args.samples)]
+    have = read_raw(raw_path)
+    asking = client is not None and any(not have.get(k, {}).get("ok") for k in keys)
+    answered = any(r.get("ok") for r in have.values())
+    served = None
+    try:
+        if asking and not args.no_model_check:  # first: a dead endpoint is reported before the data load
+            served = _check_model(client, args.model)
+        train, holdout = _eval_panels(args)  # bad data flags fail before any chat request
+        stamp = eval_stamp(args, briefs, messages, train, holdout)
+        stamp = claim_eval_dir(out, stamp, asking, answered)  # a folder made otherwise is refused
+        run = {"asked": 0, "reused": len(keys), "total": len(keys)}
+        if asking:
+            items = [(b.id, s, m) for b, m in zip(briefs, messages) for s in range(args.samples)]
             run = run_requests(client, items, raw_path, concurrency=args.concurrency, progress=not args.no_progress)
-        except KeyboardInterrupt:
-            print(f"alpha-gym eval: interrupted; the answers so far are in {raw_path}: rerun to go on",
-                  file=sys.stderr)
-            return 130
+    except EndpointFailure as err:
+        print(f"alpha-gym eval: error: {err}", file=sys.stderr)
+        return 3
+    except Interrupted as stop:
+        print(f"alpha-gym eval: interrupted: {stop.kept} of {stop.total} items answered and kept in {raw_path}"
+              + (f" ({stop.late} finished after Ctrl-C)" if stop.late else "")
+              + f"; rerun the same command to ask for the other {stop.total - stop.kept}", file=sys.stderr)
+        return 130
     raw = read_raw(raw_path)
     verifier = Verifier(train, settings.verifier)
     rows = score_rows(raw, briefs, args.samples, verifier)
@@ -408,11 +556,14 @@ def cmd_eval(args) -> int:
     missing = sum(k not in raw for k in keys)
     valid = [r for r in rows if r["train_valid"]]
     summary = {
-        "format": EVAL_FORMAT, "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
+        "format": EVAL_FORMAT, "model": args.model, "base_url": stamp.get("endpoint"),
+        "api_key_env": args.api_key_env, "served_models": served,
         "briefs": len(briefs), "samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens,
-        "seed": args.seed, "items": len(keys), "answered": len(rows), "failed": sum(failed.values()),
-        "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
+        "seed": args.seed, "extra_body": extra, "items": len(keys), "answered": len(rows),
+        "failed": sum(failed.values()), "missing": missing, "asked_this_run": run["asked"], "reused": run["reused"],
         "errors": dict(sorted(attempts.items())), "failed_by_error": dict(sorted(failed.items())),
+        "last_error": next((raw[k].get("detail") for k in reversed(keys) if k in raw and not raw[k].get("ok")), None),
+        "data": stamp["data"], "universe": stamp["universe"],
         "train": {"start": str(train.dates[0]), "end": str(train.dates[-1]), "n_valid": len(valid),
                   "valid_share": len(valid) / len(rows) if rows else None,
                   "mean_cpcv": _mean([r["train_cpcv"] for r in valid]),
@@ -443,34 +594,46 @@ def _print_eval(s: dict, out: Path) -> None:
         errs = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none"
         print(f"endpoint errors (attempts): {errs}; items failed after retries: {s['failed']}"
               + (f", never asked: {s['missing']}" if s["missing"] else ""))
+        if s.get("last_error"):
+            print(f"the last failed item's error: {s['last_error']}")
     print(f"train window {t['start']}..{t['end']}: valid {t['n_valid']}/{s['answered']}  mean CPCV of valid "
           f"{_eval_fmt(t['mean_cpcv'], '+.3f')}  mean reward {_eval_fmt(t['mean_reward'], '+.3f')}")
     h = s.get("holdout")
     if h:
         print(f"holdout: mean score {_eval_fmt(h.get('mean_score'), '+.3f')}  valid {h['n_valid']}/{h['n_answers']}  "
               f"families {h['n_families']}  ({out / 'holdout.json'}; page: alpha-gym report {out})")
-    print(f"answers: {out / 'answers.jsonl'}  raw: {out / 'endpoint.jsonl'}")
+    print(f"answers: {out / 'answers.jsonl'}  raw: {out / 'endpoint.jsonl'}  page: alpha-gym report {out}")
 
 
 def register_eval(subparsers) -> None:
     """Add `eval` (a model behind an OpenAI-compatible endpoint) to an argparse sub-parser collection."""
     p = subparsers.add_parser("eval", help="answer the briefs with a model behind an OpenAI-compatible endpoint "
                                           "and score the answers (train window; holdout with --holdout-start)")
-    p.add_argument("--base-url", help="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--base-url", help="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1 (a user:password@ in "
+                   "it is sent as HTTP Basic credentials and written nowhere; redirects are not followed)")
     p.add_argument("--model", required=True, help="the model name the endpoint serves")
     p.add_argument("--api-key-env", metavar="VAR", help="name of the environment variable holding the API key "
                                                        "(sent as a Bearer token; never given on the command line)")
     p.add_argument("--out", required=True, help="output folder (resumable: rerun with the same folder)")
     p.add_argument("--briefs", help="briefs JSONL (default: the probe briefs)")
-    p.add_argument("--limit", type=int, default=0, help="only the first N briefs")
-    p.add_argument("--samples", type=int, default=1, help="answers per brief")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--seed", type=int, help="sent as the request's seed (plus the sample's index)")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one response")
-    p.add_argument("--retries", type=int, default=3, help="retries of a failed request (429, 5xx, time-out, ...)")
-    p.add_argument("--backoff", type=float, default=1.0, help="first wait before a retry, doubled each time")
+    p.add_argument("--limit", type=int, default=0, help="only the first N briefs (default: %(default)s, all)")
+    p.add_argument("--samples", type=int, default=1, help="answers per brief (default: %(default)s; more than 1 "
+                   "needs a temperature above 0 to differ)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: %(default)s, "
+                   "greedy)")
+    p.add_argument("--max-tokens", type=int, default=256, help="longest answer, in tokens (default: %(default)s)")
+    p.add_argument("--seed", type=int, help="sent as the request's seed (plus the sample's index; default: none)")
+    p.add_argument("--extra-body", metavar="JSON", help="more request fields, a JSON object, e.g. llama.cpp's "
+                   "'{\"repeat_penalty\": 1.0}' for greedy answers at temperature 0 (default: none)")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=60.0, help="deadline of one attempt, in seconds, however "
+                   "slowly the reply comes (default: %(default)s)")
+    p.add_argument("--retries", type=int, default=3, help="attempts after the first, for a time-out, 429 or 5xx "
+                   "only; nothing listening, 401/403/404 and redirects stop the run at once (default: %(default)s)")
+    p.add_argument("--backoff", type=float, default=1.0, help="first wait before a retry in seconds, doubled each "
+                   "time; a server's Retry-After wins, capped at 60 (default: %(default)s)")
+    p.add_argument("--no-model-check", action="store_true", help="do not compare --model with the endpoint's "
+                   "/models list (for servers that take names they do not list)")
     p.add_argument("--report-only", action="store_true", help="no requests: re-score the answers in OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_data_args(p)

@@ -1,25 +1,49 @@
-"""The kept files of one comparison run, for rungs that train no model (the controls).
+"""The kept files of a comparison run: one writer and one reader, for every rung, control and step 0.
 
 A rung of the trainer comparison keeps, under its results folder (`alpha-gym compare`, trainers/compare/):
 
+    step-0.jsonl        the start model's probe answers, in the rows below
     seed-S/NAME.jsonl   one line per probe brief: brief_id, step, answer (raw), formula, train_cpcv, train_valid
     seed-S/NAME.json    that run's numbers: rung, recipe, prompts, seed, n_prompts, train_seconds,
                         selected_step, checkpoints (one row per scored checkpoint), config, the training
                         means (clipped_share, ratio_mean, valid_share, nonzero_adv_share, kl_last), steps
+    seed-S/NAME.book.json   the run's own book (trainers/compare/runner.keep_run_book)
+    settings.json       what the kept results were made with (scale, model, data, windows, probe briefs, verifier)
 
 A control writes the same files with the same keys, so `--report-only`, the intervals and
 `alpha-gym holdout-formulas` read it like any rung; its own extra keys (e.g. `complies`, `verifier_calls`)
 sit beside them. The training means a control has no value for are None. Nothing here needs torch.
+
+Every row of a kept .jsonl and every kept .json object carries a content hash of itself under "sha256"
+(`alpha_gym.jsonable.content_hash`, the score-batch records' hash): the table is rebuilt from these files
+alone, so a row edited by hand (a formula swapped, a train_cpcv changed), a torn file or a damaged stamp is
+refused with the file and row named (`KeptError`), never read. After an intentional edit, seal the folder
+again with `python -m alpha_gym.evaluation.kept --rehash FOLDER` (it re-hashes every kept file under FOLDER).
+The `.archive.jsonl` files (the formulas a run's archive admitted) and `filter.json` (the difficulty filter's
+pass rates) are logs the table does not read, and carry no hash.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from alpha_gym.jsonable import json_dumps
+from alpha_gym.errors import InputError
+from alpha_gym.jsonable import content_hash, json_dumps
+
+#: The key under which a kept row or object carries its content hash.
+HASH_KEY = "sha256"
+#: The command that seals kept files again after an intentional edit.
+REHASH = "python -m alpha_gym.evaluation.kept --rehash {folder}"
+
+
+class KeptError(InputError):
+    """A kept file that cannot be used as it is: torn, not JSON, or edited since it was written."""
+
 
 #: The training means of a rung's numbers; a control that trains nothing writes them as None.
 TRAINING_MEANS = ("clipped_share", "ratio_mean", "valid_share", "nonzero_adv_share", "kl_last")
@@ -72,12 +96,150 @@ def control_numbers(name: str, recipe: str, seed: int, seconds: float, step: int
 
 
 def write_kept(results: Path, seed: int, name: str, rows: Sequence[dict], numbers: dict) -> tuple[Path, Path]:
-    """Write results/seed-S/NAME.jsonl and NAME.json (each by an atomic replace). Returns both paths."""
+    """Write results/seed-S/NAME.jsonl and NAME.json (each sealed, by an atomic replace). Returns both paths."""
     folder = Path(results) / f"seed-{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
     jsonl, js = folder / f"{name}.jsonl", folder / f"{name}.json"
-    for path, text in ((jsonl, "".join(json_dumps(r) + "\n" for r in rows)), (js, json_dumps(numbers, indent=1))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+    write_rows(jsonl, rows)
+    write_object(js, numbers)
     return jsonl, js
+
+
+# ------------------------------------------------------------------------------ the writer and the reader
+def sealed(obj: dict) -> dict:
+    """`obj` with its content hash as the last key (a hash it held before is replaced)."""
+    body = {k: v for k, v in obj.items() if k != HASH_KEY}
+    return {**body, HASH_KEY: content_hash(body)}
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `text` whole: a temporary file renamed into place (a stopped run leaves the old file or the new)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_rows(path: Path, rows: Sequence[dict]) -> None:
+    """A kept .jsonl: one sealed JSON object a line."""
+    _replace(Path(path), "".join(json_dumps(sealed(r)) + "\n" for r in rows))
+
+
+def write_object(path: Path, obj: dict) -> None:
+    """A kept .json (a run's numbers, its book, settings.json): one sealed JSON object."""
+    _replace(Path(path), json_dumps(sealed(obj), indent=1))
+
+
+def _parse(text: str, path: Path, where: str):
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:  # RecursionError: a line nested thousands deep
+        why = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise KeptError(f"{path}: {where} is not JSON ({why}): the file is torn or damaged") from None
+
+
+def _text(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise KeptError(f"{path} is not UTF-8 text (byte {err.start}): damaged") from None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a .jsonl file, blank lines skipped; a line that is not a JSON object (a file cut
+    mid-line) is a KeptError naming the file and line. No hash is checked: `read_rows` reads kept rows."""
+    return [row for _n, row in _numbered(Path(path))]
+
+
+def _numbered(path: Path) -> list[tuple[int, dict]]:
+    out = []
+    for n, line in enumerate(_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = _parse(line, path, f"line {n}")
+        if not isinstance(row, dict):
+            raise KeptError(f"{path}: line {n} is not a JSON object")
+        out.append((n, row))
+    return out
+
+
+def _unsealed(obj: dict, path: Path, where: str) -> dict:
+    """`obj` without its hash, once the hash is found to match its content (KeptError naming `where` if not)."""
+    folder = path.parent.parent if path.parent.name.startswith("seed-") else path.parent  # the results folder
+    if obj.get(HASH_KEY) is None:
+        raise KeptError(f"{path}: {where} carries no content hash (\"{HASH_KEY}\"): made by hand or by an older "
+                        f"alpha-gym; check it, then seal it with `{REHASH.format(folder=folder)}`")
+    if obj[HASH_KEY] != content_hash(obj):
+        raise KeptError(f"{path}: {where} was edited after it was written (its \"{HASH_KEY}\" does not match its "
+                        f"content); restore it, or after an intentional edit seal it again with "
+                        f"`{REHASH.format(folder=folder)}`")
+    return {k: v for k, v in obj.items() if k != HASH_KEY}
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a kept .jsonl, each checked against its hash (KeptError naming the file and line)."""
+    path = Path(path)
+    rows = [_unsealed(row, path, f"line {n}" + (f" (brief {row['brief_id']})" if isinstance(row.get("brief_id"), str)
+                                                else "")) for n, row in _numbered(path)]
+    if not rows:
+        raise KeptError(f"{path} holds no rows: damaged")
+    return rows
+
+
+def read_json(path: Path) -> dict:
+    """One JSON object from a file (a stamp); a damaged one is a KeptError. No hash is checked: see `read_object`."""
+    path = Path(path)
+    obj = _parse(_text(path), path, "the file")
+    if not isinstance(obj, dict):
+        raise KeptError(f"{path} is damaged: not a JSON object")
+    return obj
+
+
+def read_object(path: Path) -> dict:
+    """A kept .json object, checked against its hash (KeptError naming the file)."""
+    return _unsealed(read_json(path), Path(path), "the file")
+
+
+def kept_files(folder: Path) -> list[Path]:
+    """Every sealed kept file under a results folder: settings.json, step-0.jsonl, seed-S/*.jsonl and *.json
+    (answers, numbers, books); not the archives' .archive.jsonl, nor the table and page it writes."""
+    folder = Path(folder)
+    files = [folder / "settings.json", folder / "step-0.jsonl"]
+    files += sorted(p for p in folder.glob("seed-*/*.json*") if p.suffix in (".json", ".jsonl")
+                    and not p.name.endswith(".archive.jsonl"))
+    return [p for p in files if p.is_file()]
+
+
+def rehash(folder: Path) -> list[Path]:
+    """Seal every kept file under `folder` again (after an intentional edit, or kept before hashes existed);
+    returns the files. A torn or damaged file is refused, not sealed."""
+    files = kept_files(folder)
+    for p in files:
+        if p.suffix == ".jsonl":
+            write_rows(p, read_jsonl(p))
+        else:
+            write_object(p, read_json(p))
+    return files
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m alpha_gym.evaluation.kept",
+                                     description="Seal a comparison's kept files again (their content hashes) "
+                                                 "after an intentional edit: check the edit first.")
+    parser.add_argument("--rehash", required=True, nargs="+", metavar="FOLDER", help="a --results folder")
+    args = parser.parse_args(argv)
+    for folder in args.rehash:
+        if not Path(folder).is_dir():
+            print(f"error: {folder} is not a folder", file=sys.stderr)
+            return 2
+        try:
+            files = rehash(Path(folder))
+        except KeptError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{folder}: sealed {len(files)} kept files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

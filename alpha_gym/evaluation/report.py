@@ -1,7 +1,8 @@
 """One-file HTML report of a run directory, with the plots embedded as base64 PNGs.
 
 `write_report(run_dir)` reads whichever of these files the run directory holds
-(at least one must exist) and writes `run_dir/report.html`:
+(at least one must exist) and writes `run_dir/report.html` (or `out_dir/report.html`; `page_folder` says
+where `alpha-gym report` puts it):
 
 holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(...).save(run_dir)`)
     {"format", "label", "step", "train_end", "holdout_start", "holdout_end", "n_days", "definition",
@@ -24,6 +25,9 @@ log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training se
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
+eval.json, answers.jsonl, endpoint.jsonl  (an `alpha-gym eval` folder, with or without holdout.json)
+                 -> `report_eval`: the run and every item with its brief id, raw answer excerpt and the
+                 verifier's reason for an invalid one (and its holdout score with a holdout).
 
 A comparison folder (`alpha-gym compare --out OUT`: report.json and/or seed-S/RUNG runs)
 gets the page of `report_comparison` instead (rung table with intervals, baselines, per-checkpoint
@@ -43,6 +47,7 @@ import numpy as np
 
 from alpha_gym.errors import InputError
 from alpha_gym.evaluation.alpha_tests import summary_line
+from alpha_gym.evaluation.report_eval import eval_section, load_eval
 from alpha_gym.evaluation.report_html import arr as _arr, fmt as _fmt, img as _img, kv_table as _kv_table
 from alpha_gym.evaluation.report_html import mpl as _mpl, page, png as _png, table as _table, write_page
 from alpha_gym.evaluation.report_training import read_jsonl, training_section
@@ -141,7 +146,8 @@ def _load_json(path: Path, fmt: str | None = None) -> dict | None:
     return d
 
 
-def _holdout_section(h: dict, others: list[dict]) -> list[str]:
+def _holdout_section(h: dict, others: list[dict], answers_table: bool = True) -> list[str]:
+    """The holdout's summary, plots and baselines; its answers table unless the eval part shows them."""
     s, b = h["summary"], h["book"]
     out = [f"<h2 id=\"holdout\">Holdout {html.escape(h['holdout_start'])} .. {html.escape(h['holdout_end'])}"
            f"{' - ' + html.escape(str(h['label'])) if h.get('label') else ''}</h2>",
@@ -171,13 +177,17 @@ def _holdout_section(h: dict, others: list[dict]) -> list[str]:
            _img(plot_slices(h), "CPCV slices per answer")]
     rows, classes = [], []
     for a in sorted(h["answers"], key=lambda a: (not a["valid"], -(a.get("score") or 0.0))):
-        rows.append([f"<code>{html.escape(a['formula'])}</code>", "yes" if a["valid"] else "no",
+        rows.append([f"<code>{html.escape(a['formula'])}</code>" if a.get("formula") else "(none)",
+                     "yes" if a["valid"] else "no",
                      _fmt(a.get("score")), _fmt(a.get("train_cpcv")), _fmt(a.get("turnover"), ".1%"),
                      _fmt(a.get("sharpe"), "+.2f"), _fmt(a.get("total_return"), "+.1%"),
                      html.escape(summary_line(a.get("alpha_tests"))) if a["valid"] else "",
                      html.escape(a["reason"]) if not a["valid"] else ""])
         classes.append("")
     out += _baselines_part(h)
+    if not answers_table:
+        out.append('<p class="note">Each answer\'s holdout score or reason is in the eval table above.</p>')
+        return out + _alpha_tests_part(h)
     out.append("<h3>Answers</h3>")
     out.append('<p class="note">Alpha tests: WorldQuant BRAIN\'s submission tests on the holdout book (fitness '
                ">= 1, sub-universe Sharpe, self-correlation &lt; 0.7 on the training window, largest weight &lt; 10%, "
@@ -246,25 +256,61 @@ def _books_part(books: dict) -> list[str]:
                     "max drawdown"], rows, left={0})]
 
 
-def write_report(run_dir, out_name: str = REPORT_NAME) -> Path:
-    """Write `run_dir/report.html` from the files described in this module's docstring. Returns its path.
+def write_report(run_dir, out_name: str = REPORT_NAME, out_dir=None) -> Path:
+    """Write `out_dir/report.html` (default `run_dir/report.html`) from the files described in this module's
+    docstring. Returns its path.
 
-    A comparison folder gets the comparison page, and each of its runs a page of its own.
+    A comparison folder gets the comparison page, and each of its runs a page of its own (under `out_dir`, at
+    the run's place relative to `run_dir`, when `out_dir` is given).
     """
     from alpha_gym.evaluation.report_comparison import comparison_section, is_comparison, run_folders
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
+    out_dir = run_dir if out_dir is None else Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     if is_comparison(run_dir):
         links = {}
         for _, _, path in run_folders(run_dir):
             try:
-                links[path] = write_report(path, out_name)
+                links[path] = write_report(path, out_name, out_dir / path.relative_to(run_dir))
             except FileNotFoundError:   # a run stopped before it wrote anything a page can show
                 pass
-        parts = comparison_section(run_dir, links)
-        return write_page(run_dir / out_name, page(f"alpha-gym comparison: {run_dir.name}", parts))
-    return write_page(run_dir / out_name, page(f"alpha-gym report: {run_dir.name}", _run_parts(run_dir)))
+        parts = comparison_section(run_dir, links, page_dir=out_dir)
+        return write_page(out_dir / out_name, page(f"alpha-gym comparison: {run_dir.name}", parts))
+    return write_page(out_dir / out_name, page(f"alpha-gym report: {run_dir.name}", _run_parts(run_dir)))
+
+
+def page_folder(run_dir, out=None) -> tuple[Path | None, str]:
+    """Where `alpha-gym report RUN_DIR [--out DIR]` writes its page, and why when it is not RUN_DIR.
+
+    `--out` wins. Otherwise the page goes beside the run, unless the run lies in a git work tree and git does not
+    ignore it (kept results, `benchmarks/results/...`): a page there would be an untracked file in the
+    repository, so it goes to `<user cache>/reports/<name>-<hash of the run's path>/` (a temporary folder when the
+    cache is off). `runs/` is ignored by the project's .gitignore, so training runs keep their page beside them.
+    """
+    import hashlib
+    import subprocess
+    import tempfile
+    from alpha_gym.user_cache import cache_dir
+    if out is not None:
+        return Path(out), ""
+    run_dir = Path(run_dir).resolve()
+    top = next((p for p in (run_dir, *run_dir.parents) if (p / ".git").exists()), None)
+    if top is None:
+        return None, ""
+    try:
+        ignored = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", str(run_dir)],
+                                 capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ignored = False
+    if ignored:
+        return None, ""
+    base = cache_dir()
+    base = base / "reports" if base is not None else Path(tempfile.gettempdir()) / "alpha_gym-reports"
+    folder = base / f"{run_dir.name}-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]}"
+    return folder, (f"{run_dir} is in the git work tree {top} and not ignored, so the page goes to {folder} "
+                    "(--out DIR to choose)")
 
 
 def _run_parts(run_dir: Path) -> list[str]:
@@ -276,19 +322,22 @@ def _run_parts(run_dir: Path) -> list[str]:
     log = read_jsonl(run_dir / "log.jsonl")
     checkpoints = _load_json(run_dir / "checkpoints.json", CHECKPOINTS_FORMAT)
     books = _load_json(run_dir / "books.json", BOOKS_FORMAT)
-    if holdout is None and not others and not log and checkpoints is None and books is None:
+    evaluated = load_eval(run_dir)
+    if holdout is None and not others and not log and checkpoints is None and books is None and evaluated is None:
         raise FileNotFoundError(f"{run_dir} holds none of holdout.json, holdout-*.json, log.jsonl, "
-                                "checkpoints.json, books.json")
+                                "checkpoints.json, books.json, eval.json")
     if holdout is None and others:
         holdout, others = others[-1], others[:-1]
-    sections = [("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
+    sections = [("eval", "Eval", evaluated is not None), ("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
                 ("training", "Training", bool(log)),
                 ("answers", "Answers", (run_dir / "completions.jsonl").is_file() and bool(log)),
                 ("books", "Book selectors", books is not None)]
     nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t, present in sections if present)
     parts = [f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>", f"<nav>{nav}</nav>"]
+    if evaluated is not None:
+        parts += eval_section(run_dir, holdout)
     if holdout is not None:
-        parts += _holdout_section(holdout, others)
+        parts += _holdout_section(holdout, others, answers_table=evaluated is None)
     if checkpoints is not None:
         parts += _checkpoints_part(checkpoints)
     parts += training_section(run_dir, log)

@@ -182,8 +182,9 @@ def baseline_table(report: dict) -> str:
     return table(["baseline", "formula (valid)", "score [95% CI]", "book Sharpe", "beta", "max DD"], rows, left={0, 1})
 
 
-def comparison_section(out: Path, links: dict[Path, Path]) -> list[str]:
-    """The comparison page's parts; `links`: run folder -> its own report page (relative links are made)."""
+def comparison_section(out: Path, links: dict[Path, Path], page_dir: Path | None = None) -> list[str]:
+    """The comparison page's parts; `links`: run folder -> its own report page (links relative to `page_dir`,
+    the comparison page's folder, default `out`)."""
     report = {}
     if (out / "report.json").is_file():
         report = json.loads((out / "report.json").read_text(encoding="utf-8"))
@@ -221,7 +222,7 @@ def comparison_section(out: Path, links: dict[Path, Path]) -> list[str]:
         for seed, rung, path in runs:
             page = links.get(path)
             name = f"seed {seed}, {rung}"
-            items.append(f'<li><a href="{esc(page.relative_to(out).as_posix())}">{esc(name)}</a></li>'
+            items.append(f'<li><a href="{esc(page.relative_to(page_dir or out).as_posix())}">{esc(name)}</a></li>'
                          if page is not None else f"<li>{esc(name)}</li>")
         parts += ["<h2>Runs</h2>", f"<ul>{''.join(items)}</ul>"]
     return parts

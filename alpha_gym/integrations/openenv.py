@@ -30,6 +30,8 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, field_validator
 
+from alpha_gym.tasks.task import render_prompt
+
 
 def without_lone_surrogates(text: str) -> str:
     """`text` with each unpaired UTF-16 surrogate (U+D800-U+DFFF alone) replaced by U+FFFD; pairs are joined."""
@@ -93,7 +95,7 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
                 self._brief = self.briefs[int(self._rng.integers(len(self.briefs)))]
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             brief = self._brief
-        return AlphaObservation(prompt=brief.prompt(self.verifier.config.limits), brief_id=brief.id, done=False,
+        return AlphaObservation(prompt=render_prompt(brief, self.verifier.config.limits), brief_id=brief.id, done=False,
                                 reward=None)
 
     def step(self, action: AlphaAction, timeout_s: Optional[float] = None, **kwargs: Any) -> AlphaObservation:
@@ -105,7 +107,7 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
             brief = self._brief
             score = self.verifier.score(action.answer, brief=brief)
             self._state = State(episode_id=self._state.episode_id, step_count=1)
-        return AlphaObservation(prompt=brief.prompt(self.verifier.config.limits), brief_id=brief.id,
+        return AlphaObservation(prompt=render_prompt(brief, self.verifier.config.limits), brief_id=brief.id,
                                 done=True, reward=float(score.reward), valid=score.valid, reason=score.reason,
                                 formula=score.formula, channels=dict(score.channels))
 

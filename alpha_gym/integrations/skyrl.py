@@ -21,6 +21,8 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from alpha_gym.tasks.task import render_prompt
+
 ENV_CLASS = "alpha_gym"
 
 
@@ -69,6 +71,7 @@ def dataset_rows(briefs="train") -> list[dict]:
     """skyrl-train dataset rows for the briefs: prompt, env_class, reward_spec, extra_info (with brief_id)."""
     from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
-    return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": b.prompt()}], "env_class": ENV_CLASS,
+    return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": render_prompt(b)}],
+             "env_class": ENV_CLASS,
              "reward_spec": {"method": "rule", "ground_truth": None}, "brief_id": b.id,
              "extra_info": {"brief_id": b.id, "family": b.family, "index": i}} for i, b in enumerate(items)]

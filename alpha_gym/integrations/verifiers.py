@@ -28,6 +28,7 @@ from collections.abc import Iterator
 import verifiers.v1 as vf
 
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
+from alpha_gym.tasks.task import render_prompt
 
 __all__ = ["AlphaTaskset", "AlphaTask", "AlphaData", "AlphaTaskConfig", "AlphaTasksetConfig", "load_environment"]
 
@@ -77,18 +78,20 @@ class AlphaTask(vf.Task[AlphaData, vf.State, AlphaTaskConfig]):
         return shared_verifier(config=config, data=c.data, universe=c.universe, start=c.start, end=c.end)
 
     def verdict(self, trace) -> dict:
-        """The verifier's score of `trace.last_reply`, computed once and kept in `trace.info["alpha_gym"]`."""
+        """The verifier's score of `trace.last_reply` with the task's brief, computed once and kept in
+        `trace.info["alpha_gym"]`."""
         cached = trace.info.get("alpha_gym")
         if cached is None:  # no await in here: the rewards, gathered concurrently, cannot score twice
+            from alpha_gym.tasks.sets import require_brief
             verifier = self.verifier()
-            score = verifier.score(trace.last_reply)
+            score = verifier.score(trace.last_reply, brief=require_brief(getattr(self.data, "brief_id", "") or None))
             # summed as verifiers sums trace.rewards (by name, score x weight), so that
             # weighted + adjustment gives the verifier's reward exactly, not to rounding
             weighted = sum(float(v) * float(verifier.config.priorities[k]) for k, v in sorted(score.channels.items()))
             cached = trace.info["alpha_gym"] = {
                 "valid": score.valid, "reason": score.reason, "reward": score.reward, "formula": score.formula,
                 "channels": dict(score.channels), "adjustment": _closing_term(weighted, score.reward),
-                "world_model": score.world_model}
+                "world_model": score.world_model, "brief_compliance": score.diagnostics.get("brief_compliance")}
         return cached
 
     @vf.metric
@@ -128,7 +131,7 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
     def load(self) -> Iterator[AlphaTask]:
         from alpha_gym.tasks.sets import brief_set
         for brief in brief_set(self.config.briefs):
-            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=brief.prompt(), brief_id=brief.id,
+            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=render_prompt(brief), brief_id=brief.id,
                                       family=brief.family), self.config.task)
 
 

@@ -18,8 +18,9 @@ Reward function (verl config):
 
 verl has no rule that keeps an invalid answer (no <alpha> block, no parse, a static book)
 from a positive advantage: GDPO normalises each channel within the group and then whitens
-the batch, so an invalid answer can land above the mean. `guard_advantages` applies the rule
-(advantage of an invalid answer = min(advantage, 0)); `install_guard()` wraps verl's registered
+the batch, so an invalid answer can land above the mean. `guard_advantages` applies the rule every
+trainer here applies (`alpha_gym.scoring.advantage_rule`: an answer that may not win gets
+min(advantage, 0), and each group's advantages still sum to zero); `install_guard()` wraps verl's registered
 "gdpo" estimator with it. verl computes advantages inside a Ray actor, so install it in every
 verl process with verl's own hook: `VERL_USE_EXTERNAL_MODULES=alpha_gym.integrations.verl_guard`.
 
@@ -33,7 +34,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from alpha_gym.scoring.advantage_rule import project_advantages
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
+from alpha_gym.tasks.task import render_prompt
 
 DATA_SOURCE = "alpha_gym"
 #: The keys of `compute_score`'s result that GDPO should normalise: the 12 reward channels.
@@ -58,11 +61,15 @@ def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground
     `end` (from `reward_kwargs`) choose the market as `alpha-gym score --data ...` does; `config` (a settings
     TOML's path, or a mapping of its tables) and `settings` (--set items) choose the settings as
     `--config` and `--set` do (`cache.resolve_config`).
-    Never raises for model output: an invalid answer gets the verifier's invalid-answer reward.
+    `extra_info["brief_id"]` (`dataset_rows` writes it) names the brief the answer is scored with, where it is a
+    seeded or fixed brief (rows of other briefs score without one, as before). Never raises for model output: an
+    invalid answer gets the verifier's invalid-answer reward.
     """
     from alpha_gym.pool import shared_verifier
+    from alpha_gym.tasks.sets import brief_by_id
     verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config, settings=settings)
-    score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str))
+    brief = brief_by_id(extra_info.get("brief_id")) if isinstance(extra_info, dict) else None
+    score = verifier.score(solution_str if isinstance(solution_str, str) else str(solution_str), brief=brief)
     guarded = score.valid and score.channels["motif_guard"] < 0  # R10 fired (GroupScore.guarded)
     return {"score": float(score.reward), "valid": bool(score.valid),
             **{k: float(v) for k, v in score.channels.items()}, "may_win": bool(score.valid and not guarded)}
@@ -75,24 +82,36 @@ def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
     """
     from alpha_gym.tasks.sets import brief_set
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
-    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": b.prompt()}], "ability": "alpha",
+    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": render_prompt(b)}], "ability": "alpha",
              "reward_model": {"style": "rule", "ground_truth": ""},
              "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, b in enumerate(items)]
 
 
-def guard_advantages(advantages, may_win):
-    """Advantages with the row of every answer that may not win (invalid, or R10-guarded) capped at 0.
+def guard_advantages(advantages, may_win, index=None, response_mask=None):
+    """Advantages under the one advantage rule (`alpha_gym.scoring.advantage_rule.project_advantages`, the one our
+    loop and the TRL adapter apply): an answer that may not win (invalid, or R10-guarded) gets no positive
+    advantage, and the advantages of each group still sum to zero (the answers that may win absorb the change).
 
-    A torch tensor or numpy array, rows = answers; `may_win` is compute_score's key of that name.
+    A torch tensor or numpy array, rows = answers, one value per answer (verl's outcome estimators, GDPO's
+    included, spread it over the response's tokens); `may_win` is compute_score's key of that name; `index`
+    verl's group ids (`uid`; None: the rows are one group); `response_mask` verl's (None: every token counts).
+    An answer with no response tokens is held at 0, so what is trained on still sums to zero.
     """
-    invalid = ~np.asarray(may_win, dtype=bool).reshape(-1)
-    if type(advantages).__module__.startswith("torch"):
+    is_torch = type(advantages).__module__.startswith("torch")
+    a = advantages.detach().cpu().float().numpy() if is_torch else np.asarray(advantages, dtype=float)
+    rows = a.reshape(a.shape[0], -1)
+    mask = np.ones(rows.shape, dtype=bool) if response_mask is None else \
+        np.asarray(response_mask.detach().cpu() if hasattr(response_mask, "detach") else response_mask,
+                   dtype=bool).reshape(rows.shape)
+    has_tokens = mask.any(axis=1)
+    value = rows[np.arange(rows.shape[0]), mask.argmax(axis=1)] * has_tokens  # each answer's one value
+    free = np.asarray(may_win, dtype=bool).reshape(-1) & has_tokens
+    projected = project_advantages(value, free, None if index is None else np.asarray(index).reshape(-1))
+    out = np.where(mask, projected[:, None], 0.0).astype(rows.dtype).reshape(a.shape)
+    if is_torch:
         import torch
-        mask = torch.as_tensor(invalid, device=advantages.device).reshape(-1, *([1] * (advantages.dim() - 1)))
-        return torch.where(mask, advantages.clamp(max=0.0), advantages)
-    advantages = np.asarray(advantages)
-    mask = invalid.reshape(-1, *([1] * (advantages.ndim - 1)))
-    return np.where(mask, np.minimum(advantages, 0.0), advantages)
+        return torch.as_tensor(out, device=advantages.device, dtype=advantages.dtype)
+    return out
 
 
 def install_guard() -> bool:
@@ -113,7 +132,9 @@ def install_guard() -> bool:
         if key is None:
             raise KeyError("alpha-gym's GDPO guard needs the 'may_win' (or 'valid') key of compute_score in the "
                            "batch (use alpha_gym.integrations.verl.compute_score as the reward function)")
-        advantages = guard_advantages(advantages, non_tensor_batch[key])
+        index = kwargs.get("index", args[2] if len(args) > 2 else None)
+        mask = kwargs.get("response_mask", args[1] if len(args) > 1 else None)
+        advantages = guard_advantages(advantages, non_tensor_batch[key], index, mask)
         return advantages, advantages
 
     guarded_gdpo.alpha_gym_guard = True

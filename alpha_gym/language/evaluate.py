@@ -16,6 +16,7 @@ from typing import MutableMapping
 
 import numpy as np
 
+from alpha_gym.language import bounds
 from alpha_gym.language.errors import UnknownNameError
 from alpha_gym.language.nodes import Field, Node, Num, Op
 from alpha_gym.language.operators import KERNELS, OPERATORS
@@ -34,8 +35,13 @@ def _full(x, shape) -> np.ndarray:
     return np.full(shape, float(x))
 
 
-def evaluate(node: Node, panel, cache: MutableMapping | None = None) -> np.ndarray:
+def evaluate(node: Node, panel, cache: MutableMapping | None = None, bound: bool = False):
     """The formula's value for every (day, stock) of `panel`.
+
+    With `bound`, the pair `(values, error)`: `error` (an array, a float for the whole panel, or a
+    `bounds.Relative` k meaning `k |values|`; `bounds.absolute` makes it an array) bounds,
+    per cell, how far the values are from the formula's value in exact arithmetic (`bounds.py`; each
+    operator's `OpSpec.bound` propagates it), computed alongside and freed alike; `cache` is then ignored.
 
     Without `cache`, every intermediate array is dropped as soon as its last consumer has
     used it (a shared subexpression is computed once and kept until its last use), and the
@@ -47,6 +53,9 @@ def evaluate(node: Node, panel, cache: MutableMapping | None = None) -> np.ndarr
     so use it only on small panels. Results are read-only arrays; never mutate them.
     """
     _tune_allocator()
+    if bound:
+        out, error = _Freeing(node, panel, bounded=True).value(node)
+        return _full(out, panel.shape), error
     if cache is not None:
         out = _eval(node, panel, cache)
     else:
@@ -91,19 +100,26 @@ def peak_arrays(node: Node) -> int:
 
 
 class _Freeing:
-    """One evaluation that frees each intermediate after its last use."""
+    """One evaluation that frees each intermediate after its last use; `bounded`: each value is a pair
+    (values, rounding-error bound)."""
 
-    def __init__(self, root: Node, panel):
+    def __init__(self, root: Node, panel, bounded: bool = False):
         self.panel = panel
+        self.bounded = bounded
         self.left = uses(root)          # reads still to come, per distinct subexpression
         self.kept: dict[Node, object] = {}  # values of shared subexpressions awaiting another read
 
     def value(self, node: Node):
         if isinstance(node, Num):
-            return node.value
+            return (node.value, bounds.constant(node.value)) if self.bounded else node.value
         hit = self.kept.get(node)
         if hit is None:
-            hit = _field(node, self.panel) if isinstance(node, Field) else self._compute(node)
+            if isinstance(node, Field):
+                hit = _field(node, self.panel)
+                if self.bounded:
+                    hit = (hit, _field_bound(node, hit, self.panel))
+            else:
+                hit = self._compute(node)
             if self.left.get(node, 0) > 1 and not isinstance(node, Field):
                 self.kept[node] = hit
         return hit
@@ -123,13 +139,19 @@ class _Freeing:
         args: list = [None] * len(node.args)
         for i in order:
             args[i] = self.value(node.args[i])
+        if self.bounded:
+            errors = [e for _, e in args]
+            args = [v for v, _ in args]
         value = _apply_values(node, self.panel, args)
+        if self.bounded:
+            error = _apply_bound(node, self.panel, args, errors, value)
+            del errors
         del args
         for a in node.args:
             self._read(a)
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
-        return value
+        return (value, error) if self.bounded else value
 
 
 def _field(node: Field, panel) -> np.ndarray:
@@ -138,6 +160,14 @@ def _field(node: Field, panel) -> np.ndarray:
                                    "on this panel)" if node.name == "cap" else
                                    f"the data has no {node.name!r} field")
     return panel.field(node.name)
+
+
+def _field_bound(node: Field, values: np.ndarray, panel):
+    """The rounding bound of a field (`bounds.field`), kept with the panel as its derived fields are."""
+    loaded = node.name in panel.data
+    if loaded or node.name != "returns" or not hasattr(panel, "memo"):
+        return bounds.field(node.name, values, loaded)
+    return panel.memo(("bound", node.name), lambda: bounds.field(node.name, values, loaded))
 
 
 def _eval(node: Node, panel, memo):
@@ -161,6 +191,24 @@ def _check_data(node: Op, panel) -> None:
     """Refuse, before evaluating its argument, an operator that needs data the panel lacks."""
     if node.name == "ind_neutralize" and getattr(panel, "sectors", None) is None:
         raise DataUnavailableError("IndNeutralize needs industry data, and this panel has no sector map")
+
+
+def _apply_bound(node: Op, panel, args: list, errors: list, value):
+    """The rounding-error bound of one operator's value (`OpSpec.bound`), its arguments as its kernel saw them."""
+    spec = OPERATORS[node.name]
+    if spec.kind != "elem":
+        args = [_full(a, panel.shape) for a in args]
+    if not getattr(spec.bound, "relative", False):
+        errors = [bounds.absolute(e, a) for e, a in zip(errors, args)]
+    with np.errstate(all="ignore"):  # inf * 0 of an unbounded input: NaN, read as inf (bounds._clean)
+        if spec.kind == "elem" and not isinstance(value, np.ndarray):  # a folded constant: a scalar bound
+            args = [np.float64(a) for a in args]
+            errors = [bounds.absolute(e, a) for e, a in zip(errors, args)]
+            return float(np.max(bounds.absolute(spec.bound(args, errors, np.float64(value), node), value)))
+        error = spec.bound(args, errors, value, node)
+    if isinstance(error, np.ndarray):
+        error.setflags(write=False)
+    return error
 
 
 def _apply_values(node: Op, panel, args: list):

@@ -5,7 +5,7 @@ One `OpSpec` per operator names its arguments, its kernel (`ops.py`), its cost i
 its words in the prompt's DSL reference. Everything else is read from this table: the
 parser's function names (`resolve`), the evaluator's kernels (`KERNELS`), the cost model,
 the printer's symbols and binding strengths, the DSL reference of every brief
-(`alpha_gym.tasks.briefs.dsl_reference`) and the table in `docs/operators.md`
+(`alpha_gym.tasks.dsl.dsl_reference`) and the table in `docs/operators.md`
 (`operator_table_markdown`). Adding an operator is one entry here and its kernel in `ops.py`.
 
 One table serves both spellings: the DSL names (`ts_corr`) and the aliases of
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from alpha_gym.language import ops
+from alpha_gym.language import bounds, ops
 
 #: Fields a formula may read. `returns` and `vwap` are derived by the panel.
 FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
@@ -79,6 +79,8 @@ class OpSpec:
     symbol        the printed symbol of an `infix` or `prefix` operator
     precedence    its binding strength (higher binds tighter) for `infix`, `prefix` and `ternary`
     aliases       other names of the paper or common use that call it
+    bound         how it propagates a rounding-error bound (`bounds.py`): `bound(args, bounds, out, node)` -> the
+                  absolute bound of `out`, its exact-arithmetic value lying within it (docs/operators.md, rule 5)
     prompt        its words in the prompt's DSL reference (None: left out, to keep the prompt short)
     """
 
@@ -95,6 +97,7 @@ class OpSpec:
     symbol: str | None = None
     precedence: int | None = None
     aliases: tuple[str, ...] = ()
+    bound: Callable | None = None
     prompt: str | None = None
 
     def __post_init__(self):
@@ -111,6 +114,9 @@ class OpSpec:
             raise OperatorSpecError(f"{self.name}: every operator but adv{{d}} needs a kernel in ops.py")
         if not self.doc or "\n" in self.doc:
             raise OperatorSpecError(f"{self.name}: doc must be one non-empty line")
+        if self.bound is None:
+            raise OperatorSpecError(f"{self.name}: every operator declares how it propagates a rounding bound "
+                                    "(a function of bounds.py)")
 
     @property
     def callable(self) -> bool:
@@ -165,75 +171,87 @@ _PASS = 4.0  # one pass in, one out
 SPECS: tuple[OpSpec, ...] = (
     # cross-sectional
     OpSpec("rank", "cs", 1, ops.rank, Cost(50.0), "rank among the day's stocks, scaled to [0, 1] (ties share)",
-           prompt="rank(x) in [0, 1] per day"),
+           prompt="rank(x) in [0, 1] per day", bound=bounds.rank),
     OpSpec("scale", "cs", 1, ops.scale, Cost(10.0), "x rescaled each day so that sum(abs(x)) = a",
-           optional_const=1.0, prompt="scale(x) rescales so sum |x| = 1"),
+           optional_const=1.0, prompt="scale(x) rescales so sum |x| = 1", bound=bounds.scale),
     # x minus its sector mean per day: needs the panel's sector map (the paper's IndNeutralize)
     OpSpec("ind_neutralize", "cs", 1, ops.ind_neutralize, Cost(10.0),
-           "x minus its sector's mean that day (needs Panel.sectors)", aliases=("IndNeutralize", "indneutralize")),
+           "x minus its sector's mean that day (needs Panel.sectors)", aliases=("IndNeutralize", "indneutralize"),
+           bound=bounds.ind_neutralize),
     # time series: x, d
-    _ts("delay", ops.delay, Cost(3.0, 0.0), "x d sessions ago", offset=0, prompt="delay(x, d)"),
+    _ts("delay", ops.delay, Cost(3.0, 0.0), "x d sessions ago", offset=0, prompt="delay(x, d)", bound=bounds.delay),
     _ts("ts_delta", ops.ts_delta, Cost(4.0, 0.0), "x today minus x d sessions ago", offset=0, aliases=("delta",),
-        prompt="ts_delta(x, d)"),
-    _ts("ts_mean", ops.ts_mean, _SUM, "mean of the window", aliases=("sma", "mean"), prompt="ts_mean"),
+        prompt="ts_delta(x, d)", bound=bounds.ts_delta),
+    _ts("ts_mean", ops.ts_mean, _SUM, "mean of the window", aliases=("sma", "mean"), prompt="ts_mean",
+        bound=bounds.ts_mean),
     _ts("ts_std", ops.ts_std, _SPREAD, "population standard deviation of the window (ddof 0)",
-        aliases=("stddev",), prompt="ts_std"),
-    _ts("ts_sum", ops.ts_sum, _SUM, "sum of the window", aliases=("sum",), prompt="ts_sum"),
-    _ts("ts_max", ops.ts_max, _SUM, "maximum of the window", prompt="ts_max"),
-    _ts("ts_min", ops.ts_min, _SUM, "minimum of the window", prompt="ts_min"),
+        aliases=("stddev",), prompt="ts_std", bound=bounds.ts_std),
+    _ts("ts_sum", ops.ts_sum, _SUM, "sum of the window", aliases=("sum",), prompt="ts_sum", bound=bounds.ts_sum),
+    _ts("ts_max", ops.ts_max, _SUM, "maximum of the window", prompt="ts_max", bound=bounds.window_extremum),
+    _ts("ts_min", ops.ts_min, _SUM, "minimum of the window", prompt="ts_min", bound=bounds.window_extremum),
     _ts("ts_rank", ops.ts_rank, Cost(10.0, 0.8), "today's rank within the window, in [0, 1]",
-        aliases=("Ts_Rank",), prompt="ts_rank"),
+        aliases=("Ts_Rank",), prompt="ts_rank", bound=bounds.ts_rank),
     _ts("ts_decay_linear", ops.ts_decay_linear, _SPREAD, "linearly weighted mean, today weighs d, the oldest 1",
-        aliases=("decay_linear",), prompt="ts_decay_linear"),
+        aliases=("decay_linear",), prompt="ts_decay_linear", bound=bounds.window_mean),
     _ts("ts_ema", ops.ts_ema, Cost(20.0, 1 / 40), "exponential mean over a finite window, q = 1 - 2/(d+1)",
-        prompt="ts_ema"),
-    _ts("ts_skew", ops.ts_skew, _MOMENT, "population skewness of the window (NaN for d < 3)", prompt="ts_skew"),
+        prompt="ts_ema", bound=bounds.window_mean),
+    _ts("ts_skew", ops.ts_skew, _MOMENT, "population skewness of the window (NaN for d < 3)", prompt="ts_skew",
+        bound=bounds.ts_skew),
     _ts("ts_kurt", ops.ts_kurt, _MOMENT, "population excess kurtosis of the window (NaN for d < 4)",
-        prompt="ts_kurt"),
-    _ts("ts_slope", ops.ts_slope, _ARG, "OLS slope of the window on the time index", prompt="ts_slope"),
+        prompt="ts_kurt", bound=bounds.ts_kurt),
+    _ts("ts_slope", ops.ts_slope, _ARG, "OLS slope of the window on the time index", prompt="ts_slope",
+        bound=bounds.ts_slope),
     _ts("ts_argmax", ops.ts_argmax, _ARG, "days since the window's maximum (today 0, ties to the oldest)",
-        aliases=("Ts_ArgMax",), prompt="ts_argmax"),
+        aliases=("Ts_ArgMax",), prompt="ts_argmax", bound=bounds.ts_arg),
     _ts("ts_argmin", ops.ts_argmin, _ARG, "days since the window's minimum (today 0, ties to the oldest)",
-        aliases=("Ts_ArgMin",), prompt="ts_argmin"),
+        aliases=("Ts_ArgMin",), prompt="ts_argmin", bound=bounds.ts_arg),
     # the bare names before it share its arguments in the prompt
     _ts("ts_product", ops.ts_product, _SUM, "product of the window", aliases=("product",),
-        prompt="ts_product (x, d)"),
+        prompt="ts_product (x, d)", bound=bounds.ts_product),
     # time series: x, y, d
     _ts("ts_corr", ops.ts_corr, Cost(45.0, 1 / 3), "Pearson correlation of x and y over the window",
-        n_series=2, commutative=True, aliases=("correlation",), prompt="ts_corr(x, y, d)"),
+        n_series=2, commutative=True, aliases=("correlation",), prompt="ts_corr(x, y, d)", bound=bounds.ts_corr),
     _ts("ts_cov", ops.ts_cov, Cost(40.0, 1 / 6), "population covariance of x and y over the window (ddof 0)",
-        n_series=2, commutative=True, aliases=("covariance",), prompt="ts_cov(x, y, d)"),
+        n_series=2, commutative=True, aliases=("covariance",), prompt="ts_cov(x, y, d)", bound=bounds.ts_cov),
     # the paper's adv{d}: mean daily dollar volume over d sessions (no expression argument)
     _ts("adv", None, _SUM, "mean daily dollar volume (vwap * volume) over d sessions", n_series=0,
-        form="window_name"),
+        form="window_name", bound=bounds.adv),
     # element-wise functions
-    _elem("abs", 1, ops.abs_, _PASS, "absolute value", aliases=("Abs",), prompt="abs"),
-    _elem("log", 1, ops.log, 10.0, "natural logarithm (NaN for x <= 0)", aliases=("Log",), prompt="log"),
-    _elem("sign", 1, ops.sign, _BOOL, "-1, 0 or 1", aliases=("Sign",), prompt="sign"),
+    _elem("abs", 1, ops.abs_, _PASS, "absolute value", aliases=("Abs",), prompt="abs", bound=bounds.same),
+    _elem("log", 1, ops.log, 10.0, "natural logarithm (NaN for x <= 0)", aliases=("Log",), prompt="log",
+          bound=bounds.monotone(ops.log)),
+    _elem("sign", 1, ops.sign, _BOOL, "-1, 0 or 1", aliases=("Sign",), prompt="sign",
+          bound=bounds.monotone(ops.sign, exact=True)),
     _elem("power", 2, ops.power, Cost(8.0, general_exponent=90.0), "x to the power y (also written x ^ y)",
-          prompt="power(x, y)"),
+          prompt="power(x, y)", bound=bounds.monotone(ops.power, zero=True)),
     _elem("signed_power", 2, ops.signed_power, Cost(10.0, general_exponent=92.0), "sign(x) * abs(x) ^ y",
-          aliases=("SignedPower", "signedpower"), prompt="signed_power(x, y)"),
+          aliases=("SignedPower", "signedpower"), prompt="signed_power(x, y)",
+          bound=bounds.monotone(ops.signed_power, zero=True)),
     _elem("min", 2, ops.minimum, _PASS, "element-wise minimum (min(x, d) with an integer d is ts_min)",
-          commutative=True, prompt="min(x, y)"),
+          commutative=True, prompt="min(x, y)", bound=bounds.extremum),
     _elem("max", 2, ops.maximum, _PASS, "element-wise maximum (max(x, d) with an integer d is ts_max)",
-          commutative=True, prompt="max(x, y)"),
+          commutative=True, prompt="max(x, y)", bound=bounds.extremum),
     # element-wise operators written as symbols
     _infix("add", "+", 4, ops.add, _PASS, "sum (exactly 0 where the operands cancel)", commutative=True,
-           prompt="+"),
-    _infix("sub", "-", 4, ops.sub, _PASS, "difference (exactly 0 where the operands cancel)", prompt="-"),
-    _infix("mul", "*", 5, ops.mul, _PASS, "product", commutative=True, prompt="*"),
-    _infix("div", "/", 5, ops.div, _PASS, "quotient (NaN for y = 0)", prompt="/"),
-    OpSpec("neg", "elem", 1, ops.neg, Cost(_PASS), "minus x", form="prefix", symbol="-", precedence=6),
-    _infix("lt", "<", COMPARISON, ops.lt, _BOOL, "1 where x < y, else 0"),
-    _infix("gt", ">", COMPARISON, ops.gt, _BOOL, "1 where x > y, else 0"),
-    _infix("le", "<=", COMPARISON, ops.le, _BOOL, "1 where x <= y, else 0"),
-    _infix("ge", ">=", COMPARISON, ops.ge, _BOOL, "1 where x >= y, else 0"),
-    _infix("eq", "==", COMPARISON, ops.eq, _BOOL, "1 where x == y, else 0", commutative=True),
-    _infix("ne", "!=", COMPARISON, ops.ne, _BOOL, "1 where x != y, else 0", commutative=True),
-    _infix("or", "||", 1, ops.logical_or, _BOOL, "1 where x != 0 or y != 0, else 0", commutative=True),
-    _infix("and", "&&", 2, ops.logical_and, _BOOL, "1 where x != 0 and y != 0, else 0", commutative=True),
-    OpSpec("where", "elem", 3, ops.where, Cost(14.0), "a where c != 0, else b", form="ternary", precedence=0),
+           prompt="+", bound=bounds.add),
+    _infix("sub", "-", 4, ops.sub, _PASS, "difference (exactly 0 where the operands cancel)", prompt="-",
+           bound=bounds.sub),
+    _infix("mul", "*", 5, ops.mul, _PASS, "product", commutative=True, prompt="*", bound=bounds.mul),
+    _infix("div", "/", 5, ops.div, _PASS, "quotient (NaN for y = 0)", prompt="/", bound=bounds.div),
+    OpSpec("neg", "elem", 1, ops.neg, Cost(_PASS), "minus x", form="prefix", symbol="-", precedence=6,
+           bound=bounds.same),
+    _infix("lt", "<", COMPARISON, ops.lt, _BOOL, "1 where x < y, else 0", bound=bounds.compare),
+    _infix("gt", ">", COMPARISON, ops.gt, _BOOL, "1 where x > y, else 0", bound=bounds.compare),
+    _infix("le", "<=", COMPARISON, ops.le, _BOOL, "1 where x <= y, else 0", bound=bounds.compare),
+    _infix("ge", ">=", COMPARISON, ops.ge, _BOOL, "1 where x >= y, else 0", bound=bounds.compare),
+    _infix("eq", "==", COMPARISON, ops.eq, _BOOL, "1 where x == y, else 0", commutative=True, bound=bounds.compare),
+    _infix("ne", "!=", COMPARISON, ops.ne, _BOOL, "1 where x != y, else 0", commutative=True, bound=bounds.compare),
+    _infix("or", "||", 1, ops.logical_or, _BOOL, "1 where x != 0 or y != 0, else 0", commutative=True,
+           bound=bounds.logic),
+    _infix("and", "&&", 2, ops.logical_and, _BOOL, "1 where x != 0 and y != 0, else 0", commutative=True,
+           bound=bounds.logic),
+    OpSpec("where", "elem", 3, ops.where, Cost(14.0), "a where c != 0, else b", form="ternary", precedence=0,
+           bound=bounds.where),
 )
 
 

@@ -10,6 +10,7 @@ the estimated evaluation cost of the whole tree (`cost.py`).
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -273,10 +274,17 @@ def _precheck(text: str, limits: Limits) -> None:
             level -= 1
 
 
+def _unicode_name(ch: str) -> str:
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, '')}".rstrip()
+
+
 def _describe(err: UnexpectedInput, text: str) -> FormulaSyntaxError:
     column = getattr(err, "column", None)
     if isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if 0 <= err.pos_in_stream < len(text) else "?"
+        if ch.isdigit() or unicodedata.numeric(ch, None) is not None:  # never read as a number (issue 41.7)
+            return FormulaSyntaxError(f"{ch!r} ({_unicode_name(ch)}) is not a digit of the formula language: "
+                                      "numbers and windows are written with the ASCII digits 0-9", column)
         return FormulaSyntaxError(f"unexpected character {ch!r}", column)
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
         return FormulaSyntaxError("formula ends too early (unclosed bracket or missing operand)", len(text) + 1)

@@ -103,16 +103,19 @@ class Panel:
             return self.data[name]
         if name in self._derived:
             return self._derived[name]
-        if name == "returns":
-            close = self.data["close"]
-            out = np.full_like(close, np.nan)
-            out[1:] = close[1:] / close[:-1] - 1.0
-        elif name == "vwap":
-            out = (self.data["high"] + self.data["low"] + self.data["close"]) / 3.0
-        elif name == "dollar_volume":
-            out = self.field("vwap") * self.data["volume"]
-        else:
-            raise KeyError(f"panel has no field {name!r}")
+        # a panel built directly (the loader refuses prices outside PRICE_RANGE) may hold extreme values: an
+        # overflow is inf in the field, which the kernels treat as missing, never a warning from here
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            if name == "returns":
+                close = self.data["close"]
+                out = np.full_like(close, np.nan)
+                out[1:] = close[1:] / close[:-1] - 1.0
+            elif name == "vwap":
+                out = (self.data["high"] + self.data["low"] + self.data["close"]) / 3.0
+            elif name == "dollar_volume":
+                out = self.field("vwap") * self.data["volume"]
+            else:
+                raise KeyError(f"panel has no field {name!r}")
         out.setflags(write=False)
         self._derived[name] = out
         return out

@@ -39,6 +39,7 @@ class Measures:
     stress: float               # R3's value from the world model (0 when it is off)
     stress_state: str           # which world model, or why R3 is off
     gate: dict | None           # the diversity gate's verdict (`refused`, by which entry), None while it is off
+    brief: Any = None           # the brief the answer was written for (None: not given); no default channel reads it
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,6 +58,9 @@ class VerifierConfig:
     reward_unparseable: float = -0.8   # syntax error, unknown name or over a limit
     reward_invalid_book: float = -0.6  # parses, but trades under the floor or never
     min_turnover_invalid: float = 0.02  # below 2% of the book a day: invalid (R6)
+    # A static price-level ranking nudged over the turnover floor (`rank(close - 2 * open)`): invalid when the
+    # mean over days of |rank correlation of the signal with the close| is above this (`price_level.py`); 1: off
+    max_price_level_corr: float = 0.96
     # Channel constants: every number a channel uses (each channel's docstring in channels.py gives its
     # formula; the functions there take their defaults from these fields).
     pbo_floor: float = -0.48             # R2: the most a formula can lose for ranking worse out of sample
@@ -192,6 +195,7 @@ VERIFIER_RANGES = {
     "reward_missing_tag": _P, "reward_unparseable": _P, "reward_invalid_book": _P,
     "min_turnover_invalid": Range(0.0, 1.0, hi_open=True),
     "min_turnover_free": closed(0.0, 2.0),          # a book's daily turnover is at most 2
+    "max_price_level_corr": closed(0.0, 1.0),       # a mean |correlation|; 1 turns the floor off
     "pbo_floor": _P,
     "neutrality_weight": _W, "neutrality_max_gap": _W,
     "turnover_cap": closed(0.0, 2.0),

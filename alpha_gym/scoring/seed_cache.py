@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.user_cache import cache_dir
 
@@ -40,7 +39,7 @@ KEEP_FILES = 16
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose code decides a seed book's numbers.
 _CODE = ("language", "book", "market/panel.py", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py",
-         "scoring/verifier.py", "scoring/config.py", "scoring/archive.py", "alpha101")
+         "scoring/verifier.py", "scoring/price_level.py", "scoring/config.py", "scoring/archive.py", "alpha101")
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,13 @@ def seed_key(fingerprint: str, config) -> str:
 
 
 def compute_seed_books(verifier, formulas) -> list[SeedBook]:
-    """Evaluate the seed formulas; keep those that parse and trade at least the invalid-turnover floor."""
+    """Evaluate the seed formulas; keep those that would score valid (`Verifier.admit`: they parse, trade at
+    least the invalid-turnover floor, are not rounding noise nor a static price-level ranking)."""
+    from alpha_gym.scoring.verifier import Score  # here, not at the top: the verifier imports this module
     out = []
     for formula in formulas:
-        ev = verifier.trade(formula)  # the one answer-to-book path: an invalid verdict is skipped
-        if not isinstance(ev, InvalidVerdict) and ev.turnover >= verifier.config.min_turnover_invalid:
+        ev = verifier.admit(formula)  # every validity rule; an invalid Score is skipped
+        if not isinstance(ev, Score):
             out.append(SeedBook(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes))
     return out
 

@@ -24,6 +24,7 @@ from alpha_gym.book.book import Book, ForwardReturns, build_book, open_to_open_r
 from alpha_gym.book.costs import training_cost
 from alpha_gym.jsonable import jsonable
 from alpha_gym.language import Node, Op, canonical, lookback, size, to_text
+from alpha_gym.language.bounds import NOISE_SHARE, noise_days
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
@@ -31,6 +32,7 @@ from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
 from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.price_level import price_level_correlation, price_level_reason
 from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
 from alpha_gym.tasks.compliance import brief_compliance
@@ -79,6 +81,8 @@ class Evaluated:
     ic: float
     sharpe: float
     has_reasoning: bool = False
+    noise_share: float = 0.0  # share of the traded days whose cross-section is constant up to rounding (bounds.py)
+    price_level: float = 0.0  # mean |daily rank correlation with the close| (the price-level floor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,10 +232,15 @@ class Verifier:
                           self.config.min_valid_stocks, returns=self._forward,
                           ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
 
-    def _evaluated(self, node: Node, signal: np.ndarray) -> Evaluated:
-        """The book of a formula's values with the statistics the channels need (the verifier's trade rule)."""
+    def _evaluated(self, node: Node, signal: np.ndarray, error=0.0) -> Evaluated:
+        """The book of a formula's values with the statistics the channels need (the verifier's trade rule);
+        `error`: the values' rounding-error bound (`alpha_gym.language.bounds`), read for `noise_share`."""
         book = self._book_of(node, signal)
         net = book.net
+        traded = book.traded if book.traded is not None else np.abs(book.weights).sum(axis=1) > 0
+        n = len(traded)
+        noise = noise_days(signal[:n], error[:n] if isinstance(error, np.ndarray) else error) & traded
+        noise_share = float(noise.sum() / traded.sum()) if traded.any() else 0.0
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
         return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=self.config.syntax_window_buckets),
                          book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
@@ -239,7 +248,8 @@ class Verifier:
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
                          ic=book.information_coefficient(),  # = metrics.information_coefficient
-                         sharpe=metrics.sharpe(net))
+                         sharpe=metrics.sharpe(net), noise_share=noise_share,
+                         price_level=price_level_correlation(book.weights, book.traded, signal, self.panel))
 
     def trade(self, answer, cache=None, source: str = "formula", has_reasoning: bool = False
               ) -> Evaluated | InvalidVerdict:
@@ -247,7 +257,7 @@ class Verifier:
         under `config.limits` on this panel: its `Evaluated`, or the `InvalidVerdict` saying why not.
         source: "formula" (bare), "answer" (needs an `<alpha>` block) or "auto". Never raises on bad input."""
         out = answer_to_book(answer, self.config.limits, self.panel, self._evaluated, source=source, cache=cache,
-                             has_reasoning=has_reasoning)
+                             has_reasoning=has_reasoning, bound=True)
         if isinstance(out, InvalidVerdict):
             return out
         return replace(out.book, has_reasoning=True) if out.has_reasoning else out.book
@@ -272,8 +282,10 @@ class Verifier:
         """A raw answer through `trade`, then `_verdict`: an invalid Score without an `<alpha>` block."""
         return self._verdict(self.trade(answer, cache, source="answer"))
 
-    def _prepare(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
-        """A bare formula through `trade`, then `_verdict`."""
+    def admit(self, formula: str, cache=None, has_reasoning: bool = False) -> Score | Evaluated:
+        """A bare formula through `trade`, then every validity rule (`_verdict`: the turnover floor, rounding
+        noise, the price-level floor): its `Evaluated` when it would score valid, else the invalid `Score`.
+        What builds pools of valid books (seed books, SFT pairs) reads this, so no rule is left out there."""
         return self._verdict(self.trade(formula, cache, has_reasoning=has_reasoning))
 
     def _verdict(self, out: Evaluated | InvalidVerdict) -> Score | Evaluated:
@@ -288,6 +300,15 @@ class Verifier:
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
                                  "invalid_book", formula=ev.text, error="turnover",
                                  **self._diagnostics(ev))
+        if ev.noise_share >= NOISE_SHARE:
+            return self._invalid(f"the signal is constant up to rounding on {ev.noise_share:.0%} of the traded days "
+                                 f"(at least {NOISE_SHARE:.0%}): each day's cross-section lies within its "
+                                 "rounding-error bound, so the book trades float noise (docs/operators.md, rule 5)",
+                                 "invalid_book", formula=ev.text, error="rounding", noise_share=ev.noise_share,
+                                 **self._diagnostics(ev))
+        tilt = price_level_reason(ev.price_level, self.config.max_price_level_corr)
+        if tilt is not None:
+            return self._invalid(tilt, "invalid_book", formula=ev.text, error="price_level", **self._diagnostics(ev))
         return ev
 
     def score(self, answer: str, brief=None) -> Score:
@@ -299,11 +320,14 @@ class Verifier:
 
     def score_formula(self, formula: str, brief=None) -> Score:
         """Score a bare formula (no `<alpha>` block needed): a group of one."""
-        return self._score_items([self._prepare(formula)], brief).scores[0]
+        return self._score_items([self.admit(formula)], brief).scores[0]
 
     def score_group(self, answers: list[str], brief=None) -> GroupScore:
         """Score the answers to one prompt together (12 by default in training).
 
+        `brief`: the brief the prompt was rendered from (`alpha_gym.tasks.task.render_prompt`); every channel sees
+        it as `Measures.brief`, and its checkable constraints are reported as `diagnostics["brief_compliance"]`.
+        No default channel reads it: the reward is the same with and without it.
         Deterministic and independent of the answers' order (up to the same permutation of the result).
         A bare string is refused (TypeError): iterating it would score each character as an answer.
         """
@@ -318,7 +342,7 @@ class Verifier:
         live = [i for i, it in enumerate(items) if isinstance(it, Evaluated)]
         scores: list = list(items)
         if live:
-            for i, sc in zip(live, self._channel_scores([items[i] for i in live])):
+            for i, sc in zip(live, self._channel_scores([items[i] for i in live], brief)):
                 if brief is not None and getattr(brief, "constraints", ()):
                     sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].node)
                 scores[i] = sc
@@ -326,11 +350,11 @@ class Verifier:
         return GroupScore.from_scores(scores, evaluated=evaluated)
 
     # -------------------------------------------------------------- channels
-    def _channel_scores(self, evs: list[Evaluated]) -> list[Score]:
+    def _channel_scores(self, evs: list[Evaluated], brief=None) -> list[Score]:
         """The 12 channels of the tradable answers of one group (invalid ones are already scored): this measures
         each answer once, and the channel table (`channel_table.CHANNEL_TABLE`) turns measures into channels."""
         cfg = self.config
-        group = self._measures(evs)
+        group = self._measures(evs, brief)
         values, notes = channels.channel_values(group, cfg)
         out = []
         for ev, m, ch, fired in zip(evs, group.answers, values, notes):
@@ -348,8 +372,9 @@ class Verifier:
                              diagnostics=diag, formula=ev.text, world_model=self.world_model))
         return out
 
-    def _measures(self, evs: list[Evaluated]) -> GroupMeasures:
-        """What the channels read of a group's tradable answers: each against the archive and the others."""
+    def _measures(self, evs: list[Evaluated], brief=None) -> GroupMeasures:
+        """What the channels read of a group's tradable answers: each against the archive and the others, and the
+        brief they answer (`Measures.brief`)."""
         archive = self.archive
         # R2: rank stability within the group; with fewer than two tradable answers there is nothing to rank
         # against inside the group, so the answer is ranked among the archive's books instead
@@ -373,7 +398,7 @@ class Verifier:
                 max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
                 form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
                 has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state,
-                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None))
+                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None, brief=brief))
         return GroupMeasures(answers=tuple(answers), train_sharpes=np.array([ev.train_sharpes for ev in evs]),
                              test_sharpes=np.array([ev.test_sharpes for ev in evs]),
                              reference_train_sharpes=ref_in, reference_test_sharpes=ref_out)
@@ -394,6 +419,7 @@ class Verifier:
             "cpcv_slices": ev.test_sharpes.tolist(),
             "cpcv_in_sample": ev.train_sharpes.tolist(),
             "turnover": ev.turnover,
+            "price_level": ev.price_level,
             "ic": ev.ic,
             "sharpe": ev.sharpe,
             "sharpe_gross": metrics.sharpe(ev.book.gross),

@@ -4,6 +4,8 @@
     POST /score {"answer": TEXT}      the same JSON object as `alpha-gym score --answer TEXT --json`
     POST /score {"formula": TEXT}     the same as `alpha-gym score TEXT --json`
     POST /score {"answers": [TEXT...]} a list of those objects, scored as one group (`Verifier.score_group`)
+                                      each may add "brief_id": the seeded or fixed brief the answers were written
+                                      for, passed to the scoring (`score_group(..., brief=)`; 422 if unknown)
 
 The verifier is built (and its archive warmed, and with `workers` >= 2 its scoring processes started) in
 a background thread at start-up, so /health answers at once and says when scoring is possible. Requests
@@ -33,16 +35,19 @@ from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
 from alpha_gym.service.http_json import RequestError, json_error_handlers, json_response, parse_json, read_body
 
 
-def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object]:
-    """("answer" | "formula", TEXT) or ("answers", [TEXT, ...]); RequestError for anything else."""
+def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, object, object]:
+    """("answer" | "formula", TEXT, brief) or ("answers", [TEXT, ...], brief), brief None without "brief_id";
+    RequestError for anything else."""
+    from alpha_gym.errors import InputError
+    from alpha_gym.tasks.sets import require_brief
     payload = parse_json(body)
     if not isinstance(payload, dict):
         raise RequestError(422, f"the body must be a JSON object, got {type(payload).__name__}")
     keys = [k for k in ("answer", "formula", "answers") if k in payload]
-    extra = sorted(set(payload) - {"answer", "formula", "answers"})
+    extra = sorted(set(payload) - {"answer", "formula", "answers", "brief_id"})
     if len(keys) != 1 or extra:
         raise RequestError(422, 'give exactly one of "answer" (text), "formula" (text) or "answers" '
-                                f'(list of text); got keys {sorted(payload)}')
+                                f'(list of text), and optionally "brief_id"; got keys {sorted(payload)}')
     key, value = keys[0], payload[keys[0]]
     if key == "answers":
         if not isinstance(value, list) or not value:
@@ -54,7 +59,14 @@ def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, obj
             raise RequestError(422, f'"answers" items must be strings; items {bad[:5]} are not')
     elif not isinstance(value, str):
         raise RequestError(422, f'"{key}" must be a string, got {type(value).__name__}')
-    return key, value
+    brief_id = payload.get("brief_id")
+    if brief_id is not None and not isinstance(brief_id, str):
+        raise RequestError(422, f'"brief_id" must be a string, got {type(brief_id).__name__}')
+    try:
+        brief = require_brief(brief_id)
+    except InputError as err:
+        raise RequestError(422, str(err)) from None
+    return key, value, brief
 
 
 def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYTES, max_answers: int = MAX_ANSWERS,
@@ -88,7 +100,7 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
 
     async def score(request: Request) -> Response:
         try:
-            key, value = parse_request(await read_body(request, max_bytes), max_answers)
+            key, value, brief = parse_request(await read_body(request, max_bytes), max_answers)
             verifier = state["verifier"]
             if verifier is None:
                 raise RequestError(503, f"the verifier is {state['status']}" +
@@ -96,12 +108,12 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
         except RequestError as err:
             return json_response({"error": str(err)}, err.status)
         items = [("answer", a) for a in value] if key == "answers" else [(key, value)]
-        result = await anyio.to_thread.run_sync(score_items, verifier, items, limiter=limiter)
+        result = await anyio.to_thread.run_sync(score_items, verifier, items, brief, limiter=limiter)
         return json_response([s.to_dict() for s in result.scores] if key == "answers" else result.scores[0].to_dict())
 
-    def score_items(verifier, items):
+    def score_items(verifier, items, brief):
         """`score_group`, `score` or `score_formula` of the request, prepared on the scoring processes."""
-        return pool.score_prepared(verifier, pool.prepare(verifier, items, state["workers"]))
+        return pool.score_prepared(verifier, pool.prepare(verifier, items, state["workers"]), brief)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -64,11 +64,16 @@ class ScoringClient:
                     raise TimeoutError(f"the scoring service at {self.url} was not ready in {timeout:.0f} s") from err
                 time.sleep(0.1)
 
-    def score(self, answer: str) -> dict:
-        return self._call("POST", "/score", {"answer": answer})
+    def score(self, answer: str, brief_id: str | None = None) -> dict:
+        return self._call("POST", "/score", _with_brief({"answer": answer}, brief_id))
 
-    def score_formula(self, formula: str) -> dict:
-        return self._call("POST", "/score", {"formula": formula})
+    def score_formula(self, formula: str, brief_id: str | None = None) -> dict:
+        return self._call("POST", "/score", _with_brief({"formula": formula}, brief_id))
 
-    def score_group(self, answers: list[str]) -> list[dict]:
-        return self._call("POST", "/score", {"answers": list(answers)})
+    def score_group(self, answers: list[str], brief_id: str | None = None) -> list[dict]:
+        return self._call("POST", "/score", _with_brief({"answers": list(answers)}, brief_id))
+
+
+def _with_brief(body: dict, brief_id: str | None) -> dict:
+    """The request body, with the brief the answers were written for when one is named."""
+    return body if brief_id is None else {**body, "brief_id": brief_id}

@@ -1,5 +1,9 @@
-"""Tasks: the design briefs the model answers, their named sets (`sets`) and the `briefs` commands (`cli`)."""
+"""Tasks: the design briefs the model answers, the task types that render them into prompts (`task`),
+their named sets (`sets`) and the `briefs` commands (`cli`)."""
 
-from alpha_gym.tasks.briefs import ANSWER_CONTRACT, DSL_REFERENCE, FIXED_BRIEFS, Brief, dsl_reference
+from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
+from alpha_gym.tasks.dsl import ANSWER_CONTRACT, DSL_REFERENCE, dsl_reference
+from alpha_gym.tasks.task import TASKS, Task, render_prompt
 
-__all__ = ["ANSWER_CONTRACT", "Brief", "DSL_REFERENCE", "FIXED_BRIEFS", "dsl_reference"]
+__all__ = ["ANSWER_CONTRACT", "Brief", "DSL_REFERENCE", "FIXED_BRIEFS", "TASKS", "Task", "dsl_reference",
+           "render_prompt"]

@@ -1,4 +1,4 @@
-"""Design briefs: the prompts the model answers, each stating the answer contract and the DSL.
+"""Design briefs: what the model is asked for; a task (`alpha_gym.tasks.task`) renders them into prompts.
 
 This module holds a small fixed set of briefs; the seeded generator of the
 reference's six-part briefs (`alpha_gym.tasks.generator`) builds on the same
@@ -7,54 +7,11 @@ reference's six-part briefs (`alpha_gym.tasks.generator`) builds on the same
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Mapping
 
-from alpha_gym.language.operators import FIELDS, SPECS
 from alpha_gym.language.parser import DEFAULT_LIMITS, Limits
-
-#: The prompt's lines that operator entries do not write: the paper's spelling rules.
-_PAPER_NOTE = """\
-Paper names (correlation, stddev, sum, Ts_Rank, SignedPower, adv20, ...) are aliases; min(x, d)/max(x, d)
-with an integer d is ts_min/ts_max (write max(x, 1.0) for element-wise)."""
-#: Generated lines wrap at this width (the width the reference text was written to).
-_WIDTH = 98
-
-
-def _words(kind: str, n_series: int | None = None) -> list[str]:
-    """The prompt words of the named operators of one kind (and argument count), in registry order."""
-    return [s.prompt for s in SPECS if s.prompt is not None and s.kind == kind and s.form != "infix"
-            and (n_series is None or s.n_series == n_series)]
-
-
-@lru_cache(maxsize=16)
-def dsl_reference(limits: Limits = DEFAULT_LIMITS) -> str:
-    """The DSL reference every prompt ends with, from the operator registry (`SPECS`, field `prompt`)
-    and the formula limits the verifier applies (`VerifierConfig.limits`)."""
-    series = sorted({s.n_series for s in SPECS if s.kind == "ts" and s.prompt is not None})
-    time_series = "; ".join(", ".join(_words("ts", n)) for n in series)
-    symbols = " ".join(s.prompt for s in SPECS if s.prompt is not None and s.form == "infix")
-    lines = [
-        f"Fields: {' '.join(FIELDS)}.",
-        f"Cross-sectional: {'; '.join(_words('cs'))}.",
-        f"Time series (d = integer window, 1..{limits.max_window}): {time_series}.",
-        f"Element-wise: {', '.join([symbols, *_words('elem')])}.",
-    ]
-    wrapped = [part for line in lines for part in textwrap.wrap(line, _WIDTH, break_long_words=False,
-                                                                 break_on_hyphens=False)]
-    limits_line = (f"Limits: total nested lookback <= {limits.max_lookback} sessions, <= {limits.max_tokens} "
-                   f"tokens, depth <= {limits.max_depth}.")
-    return "\n".join([*wrapped, _PAPER_NOTE, limits_line])
-
-
-#: The DSL reference under the default limits.
-DSL_REFERENCE = dsl_reference()
-
-ANSWER_CONTRACT = ("Answer with exactly one formula inside <alpha>...</alpha>, at most 128 tokens. "
-                   "The book goes long the stocks your formula ranks highest at today's close and short the "
-                   "lowest, dollar-neutral, filled at the next open.")
+from alpha_gym.tasks.task import render_prompt
 
 
 @dataclass(frozen=True)
@@ -74,9 +31,9 @@ class Brief:
     constraints: tuple = ()
 
     def prompt(self, limits: Limits = DEFAULT_LIMITS) -> str:
-        """The full prompt text: the request, the answer contract and the DSL reference under `limits`
-        (pass the verifier's `config.limits`, so the prompt states the limits answers are held to)."""
-        return f"{self.request}\n\n{ANSWER_CONTRACT}\n\n{dsl_reference(limits)}"
+        """The write task's prompt (`alpha_gym.tasks.task.render_prompt`, which callers use): the request, the
+        answer contract and the DSL reference under `limits` (pass the verifier's `config.limits`)."""
+        return render_prompt(self, limits)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (one line of a briefs JSONL file)."""

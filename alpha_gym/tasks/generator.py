@@ -41,6 +41,7 @@ from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import (AVERAGING_OPS, COMPARISON_OPS, PRICE_FIELDS, TS_OPS, Constraint,
                                         DistinctFields, ForbidOpOnFields, MaxNodes, MaxWindow, OpCount, RootOp,
                                         UsesFields, WindowContrast, WindowInRange, Wraps)
+from alpha_gym.tasks.task import render_prompt
 
 MARKET_LINE = "Market: US-listed stocks trading on weekday sessions."
 MAX_PROMPT_CHARS = 4096
@@ -248,7 +249,7 @@ def _fields(c: Constraint) -> dict:
 
 def check_prompt(brief: Brief) -> None:
     """Raise ValueError unless the brief's prompt is printable ASCII of at most 4096 characters."""
-    text = brief.prompt()
+    text = render_prompt(brief)
     bad = sorted(set(text) - PRINTABLE)
     if bad or len(text) > MAX_PROMPT_CHARS:
         raise ValueError(f"brief {brief.id}: prompt has {len(text)} characters (limit {MAX_PROMPT_CHARS}) "

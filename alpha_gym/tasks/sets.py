@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from alpha_gym.errors import InputError
 from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
 
 
@@ -31,5 +32,17 @@ def _briefs_by_id() -> dict:
 
 
 def brief_by_id(brief_id: str):
-    """The seeded or fixed brief with this id (None if there is none); the index is built once per process."""
-    return _briefs_by_id().get(brief_id)
+    """The seeded or fixed brief with this id (None if there is none, or for what is not a string); the index is built
+    once per process."""
+    return _briefs_by_id().get(brief_id) if isinstance(brief_id, str) else None
+
+
+def require_brief(brief_id):
+    """The seeded or fixed brief with this id, None for None (no brief given); InputError for any other id."""
+    if brief_id is None:
+        return None
+    brief = brief_by_id(brief_id) if isinstance(brief_id, str) else None
+    if brief is None:
+        raise InputError(f"brief_id {str(brief_id)[:80]!r} is not a seeded or fixed brief (the train, probe and "
+                         "fixed sets)")
+    return brief

@@ -24,11 +24,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
+from alpha_gym.scoring.verifier import Score
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import check_compliance
+from alpha_gym.tasks.task import render_prompt
 
 
 def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_turnover: float = 0.03,
@@ -49,8 +50,8 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
         if text in seen:
             continue
         seen.add(text)
-        ev = verifier.trade(text)  # the one answer-to-book path: an invalid verdict is skipped
-        if isinstance(ev, InvalidVerdict):
+        ev = verifier.admit(text)  # every validity rule (turnover, rounding, price level): an invalid Score is skipped
+        if isinstance(ev, Score):
             continue
         if min_turnover <= ev.turnover <= max_turnover and ev.cpcv >= min_cpcv:
             kept.append({"formula": ev.text, "node": ev.node, "cpcv": ev.cpcv, "turnover": ev.turnover})
@@ -71,7 +72,7 @@ def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
                 ranked.append((-share, k, item))
         for neg_share, _, item in sorted(ranked, key=lambda r: r[:2])[:per_brief]:
             rows.append({
-                "prompt": [{"role": "user", "content": brief.prompt()}],
+                "prompt": [{"role": "user", "content": render_prompt(brief)}],
                 "completion": [{"role": "assistant", "content": f"<alpha>{item['formula']}</alpha>"}],
                 "brief_id": brief.id, "family": brief.family, "formula": item["formula"],
                 "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]), "compliance": -neg_share,

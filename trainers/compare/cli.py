@@ -3,8 +3,9 @@ r"""Trainer comparison: the reference's ladder over several seeds, one probe and
     alpha-gym compare --scale smoke --out runs/compare-smoke                         # minutes, CI-sized
     alpha-gym compare --scale cpu --model runs/sft/model \
         --results benchmarks/results/compare-cpu                                    # ~80 min a seed on 2 cores
-    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu
-    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu --eval runs/eval-NAME
+    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu --update-results
+    alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu --out runs/cmp \
+        --eval runs/eval-NAME                                                       # no torch needed
     alpha-gym compare --scale gpu --model Qwen/Qwen2.5-32B-Instruct                  # reference settings
 
 Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/seed-S/RUNG; a stopped
@@ -24,6 +25,11 @@ rule: best mean train CPCV of the valid probe answers) and, afterwards, on a pse
 endpoint on the same probe briefs, pseudo-holdout and baselines, its samples in place of seeds. With
 --report-only and no step-0.jsonl under --results, the table holds the eval rows alone.
 
+--report-only trains nothing and loads no model (it runs without torch). It reads --results and writes
+the table, report.json, seeds.png and the page into --out only: kept results (benchmarks/results/...)
+are rewritten only with --update-results. Every kept row and file carries a content hash; an edited,
+torn or damaged one is refused (alpha_gym/evaluation/kept.py says how to seal an intentional edit).
+
 Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
 checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, `seeds.png` (each
 seed's shipped score per rung, and train CPCV against pseudo-holdout per run), and one run
@@ -32,8 +38,8 @@ folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json`
 `seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
 raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `seed-S/RUNG.archive.jsonl`
 and `RUNG.book.json`, the formulas its archive admitted and the correlation-capped book chosen from them
-on the train window (the run's own book); `settings.json`;
-`comparison.md` and `seeds.png`. Re-score any of them on another window with
+on the train window (the run's own book); `settings.json`; `comparison.md`, `report.json` and `seeds.png`
+(training runs, or --update-results). Re-score any of them on another window with
 `alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
 
@@ -45,7 +51,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args
+from alpha_gym.evaluation.kept import read_object, read_rows, write_object, write_rows
 from alpha_gym.jsonable import json_dumps
+from alpha_gym.ranges import flag, ints
 from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES, VERIFIER_CHANGES, panels
 from trainers.compare.runner import CompareError
 from trainers.config import register_train_table
@@ -62,6 +70,27 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+#: The sane limits of the comparison's counts: seeds a comparison runs, steps a rung trains (the gpu scale: 600).
+MAX_SEEDS, MAX_STEPS, MAX_SEED = 100, 100_000, 2**32 - 1
+
+
+def seeds_flag(text: str) -> list[int]:
+    """--seeds: distinct integers in [0, 2**32 - 1], separated by commas (an argparse `type`)."""
+    parts = [t.strip() for t in text.split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError("no seeds given: name one or more, e.g. 42,43,44")
+    if len(parts) > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"{len(parts)} seeds: at most {MAX_SEEDS}")
+    seeds = []
+    for t in parts:
+        if not t.isascii() or not t.isdigit() or int(t) > MAX_SEED:  # isdigit alone takes "٤٢" and "²"
+            raise argparse.ArgumentTypeError(f"{t[:40]!r} is not a seed: an integer in [0, {MAX_SEED}]")
+        if int(t) in seeds:
+            raise argparse.ArgumentTypeError(f"seed {int(t)} is named twice")
+        seeds.append(int(t))
+    return seeds
+
+
 def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", choices=sorted(SCALES), default="smoke")
     p.add_argument("--model", help="starting policy: a model folder (e.g. the SFT warm start) or hub id; "
@@ -73,10 +102,14 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
                                      "default: OUT/results")
     p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join([r[0] for r in LADDER] + list(
         CONTROL_NAMES)) + " (the last two are the controls: no training, the same verifier calls)")
-    p.add_argument("--seeds", help="comma-separated training seeds (default: the scale's, cpu: 42,43,44)")
-    p.add_argument("--steps", type=int, help="override the scale's steps per rung")
+    p.add_argument("--seeds", type=seeds_flag,
+                   help=f"comma-separated training seeds, at most {MAX_SEEDS} (default: the scale's, cpu: 42,43,44)")
+    p.add_argument("--steps", type=flag(ints(1, MAX_STEPS)), help="override the scale's steps per rung")
     p.add_argument("--report-only", action="store_true",
-                   help="no training: the table from the answers already under --results (any seeds, any session)")
+                   help="no training, no model, no torch: the table from the answers already under --results (any "
+                        "seeds, any session), written into --out")
+    p.add_argument("--update-results", action="store_true",
+                   help="with --report-only: also rewrite the table, report.json and seeds.png kept in --results")
     p.add_argument("--eval", action="append", default=[], metavar="DIR",
                    help="also a row for the answers of an `alpha-gym eval --out DIR` folder (repeatable)")
     p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
@@ -100,16 +133,24 @@ def _kept_rungs(results: Path) -> set[str]:
 
 
 def _kept_brief_ids(results: Path) -> list[str] | None:
-    """The probe briefs of the kept step-0 answers (None when there are none)."""
-    from trainers.compare.runner import read_jsonl
+    """The probe briefs of the kept step-0 answers (None when there are none); kept settings.json, where there
+    is one, must name the same briefs."""
     step0 = results / "step-0.jsonl"
-    return [r["brief_id"] for r in read_jsonl(step0)] if step0.exists() else None
+    ids = [r.get("brief_id") for r in read_rows(step0)] if step0.exists() else None
+    stamp = results / "settings.json"
+    if ids is not None and stamp.exists():
+        named = read_object(stamp).get("probe_briefs")
+        if named is not None and named != ids:
+            raise CompareError(f"{step0} answers {len(ids)} probe briefs, not those its settings.json names "
+                               f"({len(named) if isinstance(named, list) else named!r}): rows are missing or the "
+                               "files are from two comparisons")
+    return ids
 
 
 def _equivalent_identities(results: Path, kept_identity: str | None, identity: str | None) -> list[str]:
     """The start models kept results accept besides the one they were made from (`check_kept_model`)."""
     kept = results / "settings.json"
-    before = json.loads(kept.read_text()).get("equivalent_model_identities", []) if kept.exists() else []
+    before = read_object(kept).get("equivalent_model_identities", []) if kept.exists() else []
     now = set(before) | ({identity} if identity not in (None, kept_identity) else set())
     return sorted(now)
 
@@ -122,31 +163,41 @@ def cmd_compare(args) -> int:
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
     from alpha_gym.search.rung import run_search_rung, scale_budget
-    from trainers.best_of_n import run_best_of_n_rung
     from trainers.compare.runner import (answer_rows, check_kept_model, claim_out_dir, filtered_briefs, keep_answers,
-                                         keep_run_book, out_settings, probe_records, read_jsonl, run_rung, write_jsonl)
-    from trainers.models import model_identity
+                                         keep_run_book, out_settings, probe_records, run_rung)
+    # torch-bound modules (trainers.models, trainers.best_of_n, the loop) load only where a model is trained or
+    # answers: --report-only runs without torch
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     register_train_table()
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
+    seeds = args.seeds or list(scale.seeds)
     out = Path(args.out)
     results = Path(args.results) if args.results else out / "results"
+    for flag_name, folder in (("--out", out), ("--results", results)):
+        if folder.exists() and not folder.is_dir():
+            raise CompareError(f"{flag_name} {folder} is a file, not a folder")
+    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
+    names = known if args.rungs is None else [n.strip() for n in args.rungs.split(",")]
+    unknown = sorted(set(names) - set(known) - {""})
+    if unknown or "" in names:
+        what = f"unknown rungs {', '.join(unknown)}" if unknown else "an empty rung name"
+        raise CompareError(f"--rungs {args.rungs[:80]!r}: {what}; the ladder has {', '.join(known)}")
+    wanted = set(names)
+    write_results = not args.report_only or args.update_results  # kept results change only when asked
     out.mkdir(parents=True, exist_ok=True)
-    results.mkdir(parents=True, exist_ok=True)
+    if write_results:
+        results.mkdir(parents=True, exist_ok=True)
     train, holdout = panels(args.scale, args.data, args.universe)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
     # the start model by content, not only by path: a folder rebuilt with other weights is another experiment
-    identity = None if args.report_only else model_identity(args.model)
+    identity = None
+    if not args.report_only:
+        from trainers.models import model_identity
+        identity = model_identity(args.model)
     claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config), identity))
-    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
-    wanted = set(args.rungs.split(",")) if args.rungs else set(known)
-    if wanted - set(known):
-        raise CompareError(f"unknown rungs {', '.join(sorted(wanted - set(known)))}; the ladder has "
-                           f"{', '.join(known)}")
     step0_file = out / "step-0" / "probe-step-0.json"
     probe = list(brief_set("probe"))[: scale.probe]
 
@@ -176,8 +227,8 @@ def cmd_compare(args) -> int:
             probe_records(args.model, verifier, train, holdout, probe, scale, 0, out / "step-0")
             step0_formulas = json.loads(step0_file.read_text())["formulas"]
         else:
-            rows0 = read_jsonl(kept_step0)
-            if [r["brief_id"] for r in rows0] != [b.id for b in probe]:
+            rows0 = read_rows(kept_step0)
+            if [r.get("brief_id") for r in rows0] != [b.id for b in probe]:
                 raise CompareError(f"{kept_step0} answers other probe briefs than this scale's")
             step0_formulas = [r["formula"] for r in rows0]
         gated = {name: Verifier(train, verifier_config.with_(**changes)) for name, changes in VERIFIER_CHANGES.items()
@@ -201,18 +252,19 @@ def cmd_compare(args) -> int:
                 if name == "search":
                     run_search_rung(scale, seed, verifier, train, holdout, probe, step0_formulas, results, out=out)
                 else:
+                    from trainers.best_of_n import run_best_of_n_rung
                     run_best_of_n_rung(scale, seed, args.model, verifier, train, holdout, probe, results, out=out)
                 keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
         equivalents = _equivalent_identities(results, kept_identity, identity)
         if step0_file.exists() and not equivalents:  # an equivalent's answers are the kept ones already
-            write_jsonl(kept_step0, answer_rows(step0_file, probe, 0))
-        (results / "settings.json").write_text(json_dumps({
+            write_rows(kept_step0, answer_rows(step0_file, probe, 0))
+        write_object(results / "settings.json", {
             "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
             "model_identity": kept_identity,
             **({"equivalent_model_identities": equivalents} if equivalents else {}),
             "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
             "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
-            "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)}, indent=1))
+            "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)})
         write_plots(runs, out)
     brief_ids = _kept_brief_ids(results)
     if brief_ids is None and not args.eval:
@@ -231,9 +283,11 @@ def cmd_compare(args) -> int:
     report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe],
                           controls=controls)
     text = write_table(report, args.scale, out)
-    (results / "comparison.md").write_text(text)
-    write_seed_plot(report, results, {results, out})
-    for folder in {results, out}:
+    folders = {out, results} if write_results else {out}
+    if write_results:
+        (results / "comparison.md").write_text(text)
+    write_seed_plot(report, results, folders)
+    for folder in folders:
         (folder / "report.json").write_text(json_dumps(report_json(report), indent=1))
     from alpha_gym.evaluation.report import write_report
     print(text)

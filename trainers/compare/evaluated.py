@@ -10,11 +10,15 @@ answered has no row there; a sample missing a probe brief is refused, never coun
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from alpha_gym.evaluation.endpoint import EVAL_FORMAT
-from trainers.compare.runner import CompareError, read_jsonl
+from alpha_gym.evaluation.kept import probe_scores, read_json, read_jsonl
+from trainers.compare.runner import CompareError
+
+
+#: The most samples an eval folder's row may hold (a sane limit: each is one resample of the table).
+MAX_SAMPLES = 10_000
 
 
 def read_eval(folder, brief_ids, verifier) -> dict:
@@ -26,12 +30,20 @@ def read_eval(folder, brief_ids, verifier) -> dict:
     meta_path, answers_path = folder / "eval.json", folder / "answers.jsonl"
     if not (meta_path.is_file() and answers_path.is_file()):
         raise CompareError(f"--eval {folder}: not an `alpha-gym eval` folder (no eval.json and answers.jsonl)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = read_json(meta_path)
     if meta.get("format") != EVAL_FORMAT:
         raise CompareError(f"--eval {folder}: eval.json is of format {meta.get('format')!r}, not {EVAL_FORMAT!r}")
-    by_sample: dict[int, dict[str, dict]] = {s: {} for s in range(int(meta["samples"]))}
-    for row in read_jsonl(answers_path):
-        by_sample.setdefault(int(row.get("sample", 0)), {})[row["brief_id"]] = row
+    samples = meta.get("samples")
+    if type(samples) is not int or not 1 <= samples <= MAX_SAMPLES:
+        raise CompareError(f"--eval {folder}: eval.json's samples is {samples!r}, not an integer in [1, {MAX_SAMPLES}]")
+    by_sample: dict[int, dict[str, dict]] = {s: {} for s in range(samples)}
+    for n, row in enumerate(read_jsonl(answers_path), start=1):
+        sample = row.get("sample", 0)
+        if (type(sample) is not int or sample not in by_sample or not isinstance(row.get("brief_id"), str)
+                or not isinstance(row.get("answer"), str) or not isinstance(row.get("formula"), (str, type(None)))):
+            raise CompareError(f"--eval {folder}: answers.jsonl row {n} is not an answer row of one of its "
+                               f"{samples} samples (brief_id, answer, formula, sample)")
+        by_sample[sample][row["brief_id"]] = row
     per_sample = {}
     for s, answered in sorted(by_sample.items()):
         missing = [b for b in brief_ids if b not in answered]
@@ -39,15 +51,10 @@ def read_eval(folder, brief_ids, verifier) -> dict:
             raise CompareError(f"--eval {folder}: sample {s} has no answer to {len(missing)} of the {len(brief_ids)} "
                                f"probe briefs (first: {missing[0]}); rerun `alpha-gym eval` into that folder to "
                                "ask again for failed items, or answer the probe briefs")
-        rows = []
-        for b in brief_ids:
-            r = answered[b]
-            formula = r.get("formula")
-            score = verifier.score_formula(formula) if formula is not None else None
-            cpcv = score.channels["cpcv"] if score is not None and score.valid else None
-            rows.append({"brief_id": b, "step": None, "answer": r["answer"], "formula": formula,
-                         "train_cpcv": cpcv, "train_valid": cpcv is not None})
-        per_sample[s] = rows
+        formulas = [answered[b].get("formula") for b in brief_ids]
+        per_sample[s] = [{"brief_id": b, "step": None, "answer": answered[b]["answer"], "formula": f,
+                          "train_cpcv": c, "train_valid": c is not None}
+                         for b, f, c in zip(brief_ids, formulas, probe_scores(verifier, formulas))]
     model = str(meta.get("model"))
     return {"key": f"eval:{folder.name}", "label": f"eval: {model}", "model": model, "folder": str(folder),
             "per_sample": per_sample}

@@ -9,11 +9,11 @@ difference against the rung before, and the verdict against the model-free basel
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from trainers.compare.ladder import PAIRED_WITH
-from trainers.compare.runner import CompareError, read_jsonl
+from alpha_gym.evaluation.kept import read_object, read_rows
+from trainers.compare.runner import CompareError
 
 
 def rescore(rows, train, holdout):
@@ -40,7 +40,7 @@ def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | 
     averaged over the seeds that kept one (None when none did)."""
     import numpy as np
     from alpha_gym.evaluation.holdout import evaluate_holdout
-    books = [json.loads(p.read_text()) for s in seeds if (p := results / f"seed-{s}" / f"{name}.book.json").exists()]
+    books = [read_object(p) for s in seeds if (p := results / f"seed-{s}" / f"{name}.book.json").exists()]
     if not books:
         return None
     scores = []
@@ -70,7 +70,7 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
     from alpha_gym.evaluation.holdout import HoldoutEvaluator
     from alpha_gym.evaluation.selection import effective_bets
     from trainers.compare.stats import mean_pairwise_corr, paired_difference, table_interval, valid_mean
-    step0 = read_jsonl(results / "step-0.jsonl") if (results / "step-0.jsonl").exists() else None
+    step0 = read_rows(results / "step-0.jsonl") if (results / "step-0.jsonl").exists() else None
     briefs = [r["brief_id"] for r in step0] if step0 is not None else list(brief_ids)
     seeds = sorted(int(p.name.split("-")[1]) for p in results.glob("seed-*") if p.is_dir())
     rows = {}
@@ -123,8 +123,8 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         have = [s for s in seeds if (results / f"seed-{s}" / f"{name}.jsonl").exists()]
         if not have:
             continue
-        r = summarise(name, {s: read_jsonl(results / f"seed-{s}" / f"{name}.jsonl") for s in have})
-        sums = [json.loads((results / f"seed-{s}" / f"{name}.json").read_text()) for s in have]
+        r = summarise(name, {s: read_rows(results / f"seed-{s}" / f"{name}.jsonl") for s in have})
+        sums = [read_object(results / f"seed-{s}" / f"{name}.json") for s in have]
         r["clipped_share"] = float(np.mean([x["clipped_share"] for x in sums if x["clipped_share"] is not None]
                                            or [np.nan]))
         r["selected_steps"] = [x["selected_step"] for x in sums]

@@ -15,6 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from alpha_gym.errors import InputError
+from alpha_gym.evaluation.kept import (answer_row, probe_scores, read_json, read_object, read_rows, write_kept,
+                                      write_object)
 from alpha_gym.jsonable import json_dumps
 
 
@@ -34,17 +36,16 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
         return d["train_cpcv"], d["summary"]
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
+    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import load_for_inference
     from trainers.rollout import generate_answers
     model, tokenizer = load_for_inference(model_path)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs],
+    prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
+    answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=scale.train_config("dapo").max_completion_length)]
     del model
     formulas = [formula_or_none(a) for a in answers]
-    train_cpcv = []
-    for f in formulas:
-        s = verifier.score_formula(f) if f is not None else None
-        train_cpcv.append(s.channels["cpcv"] if s is not None and s.valid else None)
+    train_cpcv = probe_scores(verifier, formulas)
     report = evaluate_holdout(formulas, train, holdout, train_verifier=verifier, label=run_dir.name, step=step)
     report.save(run_dir, name=f"holdout-step-{step}.json")
     summary = {**report.summary(), "book_return": report.book.total_return, "book_sharpe": report.book.sharpe}
@@ -127,29 +128,16 @@ def filtered_briefs(model, scale, verifier, briefs, out: Path):
 
 # ------------------------------------------------------------------------------ answers kept
 def answer_rows(probe_file: Path, probe_briefs, step: int) -> list[dict]:
-    """The probe answers of one checkpoint as JSONL rows: brief id, raw answer, formula, train-window score."""
+    """The probe answers of one checkpoint as kept rows (`kept.answer_row`): brief id, raw answer, formula,
+    train-window score."""
     d = json.loads(Path(probe_file).read_text())
-    return [{"brief_id": b.id, "step": step, "answer": a, "formula": f, "train_cpcv": c, "train_valid": c is not None}
-            for b, a, f, c in zip(probe_briefs, d["answers"], d["formulas"], d["train_cpcv"])]
-
-
-def write_jsonl(path: Path, rows) -> None:
-    """One JSON object a line, written whole (a temporary file renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json_dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    return [answer_row(b.id, step, a, f, c) for b, a, f, c in zip(probe_briefs, d["answers"], d["formulas"],
+                                                                  d["train_cpcv"])]
 
 
 def keep_answers(results: Path, result: dict, probe_briefs) -> None:
     """results/seed-S/RUNG.jsonl (the shipped checkpoint's probe answers) and RUNG.json (its numbers)."""
     seed, name, step = result["seed"], result["rung"], result["selected_step"]
-    write_jsonl(results / f"seed-{seed}" / f"{name}.jsonl",
-                answer_rows(Path(result["probe_files"][step]), probe_briefs, step))
     log = result["log"]
 
     def mean(key):
@@ -160,7 +148,7 @@ def keep_answers(results: Path, result: dict, probe_briefs) -> None:
     summary.update(config=result["config"], clipped_share=mean("clipped_share"), ratio_mean=mean("ratio_mean"),
                    valid_share=mean("valid_share"), nonzero_adv_share=mean("nonzero_adv_share"),
                    kl_last=log[-1].get("kl") if log else None, steps=len(log))
-    (results / f"seed-{seed}" / f"{name}.json").write_text(json_dumps(summary, indent=1))
+    write_kept(results, seed, name, answer_rows(Path(result["probe_files"][step]), probe_briefs, step), summary)
 
 
 def with_added_defaults(before: dict, now: dict) -> dict:
@@ -204,7 +192,7 @@ def check_kept_model(results: Path, identity: str | None, step0_answers=None) ->
     kept = results / "settings.json"
     if identity is None or not kept.exists():
         return identity
-    stamp = json.loads(kept.read_text())
+    stamp = read_object(kept)
     before = stamp.get("model_identity")
     if before is None:
         print(f"warning: {kept} names no model identity: the rows added now may start from another model "
@@ -214,7 +202,7 @@ def check_kept_model(results: Path, identity: str | None, step0_answers=None) ->
         return before
     why = "no kept step-0 answers to compare with"
     if step0_answers is not None and (results / "step-0.jsonl").exists():
-        kept_rows, now = read_jsonl(results / "step-0.jsonl"), step0_answers()
+        kept_rows, now = read_rows(results / "step-0.jsonl"), step0_answers()
         differ = sum((k["brief_id"], k["answer"]) != (n["brief_id"], n["answer"]) for k, n in zip(kept_rows, now))
         differ += abs(len(kept_rows) - len(now))
         if not differ:
@@ -238,11 +226,12 @@ def claim_out_dir(out: Path, settings: dict) -> None:
     stamp = out / "settings.json"
     now = json.loads(json_dumps(settings))
     if stamp.exists():
-        before = with_added_defaults(json.loads(stamp.read_text()), now)
+        before = with_added_defaults(read_json(stamp), now)
         before = _with_model_identity(before, now, stamp)
         if before != now:
             changed = sorted(k for k in now if before.get(k) != now[k])
-            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} differ); "
+            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} "
+                               f"{'differs' if len(changed) == 1 else 'differ'}); "
                                "pass another --out or delete the folder")
     else:
         stamp.write_text(json_dumps(settings, indent=2))
@@ -282,5 +271,5 @@ def keep_run_book(results: Path, seed: int, name: str, run_dir: Path, verifier) 
     # this run (a control's, or a run resumed from before it kept the file): it counts
     book = build_run_book(log, verifier, include_unattributed=True)
     d = {"rung": name, "seed": int(seed), **book.to_dict()}
-    (folder / f"{name}.book.json").write_text(json_dumps(d, indent=1))
+    write_object(folder / f"{name}.book.json", d)
     return d

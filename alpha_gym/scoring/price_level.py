@@ -1,0 +1,100 @@
+"""The price-level floor: a book whose every day is the ranking of the stocks' price level is not a signal.
+
+    price_level = mean over traded days t of |spearman_t(signal_t, close_t)|
+
+where spearman_t is the cross-sectional rank correlation of the formula's values with the close on
+decision day t (each ranked over the stocks where it is defined, correlated over those where both are).
+Ranking by the price level (`rank(-close)`, `rank(1 / vwap)`, `rank(ts_mean(close, 5))`) holds one book for
+years: it trades about 1.75% a day on us46, under the 2% turnover floor
+(`VerifierConfig.min_turnover_invalid`), and is invalid. A bit of intraday noise lifts it over that floor
+without changing the book: `rank(close - 2 * open)` is `rank(-close)` plus the day's move, trades 3.4% a day
+and scored +3.23 on us46, above every formula the reference published; its daily P&L correlates +0.998 with
+`rank(-close)`'s and its daily rank correlation with the close is -0.999 (issue 41.2;
+`benchmarks/price_level_tilt.py`). The premium of that static low-price tilt comes from how us46 was chosen
+(today's large caps, followed back to 2012), and the reference's hack log closed it on Jul 6-7 ("slow price-level
+tilts"). The floor closes the class, not the spelling: any formula whose cross-section is, day after
+day, the price ranking or its reverse, whatever noise, wrapper (`rank`, `scale`, `power`, a sign) or monotone
+transform of the price it is written with.
+
+Why the close: every price field (open, high, low, vwap, a short mean of any of them) ranks the stocks almost
+as the close does (the family's spellings on vwap, high and a 5-day mean score 0.999 on us46), and a rank
+correlation is unchanged by any increasing transform (`log`, powers; `1 / x` reverses it). Why the absolute
+value per day: a tilt whose sign is switched by some timing rule is still a price ranking on every day.
+
+The threshold (`VerifierConfig.max_price_level_corr`, 0.96) sits in the middle of the gap between the two
+classes as measured on us46, us100 and all 496 stocks: the family (`rank(close - k * open)`, `rank(-close)`
+plus a small noise term, ...) is at 0.98-1.00, the reference's published formulas, which divide volume by a
+price level, at 0.94 or less, README's other examples, the motifs and the 82 Alpha101s at 0.76 or less
+(BENCHMARKS.md, "A static price-level tilt"). Read from the book's weights, which are the formula's centred
+ranks, so the cost is two products and two row sums of the (days x stocks) weights: 0.4 ms against a 10 ms
+core score on us46.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alpha_gym.language.operators import KERNELS
+
+
+def _centred(x: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Each row of x centred on its mean over `cells` (bool, same shape); 0 outside them."""
+    kept = np.where(cells, x, 0.0)
+    mean = kept.sum(axis=1, keepdims=True) / np.maximum(cells.sum(axis=1, keepdims=True), 1)
+    return np.where(cells, x - mean, 0.0)
+
+
+def _centred_ranks(x: np.ndarray) -> np.ndarray:
+    """Each row's ranks centred on their mean over the row's non-NaN cells; NaN cells 0."""
+    with np.errstate(invalid="ignore"):
+        r = KERNELS["rank"](x)
+    return _centred(r, ~np.isnan(r))
+
+
+def _row_corr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each row pair of two centred arrays (0 where either row is all 0)."""
+    num = (a * b).sum(axis=1)
+    den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def close_ranks(panel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The close's (days, stocks) centred cross-sectional ranks, each row's sum of their squares, and which rows
+    hold a NaN close: computed once per panel."""
+    ranks = panel.memo(("price_level", "close_ranks"), lambda: _centred_ranks(panel.field("close")))
+    norms = panel.memo(("price_level", "close_norms"), lambda: (ranks * ranks).sum(axis=1))
+    gaps = panel.memo(("price_level", "close_gaps"), lambda: np.isnan(panel.field("close")).any(axis=1))
+    return ranks, norms, gaps
+
+
+def price_level_correlation(weights: np.ndarray, traded: np.ndarray, signal: np.ndarray, panel) -> float:
+    """Mean over traded days of |rank correlation between the formula's values and the close| (see module doc).
+
+    weights: the book's (n, N) weights, n <= panel days: each traded row is the signal's centred ranks
+    divided by a positive number, so its correlation with the close's centred ranks is the Spearman
+    correlation wherever the row has no NaN (the common case). Where the signal or the close has a NaN, each
+    keeps its ranks over its own defined cells (the book's, the day's price ranking) and the two are
+    correlated over the cells both define. traded: (n,) the book holds a position.
+    Returns 0.0 when the book never trades. Deterministic: fixed-order numpy reductions of the book's numbers.
+    """
+    n = len(weights)
+    if not traded.any():
+        return 0.0
+    ranks, norms, close_gaps = close_ranks(panel)
+    num = (weights * ranks[:n]).sum(axis=1)
+    den = np.sqrt((weights * weights).sum(axis=1) * norms[:n])
+    corr = np.divide(num, den, out=np.zeros(n), where=den > 0)
+    partial = np.flatnonzero(traded & (np.isnan(signal[:n]).any(axis=1) | close_gaps[:n]))
+    if partial.size:  # each ranked over its own cells, correlated over the cells both define
+        both = ~(np.isnan(signal[partial]) | np.isnan(panel.field("close")[partial]))
+        corr[partial] = _row_corr(_centred(weights[partial], both), _centred(ranks[partial], both))
+    return float(np.abs(corr[traded]).mean())
+
+
+def price_level_reason(level: float, threshold: float) -> str | None:
+    """The invalid verdict's reason when the statistic is above the threshold (`VerifierConfig.max_price_level_corr`),
+    else None. A threshold of 1 turns the floor off (a mean |correlation| is at most 1)."""
+    if not level > threshold:
+        return None
+    return (f"a static price-level ranking: the signal's daily rank correlation with the close averages "
+            f"|{level:.3f}| > {threshold:g} (the book is a price tilt, whatever moves it over the turnover floor)")
