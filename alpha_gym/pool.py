@@ -182,7 +182,7 @@ def default_workers(panel: Panel | None = None) -> int:
 def _prepare_item(verifier: Verifier, item: tuple[str, str]):
     """("answer" | "formula", text) -> an `Evaluated` or an invalid `Score`, as `score_group`/`score_formula` make."""
     kind, text = item
-    return verifier._prepare_answer(text) if kind == "answer" else verifier._prepare(text)
+    return verifier._prepare_answer(text) if kind == "answer" else verifier.admit(text)
 
 
 class ScoringError(RuntimeError):

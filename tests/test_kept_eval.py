@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: The kept evals: folder, briefs x samples at least, what the model is.
-KEPT = {"eval-smollm2-start": (5, 3, "SmolLM2-135M-Instruct, the built-in default start model, f32 GGUF")}
+KEPT = {"eval-smollm2-start": (5, 3, "SmolLM2-135M-Instruct, the built-in default start model, f32 GGUF"),
+        "eval-sft-start": (50, 3, "the SFT start model (alpha-gym sft, 40 steps), f32 GGUF")}
 each_kept = pytest.mark.parametrize("name", sorted(KEPT))
 #: eval.json's numbers a re-score must give back (what it asked and reused this run, and where, differ).
 NUMBERS = ("format", "model", "briefs", "samples", "temperature", "max_tokens", "seed", "extra_body", "items",

@@ -5,6 +5,7 @@ tasks carry, and its quickstart run as written."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -65,9 +66,22 @@ def test_the_metrics_table_is_what_each_task_reports():
     assert all(rows[k] == "metric" for k in metrics) and all(float(rows[k]) == 1.0 for k in rewards)
 
 
-def test_the_example_outputs_section_is_marked_for_the_baseline_eval():
-    text = CARD.read_text(encoding="utf-8").split("### Example outputs", 1)[1]
-    assert "baseline eval" in text
+def test_the_example_outputs_are_the_kept_baseline_eval():
+    """The card's example outputs quote a kept eval folder, and its numbers and answers are that folder's."""
+    text = CARD.read_text(encoding="utf-8").split("### Example outputs", 1)[1].split("\n## ", 1)[0]
+    named = re.search(r"Kept in\s+`(benchmarks/results/[\w.-]+)/`", text)
+    assert named, "the example outputs name no kept folder under benchmarks/results/"
+    folder = CARD.parents[1] / named.group(1)
+    summary = json.loads((folder / "eval.json").read_text())
+    train = summary["train"]
+    row = f"| {summary['answered']}/{summary['items']} | {train['n_valid']}/{summary['items']} "
+    assert row in text, f"the card's counts differ from {folder}/eval.json"
+    assert f"| {train['mean_reward']:.2f} | {train['mean_cpcv']:.2f} |" in text
+    answers = {r["answer"]: r for r in map(json.loads, (folder / "answers.jsonl").read_text().splitlines())}
+    quoted = re.findall(r"\| `(<alpha>.*?</alpha>)` \| ([+-]?[\d.]+) \|", text)
+    assert len(quoted) >= 3
+    for answer, reward in quoted:
+        assert answer in answers and float(reward) == pytest.approx(answers[answer]["reward"], abs=0.005)
 
 
 def test_the_quickstart_runs_as_written(capsys):
