@@ -1,8 +1,8 @@
 """The allowed range of every numeric setting, and the one check that enforces it.
 
 Each config dataclass declares `RANGES = {field: Range(...)}` next to its fields and calls
-`check_fields(self, RANGES)` first thing in `__post_init__`, so the Python API, a settings file and
-`--set` all pass the same check. The check is also strict about types: a string is not a number, a
+`check_fields(self, RANGES)` first thing in `__post_init__` (and `check_choice` for a field that names a
+mode), so the Python API, a settings file and `--set` all pass the same check. The check is also strict about types: a string is not a number, a
 bool is not an integer, a number is not a bool, and a float must be finite.
 
 Upper bounds are loose (far above any sensible value) but finite: they keep every channel, and the
@@ -132,11 +132,18 @@ def type_problem(tp: type, value) -> str | None:
 def check_value(owner: str, key: str, value, rng: Range | None, tp: type = float) -> None:
     """Raise SettingError unless `value` is a `tp` inside `rng`."""
     problem = type_problem(int if rng is not None and rng.integer else tp, value)
-    if problem is not None:
-        raise SettingError(owner, key, value, problem + (f" in {rng}" if rng is not None and tp is not bool
+    if problem is not None:  # "an integer in [2, 64]", not "an integer in an integer in [2, 64]"
+        where = str(rng).removeprefix("an integer in ") if rng is not None else ""
+        raise SettingError(owner, key, value, problem + (f" in {where}" if rng is not None and tp is not bool
                                                           and tp is not str else ""))
     if rng is not None and value not in rng:
         raise SettingError(owner, key, value, str(rng))
+
+
+def check_choice(owner: str, key: str, value, choices) -> None:
+    """Raise SettingError unless `value` is one of `choices` (a setting that names a mode)."""
+    if isinstance(value, bool) or value not in choices:
+        raise SettingError(owner, key, value, f"one of {', '.join(map(str, choices))}")
 
 
 def check_fields(obj, ranges: Mapping[str, Range]) -> None:

@@ -56,7 +56,8 @@ def check(model_dir: str, out: Path, steps: int = 2) -> dict:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
     from trainers.config import RECIPES as ALL
-    from trainers.loop import read_log, train
+    from trainers.loop import train
+    from trainers.run_log import read_log
     from trainers.models import load_policy, resolve_4bit
     cuda = torch.cuda.is_available()
     result = {"cuda": cuda, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
@@ -104,7 +105,7 @@ def grad_probe(policy, tokenizer, brief) -> dict:
     """
     import torch
     from alpha_gym.tasks.task import render_prompt
-    from trainers.answers import chat_prompt
+    from trainers.rollout import chat_prompt
     device = next(policy.parameters()).device
     ids = tokenizer(chat_prompt(tokenizer, render_prompt(brief)), add_special_tokens=False,
                     return_tensors="pt").input_ids.to(device)

@@ -98,6 +98,7 @@ def main() -> None:
     args = p.parse_args()
 
     from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.tasks.task import render_prompt
     from trainers.export_gguf import export_gguf, serve_gguf
     results = Path(args.results)
     work = Path(args.work or Path("runs") / "served-eval" / results.name)
@@ -132,12 +133,14 @@ def main() -> None:
                                    "max_tokens": max_tokens, "briefs": len(kept), "identical": len(same),
                                    "differ": [r["brief_id"] for r in kept if r["brief_id"] not in same]}
         if args.in_process:
-            from trainers.answers import generate_answers, load_for_inference
+            from trainers.answers import load_for_inference
+            from trainers.rollout import generate_answers
             briefs = list(brief_set("probe"))[: args.in_process]
             served = greedy_pairs(url, args.alias, work, args, write_briefs(briefs, work / "in-process-briefs.jsonl"),
                                   len(briefs), 64)
             model, tokenizer = load_for_inference(export["source"])
-            local = [a[0] for a in generate_answers(model, tokenizer, [b.prompt() for b in briefs], max_new_tokens=64)]
+            local = [a[0] for a in generate_answers(model, tokenizer, [render_prompt(b) for b in briefs],
+                                                    max_new_tokens=64)]
             same = [b.id for b, a in zip(briefs, local) if served.get(b.id) == a]
             run["in_process_parity"] = {"max_tokens": 64, "briefs": len(briefs), "identical": len(same),
                                         "differ": [b.id for b in briefs if b.id not in same]}

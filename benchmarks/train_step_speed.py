@@ -1,8 +1,7 @@
-"""Seconds per training step on this machine: our loop before/after the speed work, and TRL's GRPOTrainer.
+"""Seconds per training step on this machine: our loop and TRL's GRPOTrainer.
 
     python benchmarks/train_step_speed.py                # 4 prompts x 12 answers, 64 new tokens
     python benchmarks/train_step_speed.py --threads 2 --skip-trl
-    python benchmarks/train_step_speed.py --skip-trl --unshared   # also the prompt-per-answer update (slow)
 
 Model: SmolLM2-135M-Instruct (the built-in default, fp32, LoRA r32/alpha 64). Recipe: cispo (beta 0.08,
 top_entropy_quantile 0.2, one pass) with refill off, so every trainer samples exactly one batch. Panel:
@@ -10,16 +9,10 @@ the real us46 universe when ../shared/data/us_equities is present, else the embe
 The split: generation (sampling), scoring (the verifier), update (old/reference log-probs, advantages,
 loss, backward, optimizer). The first step includes no model loading. Prints a markdown table.
 
-Rows of our loop, the same settings and the same fresh adapters each:
-    before     batch_generation=False: one prompt's group at a time, transformers' own KV cache (the
-               sampler before issue 28); sampler_logps=False: a no-grad pass for the old log-probs;
-               trim_padding=False: every answer scored up to the batch's longest; drop_finished=False
-               (transformers' generate, every row run to the longest answer);
-               share_prompt_cache=True (main already shared the prompt)
-    unshared   (--unshared) also share_prompt_cache=False: every answer runs its prompt again
-    after      the defaults: the step's prompts sampled as one batch, preallocated cache, an answer that
-               has ended leaves the batch, old log-probs from the sampler, each answer scored to its own
-               end, shared prompt
+Our loop: the step's prompts sampled as one batch, preallocated cache, an answer that has ended leaves the
+batch, old log-probs from the sampler, each answer scored to its own end, shared prompt. (The "before" and
+"unshared" rows of BENCHMARKS.md, issues 28 and 31, timed the reference paths that were TrainConfig switches
+then; they are the tests' oracles now, tests/oracles.py, and this script times the loop as it runs.)
 --model DIR / --temperature T: the answers' lengths decide much of what the last two save, so time the
 model and temperature a run trains with: the cpu preset's SFT start model at 0.5 writes ~25 tokens of
 64; the untuned base model at the recipe's 1.0 mostly runs to the limit.
@@ -62,6 +55,7 @@ def ours(config, verifier, briefs, clock: str = "wall", model: str | None = None
 
     from trainers import loop
     from trainers.models import load_policy
+    from trainers.run_log import read_log
     real_time = loop.time
     if clock == "cpu":  # the loop times with time.perf_counter: hand it the CPU clock for this run
         loop.time = types.SimpleNamespace(perf_counter=time.process_time)
@@ -69,7 +63,7 @@ def ours(config, verifier, briefs, clock: str = "wall", model: str | None = None
         with tempfile.TemporaryDirectory() as out:
             policy = load_policy(model, config)  # loading is not part of the step
             loop.train(config, verifier.fork(), briefs, out, model=policy, steps=1, progress=False)
-            rec = loop.read_log(out)[-1]
+            rec = read_log(out)[-1]
     finally:
         loop.time = real_time
     return {"generation": rec["seconds/generation"], "scoring": rec["seconds/scoring"],
@@ -133,7 +127,6 @@ def main(argv=None) -> int:
     ap.add_argument("--generations", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--skip-trl", action="store_true")
-    ap.add_argument("--unshared", action="store_true", help="also time the update without the shared prompt cache")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--data", help="folder holding us_daily_train.csv.gz and universe_us46.txt")
     ap.add_argument("--model", help="start model folder (default: the built-in SmolLM2-135M); our loop only")
@@ -146,12 +139,7 @@ def main(argv=None) -> int:
         config = config.with_(temperature=a.temperature)
     verifier, panel = build_verifier(a.data)
     briefs = list(FIXED_BRIEFS)
-    before = config.with_(batch_generation=False, sampler_logps=False, trim_padding=False, drop_finished=False)
-    variants = [("alpha-gym loop, before (per-prompt sampling, old log-probs recomputed)", before)]
-    if a.unshared:
-        variants.append(("alpha-gym loop, prompt run per answer",
-                         before.with_(share_prompt_cache=False)))
-    variants.append(("alpha-gym loop, after (defaults)", config))
+    variants = [("alpha-gym loop", config)]
     rows = []
     for name, c in variants:
         rows.append((name, ours(c, verifier, briefs, a.clock, a.model)))
@@ -162,16 +150,12 @@ def main(argv=None) -> int:
           f"LoRA r{config.lora_r}, recipe cispo (beta {config.beta}), temperature {config.temperature}, model "
           f"{a.model or 'built-in'}, {a.threads} thread(s), {a.clock} seconds, panel: {panel}\n")
     base = rows[0][1]
-    print("| trainer | generation s | scoring s | update s | total s | total vs before | mean answer tokens |")
+    print("| trainer | generation s | scoring s | update s | total s | total vs our loop | mean answer tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
         length = f"{r['length']:.1f}" if "length" in r else "-"
         print(f"| {name} | {r['generation']:.1f} | {r['scoring']:.2f} | {r['update']:.1f} | {r['total']:.1f} | "
               f"{base['total'] / r['total']:.2f}x | {length} |")
-    print("\nSpeed-up of the after row over before: generation "
-          f"{base['generation'] / rows[len(variants) - 1][1]['generation']:.2f}x, update "
-          f"{base['update'] / rows[len(variants) - 1][1]['update']:.2f}x, total "
-          f"{base['total'] / rows[len(variants) - 1][1]['total']:.2f}x")
     return 0
 
 

@@ -191,7 +191,7 @@ def test_the_served_export_answers_as_transformers_does(tmp_path):
     repeat_penalty 1.0: the same answers, token for token, as transformers' greedy decoding in-process."""
     from alpha_gym.evaluation.endpoint import read_raw
     from alpha_gym.tasks.sets import brief_set
-    from trainers.answers import generate_answers
+    from trainers.rollout import generate_answers
     from trainers.models import load_base, materialise_default_model
 
     skip_without_llama_cpp()

@@ -354,7 +354,7 @@ def _tiny_policy():
 def probe_checkpoints(tmp: Path) -> tuple[int, list[str]]:
     """A checkpoint whose trainer_state.pt or adapter_model.safetensors is truncated or overwritten, on resume."""
     from trainers.config import TrainConfig
-    from trainers.loop import load_checkpoint, save_checkpoint
+    from trainers.checkpoints import load_checkpoint, save_checkpoint
     policy, optimizer = _tiny_policy()
     good = save_checkpoint(tmp, 1, policy, optimizer, None, None, TrainConfig())
     assert load_checkpoint(good, policy, optimizer, None, None) == 1  # the undamaged one restores

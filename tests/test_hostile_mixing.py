@@ -231,7 +231,7 @@ def test_checkpoint_without_its_record_is_checked_against_trainer_state(tmp_path
     pytest.importorskip("torch")
     from alpha_gym.settings import to_dict
     from trainers.config import recipe
-    from trainers.loop import check_checkpoint_settings
+    from trainers.checkpoints import check_checkpoint_settings
     out = _run_with_checkpoint(tmp_path, recipe("dapo"))
     (out / "checkpoint-1" / "settings.toml").unlink()  # a checkpoint written before the record existed
     (out / "settings.toml").unlink()

@@ -26,13 +26,17 @@ from alpha_gym.scoring.config import (CHANNELS, DEFAULT_PRIORITIES, PRIORITY, VE
                                       VerifierConfig, weighted_sum)
 from alpha_gym.scoring.cpcv import CPCV_RANGES, MAX_SLICES, CPCVConfig
 from alpha_gym.scoring.verifier import Verifier
+from alpha_gym.search.evolve import SEARCH_RANGES, SearchConfig, SearchError
 from alpha_gym.service.cli import SERVE_RANGES
+from alpha_gym.stress.config import (GATE_RANGES, SCENARIO_RANGES, STRESS_RANGES, PRESETS, GateConfig, ScenarioConfig,
+                                     StressConfig, StressError)
 from count_bad_settings import CASES, _try
 
 REPO = Path(__file__).resolve().parents[1]
 RANGED = [(VerifierConfig, VERIFIER_RANGES), (CPCVConfig, CPCV_RANGES), (Limits, LIMIT_RANGES),
           (TrainingCosts, TRAINING_COST_RANGES), (RealisticCosts, REALISTIC_COST_RANGES),
-          (HoldoutConfig, HOLDOUT_RANGES)]
+          (HoldoutConfig, HOLDOUT_RANGES), (StressConfig, STRESS_RANGES), (GateConfig, GATE_RANGES),
+          (ScenarioConfig, SCENARIO_RANGES), (SearchConfig, SEARCH_RANGES)]
 
 
 # ------------------------------------------------------------------------------ the issue's cases
@@ -89,6 +93,37 @@ def test_every_numeric_field_has_a_declared_range_and_the_defaults_are_inside():
         assert set(ranges) <= {f.name for f in fields(cls)}, cls.__name__
         cls()  # the defaults pass their own check
     assert 0.0 in PRIORITY and all(p in PRIORITY for p in DEFAULT_PRIORITIES.values())
+
+
+def test_training_stress_and_search_settings_are_checked_the_same_way():
+    """TrainConfig, StressConfig and SearchConfig declare their ranges (issue 38.4): every numeric field has one,
+    the defaults and every recipe and preset pass, and a bad value is a SettingError naming the key and the
+    range; for the stress and search settings it is still the StressError / SearchError callers catch."""
+    from trainers.config import RECIPES, TRAIN_RANGES, TrainConfig, register_train_table
+    register_train_table()
+    assert unranged_numeric_fields(TrainConfig, TRAIN_RANGES) == [] and set(TRAIN_RANGES) <= {f.name for f in
+                                                                                             fields(TrainConfig)}
+    assert all(isinstance(r, TrainConfig) for r in RECIPES.values()) and all(StressConfig(**p) for p in PRESETS.values())
+    with pytest.raises(SettingError, match=r"^TrainConfig\.num_generations = 1: must be an integer in \[2, inf\)$"):
+        TrainConfig(num_generations=1)
+    with pytest.raises(SettingError, match=r"^TrainConfig\.loss_type = 'ppo': must be one of grpo, dapo, cispo$"):
+        TrainConfig(loss_type="ppo")
+    with pytest.raises(SettingError, match=r"TrainConfig\.steps_per_generation = 13: must be <= num_generations"):
+        TrainConfig(steps_per_generation=13)
+    with pytest.raises(SettingError, match=r"TrainConfig\.use_dora = 1: must be true or false"):
+        TrainConfig(use_dora=1)
+    with pytest.raises(ConfigError, match=r"^train\.epsilon = 1\.5: must be \(0, 1\]$"):
+        S.load(None, ["train.epsilon=1.5"])["train"]
+    with pytest.raises(StressError, match=r"StressConfig\.mask_ratio = 1\.0: must be \(0, 1\)"):
+        StressConfig(mask_ratio=1.0)
+    with pytest.raises(StressError, match=r"ScenarioConfig\.innovations = 'x': must be one of replay, simulate"):
+        ScenarioConfig(innovations="x")
+    with pytest.raises(ConfigError, match=r"^stress\.gates\.max_error_ratio = 0\.0: must be \(0, inf\)$"):
+        S.load(None, ["stress.gates.max_error_ratio=0"])
+    with pytest.raises(SearchError, match=r"SearchConfig\.seed_share = 2\.0: must be \[0, 1\]"):
+        SearchConfig(seed_share=2.0)
+    with pytest.raises(SearchError, match=r"SearchConfig\.population = True: must be an integer in \[1, 1000000\]"):
+        SearchConfig(population=True)
 
 
 def test_serve_flags_name_the_flag_and_range(capsys):

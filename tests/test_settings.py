@@ -152,7 +152,7 @@ def test_holdout_rules_follow_the_verifier():
     (["turnover_cap"], "SECTION.KEY=VALUE"),
     (["verifier.priorities.sharpe=1"], "unknown channels"),
     (["verifier.turnover_penalty=-1"], r"verifier.turnover_penalty = -1.0: must be \[0, 1000\]"),
-    (["train.learning_rate=-1"], "learning_rate must be > 0"),
+    (["train.learning_rate=-1"], r"train.learning_rate = -1.0: must be \(0, inf\)"),  # ranges.py's style (issue 38.4)
     (["train.recipe=ppo"], "unknown recipe"),
     (["stress.window=13"], "multiple of"),
     (["verifier.limits.max_tokens=nan"], "expected an integer"),

@@ -1,8 +1,8 @@
 """The shared-prompt computation gives the unshared numbers: log-probs, entropies and adapter gradients.
 
-`trainers.loop.group_logps` runs a group's prompt once and shares its key/value cache across the group's
-answers (`share_prompt_cache=True`, the default); `share_prompt=False` runs prompt + answer for every
-answer. Both must give the same log-probs and the same LoRA/DoRA gradients, through every loss the loop
+`trainers.logprobs.group_logps` runs a group's prompt once and shares its key/value cache across the group's
+answers, each answer only to its own end; the oracle `tests/oracles.unshared_logps` runs prompt + answer for
+every answer. Both must give the same log-probs and the same LoRA/DoRA gradients, through every loss the loop
 can run (grpo, dapo, cispo, each with and without REPO-R shaping, with the KL term on), to float
 rounding. Real SmolLM2-135M on CPU, tiny inputs (a short prompt, 3 answers of 6 tokens, one padded),
 in float64 (Llama's RMSNorm still computes in float32, so gradients agree to ~1e-6 of their largest
@@ -10,9 +10,10 @@ element, not 1e-12), so that a real difference (a gradient lost through the shar
 off by one: 1e-2 or more) cannot hide inside the tolerance; in float32 the two agree to ~1e-4 relative.
 The adapters are perturbed first: fresh LoRA has B = 0, which would make every A gradient zero.
 
-Batched sampling (`batch_generation`) is checked against per-prompt sampling at a near-zero temperature,
-where sampling is the argmax and the two must pick the same tokens; at temperature 1 they draw other
-random numbers (the same distribution, other answers), so runs are not bit-identical across the switch.
+Batched sampling (`trainers.rollout.sample_groups`) is checked against the oracle `per_prompt_groups` (one
+prompt at a time, transformers' `generate`) at a near-zero temperature, where sampling is the argmax and the
+two must pick the same tokens; at temperature 1 they draw other random numbers (the same distribution, other
+answers).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import torch
 
 from alpha_gym.threads import torch_threads
+from oracles import padded_logps, per_prompt_groups, unshared_logps
 from trainers.config import LOSS_TYPES, TrainConfig
 
 TOKENS = 6
@@ -56,8 +58,8 @@ def _policy(smollm, use_dora: bool):
 
 def _inputs(tokenizer):
     """A chat-templated prompt (1, L) and 3 right-padded answers (3, T) with their mask."""
-    from trainers.loop import _prompt_ids
-    prompt = _prompt_ids(tokenizer, "Write one trading formula.", "cpu")
+    from trainers.rollout import prompt_ids
+    prompt = prompt_ids(tokenizer, "Write one trading formula.", "cpu")
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(100, 20000, (3, TOKENS), generator=gen)
     mask = torch.ones(3, TOKENS)
@@ -70,13 +72,13 @@ def _grads(policy) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 
 
-def _loss_and_grads(policy, prompt, ids, mask, old_logp, ref, adv, loss_type, repo_r, share, lengths=None):
-    """One loop-style loss (KL to `ref` on): log-probs by one path, backward, the adapters' gradients."""
-    from trainers.loop import group_logps
+def _loss_and_grads(policy, prompt, ids, mask, old_logp, ref, adv, loss_type, repo_r, logps, lengths=None):
+    """One loop-style loss (KL to `ref` on): log-probs by one path (`logps`: the product's group_logps or an
+    oracle), backward, the adapters' gradients."""
     from trainers.losses import policy_loss
     from trainers.repo_r import shape_advantages
     policy.zero_grad(set_to_none=True)
-    logp, _ = group_logps(policy, prompt, ids, 1.0, share_prompt=share, lengths=lengths)
+    logp, _ = logps(policy, prompt, ids, 1.0, lengths=lengths)
     a = shape_advantages(adv, logp.detach(), 0.3) if repo_r else adv
     kw = {"beta": 0.08, "epsilon_high": 0.28 if loss_type != "cispo" else 0.2}
     if loss_type != "cispo":
@@ -89,13 +91,13 @@ def _loss_and_grads(policy, prompt, ids, mask, old_logp, ref, adv, loss_type, re
 @pytest.mark.slow
 @pytest.mark.parametrize("use_dora", [False, True], ids=["lora", "dora"])
 def test_shared_prompt_gives_the_unshared_logps_and_gradients(smollm, use_dora):
-    from trainers.loop import group_logps
+    from trainers.logprobs import group_logps
     policy, tokenizer = _policy(smollm, use_dora)
     prompt, ids, mask = _inputs(tokenizer)
 
     with torch.no_grad():
         shared, ent_shared = group_logps(policy, prompt, ids, 0.7, with_entropy=True)
-        unshared, ent_unshared = group_logps(policy, prompt, ids, 0.7, with_entropy=True, share_prompt=False)
+        unshared, ent_unshared = unshared_logps(policy, prompt, ids, 0.7, with_entropy=True)
     assert shared.shape == (3, TOKENS) and torch.isfinite(shared).all()
     torch.testing.assert_close(shared, unshared, rtol=0, atol=1e-5)
     torch.testing.assert_close(ent_shared, ent_unshared, rtol=0, atol=1e-5)
@@ -105,7 +107,8 @@ def test_shared_prompt_gives_the_unshared_logps_and_gradients(smollm, use_dora):
     torch.testing.assert_close(shared[2:, :4], short, rtol=0, atol=1e-5)
     # the reference (adapters off), by each path
     with torch.no_grad(), policy.disable_adapter():
-        ref = {share: group_logps(policy, prompt, ids, 1.0, share_prompt=share)[0] for share in (True, False)}
+        ref = {share: logps(policy, prompt, ids, 1.0)[0] for share, logps in ((True, group_logps),
+                                                                               (False, unshared_logps))}
     torch.testing.assert_close(ref[True], ref[False], rtol=0, atol=1e-5)
     assert (ref[True] - group_logps(policy, prompt, ids, 1.0)[0].detach()).abs().max() > 1e-3  # adapters matter
 
@@ -116,9 +119,9 @@ def test_shared_prompt_gives_the_unshared_logps_and_gradients(smollm, use_dora):
     for loss_type in LOSS_TYPES:
         for repo_r in (False, True):
             loss_s, _, g_s = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref[True], adv, loss_type, repo_r,
-                                             True)
+                                             group_logps)
             loss_u, _, g_u = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref[False], adv, loss_type, repo_r,
-                                             False)
+                                             unshared_logps)
             where = f"{loss_type} repo_r={repo_r}"
             torch.testing.assert_close(loss_s, loss_u, rtol=1e-6, atol=1e-8, msg=where)
             _assert_same_grads(g_s, g_u, where)
@@ -139,8 +142,8 @@ def _assert_same_grads(g_s, g_u, where):
 
 def _ragged_inputs(tokenizer):
     """A prompt and 5 answers of 1, 2, 4, 4 and 7 tokens, right-padded to 7, rows not in length order."""
-    from trainers.loop import _prompt_ids
-    prompt = _prompt_ids(tokenizer, "Write one trading formula.", "cpu")
+    from trainers.rollout import prompt_ids
+    prompt = prompt_ids(tokenizer, "Write one trading formula.", "cpu")
     lengths = [4, 1, 7, 2, 4]
     ids = torch.randint(100, 20000, (5, 7), generator=torch.Generator().manual_seed(4))
     mask = (torch.arange(7)[None] < torch.tensor(lengths)[:, None]).double()
@@ -151,32 +154,34 @@ def _ragged_inputs(tokenizer):
 @pytest.mark.slow
 @pytest.mark.parametrize("call_cost", [0, 1000], ids=["a-batch-per-length", "one-batch"])
 def test_trimmed_answers_give_the_padded_logps_and_gradients(smollm, call_cost, monkeypatch):
-    """trim_padding: each answer computed only up to its own end, in batches of similar length that each
-    continue a copy of the shared prompt's cache, gives the unshared log-probs, entropies, losses and
-    adapter gradients on every answer token, for every loss (4 batches here, or 1); 0 after each end."""
-    from trainers import loop
-    monkeypatch.setattr(loop, "CALL_COST_TOKENS", call_cost)
-    assert len(loop.length_chunks([4, 1, 7, 2, 4])) == (4 if call_cost == 0 else 1)
+    """Each answer computed only up to its own end, in batches of similar length that each continue a copy of
+    the shared prompt's cache, gives the oracles' log-probs, entropies, losses and adapter gradients on every
+    answer token (prompt + answer per row; the prompt shared and every answer padded), for every loss (4
+    batches here, or 1); 0 after each end."""
+    from trainers import logprobs
+    monkeypatch.setattr(logprobs, "CALL_COST_TOKENS", call_cost)
+    assert len(logprobs.length_chunks([4, 1, 7, 2, 4])) == (4 if call_cost == 0 else 1)
     policy, tokenizer = _policy(smollm, False)
     prompt, ids, mask, lengths = _ragged_inputs(tokenizer)
     on = mask.bool()
     with torch.no_grad():
-        trimmed, ent_t = loop.group_logps(policy, prompt, ids, 0.7, with_entropy=True, lengths=lengths)
-        unshared, ent_u = loop.group_logps(policy, prompt, ids, 0.7, with_entropy=True, share_prompt=False)
+        trimmed, ent_t = logprobs.group_logps(policy, prompt, ids, 0.7, with_entropy=True, lengths=lengths)
+        unshared, ent_u = unshared_logps(policy, prompt, ids, 0.7, with_entropy=True)
+        padded, ent_p = padded_logps(policy, prompt, ids, 0.7, with_entropy=True)
         with policy.disable_adapter():
-            ref_t = loop.group_logps(policy, prompt, ids, 1.0, lengths=lengths)[0]
-            ref_u = loop.group_logps(policy, prompt, ids, 1.0, share_prompt=False)[0]
+            ref_t = logprobs.group_logps(policy, prompt, ids, 1.0, lengths=lengths)[0]
+            ref_u = unshared_logps(policy, prompt, ids, 1.0)[0]
     assert trimmed.shape == ids.shape and (trimmed[~on] == 0).all() and (ent_t[~on] == 0).all()
-    for a, b in ((trimmed, unshared), (ent_t, ent_u), (ref_t, ref_u)):
+    for a, b in ((trimmed, unshared), (ent_t, ent_u), (ref_t, ref_u), (trimmed, padded), (ent_t, ent_p)):
         torch.testing.assert_close(a[on], b[on], rtol=0, atol=1e-5)
     old_logp = (unshared + 0.3 * torch.randn(ids.shape, generator=torch.Generator().manual_seed(2))) * mask
     adv = torch.tensor([[1.0], [-0.5], [0.7], [-0.6], [-0.6]]).expand(5, 7).clone()
     for loss_type in LOSS_TYPES:
         for repo_r in (False, True):
             loss_t, _, g_t = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref_t * mask, adv, loss_type,
-                                             repo_r, True, lengths=lengths)
+                                             repo_r, logprobs.group_logps, lengths=lengths)
             loss_u, _, g_u = _loss_and_grads(policy, prompt, ids, mask, old_logp, ref_u * mask, adv, loss_type,
-                                             repo_r, False)
+                                             repo_r, unshared_logps)
             where = f"trimmed {loss_type} repo_r={repo_r}"
             torch.testing.assert_close(loss_t, loss_u, rtol=1e-6, atol=1e-8, msg=where)
             _assert_same_grads(g_t, g_u, where)
@@ -187,7 +192,7 @@ def test_length_chunks_is_the_cheapest_split():
     (all 2^(G-1) of them), covers every row once, and keeps each batch's rows in length order."""
     import itertools
 
-    from trainers.loop import length_chunks
+    from trainers.logprobs import length_chunks
     gen = torch.Generator().manual_seed(5)
     for trial in range(30):
         G = int(torch.randint(1, 9, (1,), generator=gen))
@@ -206,7 +211,7 @@ def test_length_chunks_is_the_cheapest_split():
 
 
 def test_trimmed_lengths_out_of_range_are_refused(smollm):
-    from trainers.loop import group_logps
+    from trainers.logprobs import group_logps
     policy, tokenizer = _policy(smollm, False)
     prompt, ids, _, _ = _ragged_inputs(tokenizer)
     for bad in ([0, 1, 7, 2, 4], [4, 1, 8, 2, 4]):
@@ -217,16 +222,23 @@ def test_trimmed_lengths_out_of_range_are_refused(smollm):
 @pytest.mark.slow
 def test_batched_sampling_picks_the_per_prompt_tokens_at_zero_temperature(smollm):
     """Left-padded batched sampling continues each prompt as it would alone: at a near-zero temperature
-    (sampling = argmax) the batch and the one-prompt-at-a-time sampler write the same answers."""
-    from trainers.loop import _eos_ids, _prompt_ids, sample_groups
+    (sampling = argmax) the batch writes the answers of the product sampler given one prompt, and of the
+    oracle (one prompt at a time, transformers' `generate` with its own cache)."""
+    from trainers.rollout import end_token_ids, prompt_ids, sample_groups
     policy, tokenizer = _policy(smollm, False)
     config = TrainConfig(num_generations=2, max_completion_length=8, temperature=1e-4, lora_r=4, lora_alpha=8)
-    prompts = [_prompt_ids(tokenizer, t, "cpu") for t in
+    prompts = [prompt_ids(tokenizer, t, "cpu") for t in
                ("Write one trading formula.", "Write an alpha for US stocks that trades on volume and close.")]
     assert prompts[0].shape[1] != prompts[1].shape[1]  # the batch really is padded
-    eos = _eos_ids(policy, tokenizer)
+    eos = end_token_ids(policy, tokenizer)
     batched = sample_groups(policy, tokenizer, prompts, config, eos)
     alone = [sample_groups(policy, tokenizer, [p], config, eos)[0] for p in prompts]
+    oracle = per_prompt_groups(policy, tokenizer, prompts, config, eos)
+    for (ids_b, mask_b, texts_b), (ids_o, mask_o, texts_o) in zip(batched, oracle):
+        assert texts_b == texts_o and texts_b[0].strip()
+        for row in range(ids_b.shape[0]):
+            n = int(mask_o[row].sum())
+            assert int(mask_b[row].sum()) == n and torch.equal(ids_b[row, :n], ids_o[row, :n])
     for (ids_b, mask_b, texts_b), (ids_a, mask_a, texts_a) in zip(batched, alone):
         assert texts_b == texts_a and texts_b[0].strip()
         n = int(mask_a[0].sum())
@@ -235,19 +247,26 @@ def test_batched_sampling_picks_the_per_prompt_tokens_at_zero_temperature(smollm
 
 @pytest.mark.slow
 def test_answers_that_end_leave_the_batch_without_changing_the_others(smollm):
-    """drop_finished: rows that have written their EOS leave the batch as it samples (our decode loop), and
-    at a near-zero temperature (sampling = argmax) every answer is the one transformers' `generate` writes
-    with every row kept to the end. Two extra end tokens make the prompts' answers end at different steps."""
-    from trainers.loop import _eos_ids, _prompt_ids, sample_groups
+    """Rows that have written their EOS leave the batch as it samples (our decode loop), and at a near-zero
+    temperature (sampling = argmax) every answer is the one transformers' `generate` writes with every row
+    kept to the end (`drop_finished=False`, best-of-N's way), and the oracle's (one prompt at a time). Two
+    extra end tokens make the prompts' answers end at different steps."""
+    from trainers.rollout import end_token_ids, prompt_ids, sample_groups
     policy, tokenizer = _policy(smollm, False)
-    prompts = [_prompt_ids(tokenizer, t, "cpu") for t in
+    prompts = [prompt_ids(tokenizer, t, "cpu") for t in
                ("Write one trading formula.", "Write an alpha for US stocks that trades on volume and close.")]
     config = TrainConfig(num_generations=2, max_completion_length=12, temperature=1e-4, lora_r=4, lora_alpha=8)
-    eos = _eos_ids(policy, tokenizer)
-    plain = sample_groups(policy, tokenizer, prompts, config.with_(drop_finished=False), eos)
+    eos = end_token_ids(policy, tokenizer)
+    plain = sample_groups(policy, tokenizer, prompts, config, eos, drop_finished=False)
     ends = sorted({*eos, int(plain[0][0][0, 3]), int(plain[1][0][0, 8])})  # prompt 0 ends by token 4, 1 by 9
-    kept = sample_groups(policy, tokenizer, prompts, config.with_(drop_finished=False), ends, with_logps=True)
+    kept = sample_groups(policy, tokenizer, prompts, config, ends, with_logps=True, drop_finished=False)
     dropped = sample_groups(policy, tokenizer, prompts, config, ends, with_logps=True)
+    oracle = per_prompt_groups(policy, tokenizer, prompts, config, ends)
+    for (ids_d, mask_d, texts_d, *_), (ids_o, mask_o, texts_o) in zip(dropped, oracle):
+        assert texts_d == texts_o and mask_d.sum(1).tolist() == mask_o.sum(1).tolist()
+        for row in range(ids_d.shape[0]):
+            n = int(mask_o[row].sum())
+            assert torch.equal(ids_d[row, :n], ids_o[row, :n])
     lengths = [int(g[1][0].sum()) for g in dropped]
     assert lengths[0] <= 4 < lengths[1] <= 9, lengths
     for (ids_d, mask_d, texts_d, logp_d, _), (ids_k, mask_k, texts_k, logp_k, _) in zip(dropped, kept):
@@ -261,14 +280,14 @@ def test_answers_that_end_leave_the_batch_without_changing_the_others(smollm):
 
 @pytest.mark.slow
 def test_the_samplers_logps_are_the_scored_logps(smollm):
-    """sampler_logps: the log-probs and entropies kept from the sampler's logits (a left-padded batch, the
-    preallocated cache) are group_logps' for the same answers, on every answer token."""
-    from trainers.loop import _eos_ids, _prompt_ids, group_logps, sample_groups
+    """The log-probs and entropies kept from the sampler's logits (a left-padded batch, the preallocated cache)
+    are the oracle's (prompt + answer per row) for the same answers, on every answer token."""
+    from trainers.rollout import end_token_ids, prompt_ids, sample_groups
     policy, tokenizer = _policy(smollm, False)
     config = TrainConfig(num_generations=3, max_completion_length=10, temperature=0.7, lora_r=4, lora_alpha=8)
-    prompts = [_prompt_ids(tokenizer, t, "cpu") for t in
+    prompts = [prompt_ids(tokenizer, t, "cpu") for t in
                ("Write one trading formula.", "Write an alpha for US stocks that trades on volume and close.")]
-    eos = _eos_ids(policy, tokenizer)
+    eos = end_token_ids(policy, tokenizer)
     torch.manual_seed(3)
     sampled = sample_groups(policy, tokenizer, prompts, config, eos, with_logps=True)
     torch.manual_seed(3)
@@ -277,57 +296,89 @@ def test_the_samplers_logps_are_the_scored_logps(smollm):
         assert torch.equal(ids, ids0) and texts == texts0  # keeping the logits draws no other answers
         assert logp.shape == ids.shape == entropy.shape and torch.isfinite(logp).all() and torch.isfinite(entropy).all()
         with torch.no_grad():
-            want, want_entropy = group_logps(policy, p, ids, 0.7, with_entropy=True)
+            want, want_entropy = unshared_logps(policy, p, ids, 0.7, with_entropy=True)
         on = mask.bool()
         assert on.sum() > 3 and (logp[on] < 0).all()
         torch.testing.assert_close(logp[on], want[on], rtol=0, atol=1e-5)
         torch.testing.assert_close(entropy[on], want_entropy[on], rtol=0, atol=1e-5)
 
 
-def test_speed_switches_are_validated():
-    with pytest.raises(ValueError, match="share_prompt_cache"):
-        TrainConfig(share_prompt_cache=1)
-    with pytest.raises(ValueError, match="batch_generation"):
-        TrainConfig(batch_generation="yes")
-    with pytest.raises(ValueError, match="sampler_logps"):
-        TrainConfig(sampler_logps=None)
-    with pytest.raises(ValueError, match="trim_padding"):
-        TrainConfig(trim_padding=0)
-    with pytest.raises(ValueError, match="drop_finished"):
-        TrainConfig(drop_finished="no")
-    c = TrainConfig()
-    assert c.share_prompt_cache and c.batch_generation and c.sampler_logps and c.trim_padding and c.drop_finished
+def test_the_retired_speed_switches_still_load_from_a_settings_file():
+    """The former reference-path switches are no TrainConfig fields now; a settings file or `--set` that names
+    them still loads (true: what the loop does; false: dropped with a warning), and a non-bool is refused."""
+    from alpha_gym import settings as S
+    from alpha_gym.scoring.config import ConfigError
+    from trainers.config import RETIRED, register_train_table
+    register_train_table()
+    assert set(RETIRED) == {"share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding",
+                            "drop_finished"}
+    assert not set(RETIRED) & set(S.to_dict(TrainConfig()))
+    on = S.load(None, [f"train.{k}=true" for k in RETIRED])["train"].config
+    assert on == S.load(None, [])["train"].config
+    with pytest.warns(UserWarning, match="train.batch_generation = false is retired"):
+        off = S.load(None, ["train.batch_generation=false", "train.learning_rate=2e-5"])["train"].config
+    assert off.learning_rate == 2e-5
+    with pytest.raises(ConfigError, match="train.share_prompt_cache: expected true or false"):
+        S.load(None, ["train.share_prompt_cache=1"])["train"]
+    with pytest.raises(ValueError, match="unknown TrainConfig fields"):
+        TrainConfig().with_(trim_padding=False)  # the Python API has no such field
 
 
-def test_a_run_begun_before_the_speed_switches_still_resumes(tmp_path, small_synthetic):
-    """A run folder whose settings have no share_prompt_cache / batch_generation (written before they
-    existed) resumes with either value (COMPUTE_ONLY); a key that changes the losses is still refused."""
+def test_a_run_recorded_with_the_speed_switches_still_resumes(tmp_path, small_synthetic):
+    """A run folder whose settings hold share_prompt_cache / batch_generation / ... (written while they were
+    TrainConfig fields, either value) resumes; a key that changes the losses is still refused."""
     from alpha_gym import settings as S
     from alpha_gym.scoring.config import ConfigError
     from alpha_gym.scoring.verifier import Verifier
-    from trainers.config import COMPUTE_ONLY, RECIPES
+    from trainers.config import RECIPES, RETIRED
     from trainers.loop import train
     verifier = Verifier(small_synthetic)
-    old = {k: v for k, v in S.to_dict(RECIPES["dapo"]).items() if k not in COMPUTE_ONLY}
-    assert set(COMPUTE_ONLY) == {"share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding",
-                                 "drop_finished"} and len(old) > 20
-    S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
-    for config in (RECIPES["dapo"], RECIPES["dapo"].with_(batch_generation=False, share_prompt_cache=False,
-                                                          sampler_logps=False, trim_padding=False,
-                                                          drop_finished=False)):
-        with pytest.raises(Exception) as info:  # got past the settings check, to the model
-            train(config, verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
-        assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+    for value in (True, False):
+        old = {**S.to_dict(RECIPES["dapo"]), **{k: value for k in RETIRED}}
+        assert len(old) > 20
         S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
+        with pytest.raises(Exception) as info:  # got past the settings check, to the model
+            train(RECIPES["dapo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
+        assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+    S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
     with pytest.raises(ConfigError, match="train.learning_rate"):
         train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
               resume=True)
 
 
+def test_one_chat_template_with_one_fallback():
+    """Every local model's prompt is `chat_prompt`'s: the tokenizer's chat template, or (a model without one)
+    the plain text and a newline; the loop's ids are that text tokenized without special tokens."""
+    from trainers.rollout import chat_prompt, prompt_ids
+
+    class Plain:
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=True, return_tensors=None):
+            class Out:
+                input_ids = torch.tensor([[ord(c) for c in text]])
+            assert not add_special_tokens
+            return Out()
+
+    assert chat_prompt(Plain(), "Write one formula.") == "Write one formula.\n"
+    assert prompt_ids(Plain(), "ab", "cpu").tolist() == [[97, 98, 10]]
+
+
+def test_the_chat_template_of_a_model_that_has_one(smollm):
+    from trainers.rollout import chat_prompt, prompt_ids
+    _, tokenizer = smollm
+    text = chat_prompt(tokenizer, "Write one trading formula.")
+    assert text == tokenizer.apply_chat_template([{"role": "user", "content": "Write one trading formula."}],
+                                                 tokenize=False, add_generation_prompt=True)
+    assert "Write one trading formula." in text and text != "Write one trading formula.\n"
+    assert prompt_ids(tokenizer, "Write one trading formula.", "cpu")[0].tolist() == \
+        tokenizer(text, add_special_tokens=False).input_ids
+
+
 def test_the_cache_goes_by_the_name_the_models_forward_takes():
     """transformers 5.2x names the KV cache `cache`; 5.17 (the GPU image's) names it `past_key_values` and would
     swallow `cache=` in **kwargs, leaving the sampler's cache empty (found by benchmarks/gpu_check.py)."""
-    from trainers.loop import _cache_kwarg
+    from trainers.rollout import _cache_kwarg
 
     class Old:
         def forward(self, input_ids=None, past_key_values=None, **kwargs): ...

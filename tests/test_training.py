@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from alpha_gym.threads import torch_threads
+from oracles import padded_logps, recompute_logps, recomputing_sampler
 from trainers.config import RECIPES, TrainConfig, recipe
 
 # Valid on us46 with a core score above 0 (about 0.66: the ladder recipes' advantage floor is 0) and not
@@ -80,8 +81,9 @@ def planting(valid_briefs=None, flat_text=None):
     real = loop.sample_groups
     calls = []
 
-    def plant(tokenizer, prompt_ids, eos_ids, ids, mask, texts, *sampler_logps):
-        # a planted group drops the sampler's log-probs (they score other tokens): the loop computes them
+    def plant(model, tokenizer, prompt_ids, eos_ids, temperature, ids, mask, texts, *sampler_logps):
+        # a planted group's log-probs are not the sampler's (they scored other tokens): one more no-grad pass
+        # gives the sampling policy's (the oracle the loop's sampler is held to, tests/oracles.py)
         calls.append(prompt_ids)
         if flat_text is not None:
             texts = [flat_text] * len(texts)
@@ -98,10 +100,10 @@ def planting(valid_briefs=None, flat_text=None):
             texts = [VALID_ANSWER, *texts[1:]]
         elif flat_text is None:
             return ids, mask, texts, *sampler_logps
-        return ids, mask, texts
+        return ids, mask, texts, *recompute_logps(model, prompt_ids, ids, mask, temperature)
 
     def sample_groups(model, tokenizer, prompts, config, eos_ids, **kw):
-        return [plant(tokenizer, p, eos_ids, *group)
+        return [plant(model, tokenizer, p, eos_ids, config.temperature, *group)
                 for p, group in zip(prompts, real(model, tokenizer, prompts, config, eos_ids, **kw))]
 
     return sample_groups, calls
@@ -139,8 +141,8 @@ def _finite(x) -> bool:
 @pytest.mark.real_data
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_two_steps_of_each_recipe(runs, name):
-    from trainers.loop import LOG_FIELDS, read_log
     from trainers.models import adapter_state
+    from trainers.run_log import LOG_FIELDS, read_log
     out, summary, initial = runs(name)
     config = RECIPES[name]
     log = read_log(out)
@@ -229,7 +231,8 @@ def test_resume_from_step_1_reproduces_step_2(runs, smollm, verifier, tmp_path):
     # the copied folder had no settings.toml: the checkpoint's record was checked and the file rewritten from it
     assert (resumed / "settings.toml").read_text() == (out / "checkpoint-1" / "settings.toml").read_text() \
         == (out / "settings.toml").read_text()
-    original, repeated = loop.read_log(out), loop.read_log(resumed)
+    from trainers.run_log import read_log
+    original, repeated = read_log(out), read_log(resumed)
     assert [r["step"] for r in repeated] == [1, 2]
     timing = {k for k in original[1] if k.startswith("seconds/")}
     assert {k: v for k, v in repeated[1].items() if k not in timing} == \
@@ -251,7 +254,7 @@ def test_loop_scores_as_score_group_and_grows_the_archive(runs, verifier):
     """The native loop's rewards are Verifier.score_group's for the same answers to one prompt, and the
     planted answer (core score > 0) joins the archive after step 1, which the checkpoint carries."""
     from alpha_gym.scoring.archive import Archive
-    from trainers.loop import read_log
+    from trainers.run_log import read_log
     out, _, _ = runs("cispo")
     rows = [json.loads(ln) for ln in (out / "completions.jsonl").read_text().splitlines()]
     fresh = verifier.fork()  # the seeded archive the run started from
@@ -281,6 +284,7 @@ def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_pa
     from the same start and the same answers. (One step per rollout: identical, tests/test_losses.py.)"""
     from trainers import loop
     from trainers.models import adapter_state
+    from trainers.run_log import read_log
     results = {}
     for name in ("dapo", "cispo"):
         # a large learning rate so that one optimizer step moves some token ratios past the 0.8-1.28 band
@@ -291,7 +295,7 @@ def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_pa
             mp.setattr(loop, "sample_groups", sample_group)
             summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / name,
                                  model=fresh_policy(smollm, config), steps=1, progress=False)
-        results[name] = (adapter_state(summary["policy"]), loop.read_log(tmp_path / name)[0])
+        results[name] = (adapter_state(summary["policy"]), read_log(tmp_path / name)[0])
     (dapo_w, dapo_log), (cispo_w, cispo_log) = results["dapo"], results["cispo"]
     rows = [json.loads(ln)["answer"] for ln in (tmp_path / "dapo" / "completions.jsonl").read_text().splitlines()]
     assert rows == [json.loads(ln)["answer"] for ln in
@@ -303,15 +307,20 @@ def test_dapo_and_cispo_take_different_steps_off_policy(smollm, verifier, tmp_pa
 
 @pytest.mark.slow
 def test_old_logps_from_the_sampler_give_the_recomputed_step(smollm, verifier, tmp_path):
-    """sampler_logps on (the default) and off: the same answers and rewards, and the step's old log-probs
-    and entropies (ratio, entropy, KL, loss of the log line) agree to float rounding."""
+    """The sampler's own old log-probs (the product) and the oracle's recomputed ones (one more no-grad pass):
+    the same answers and rewards, and the step's old log-probs and entropies (ratio, entropy, KL, loss of the
+    log line) agree to float rounding."""
     from trainers import loop
+    from trainers.run_log import read_log
     logs = {}
     for on in (True, False):
-        config = recipe("cispo", **{**TINY, "sampler_logps": on, "steps_per_generation": 2})
-        loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on), model=fresh_policy(smollm, config), steps=1,
-                   progress=False)
-        logs[on] = loop.read_log(tmp_path / str(on))[0]
+        config = recipe("cispo", **{**TINY, "steps_per_generation": 2})
+        with pytest.MonkeyPatch.context() as mp:
+            if not on:
+                mp.setattr(loop, "sample_groups", recomputing_sampler(loop.sample_groups))
+            loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on), model=fresh_policy(smollm, config),
+                       steps=1, progress=False)
+        logs[on] = read_log(tmp_path / str(on))[0]
     answers = [[json.loads(ln)["answer"] for ln in (tmp_path / str(on) / "completions.jsonl").read_text().splitlines()]
                for on in (True, False)]
     assert answers[0] == answers[1] and len(answers[0]) == 8
@@ -323,18 +332,22 @@ def test_old_logps_from_the_sampler_give_the_recomputed_step(smollm, verifier, t
 
 @pytest.mark.slow
 def test_trimmed_answers_give_the_padded_step(smollm, verifier, tmp_path):
-    """trim_padding on (the default) and off: the same answers and rewards, and the step's ratio, entropy,
-    KL and loss to float rounding, and adapters that moved alike (two mini-batches, the KL term on; a
-    planted valid answer, longer than the sampled ones, in each group)."""
+    """Each answer scored to its own end (the product) and every answer padded to the batch's longest (the
+    oracle `padded_logps`, in every log-prob pass of the step): the same answers and rewards, and the step's
+    ratio, entropy, KL and loss to float rounding, and adapters that moved alike (two mini-batches, the KL
+    term on; a planted valid answer, longer than the sampled ones, in each group)."""
     from trainers import loop
+    from trainers.run_log import read_log
     logs, weights = {}, {}
     for on in (True, False):
-        config = recipe("cispo", **{**TINY, "trim_padding": on, "steps_per_generation": 2})
+        config = recipe("cispo", **{**TINY, "steps_per_generation": 2})
         with pytest.MonkeyPatch.context() as mp:  # a valid answer in each group: advantages, so an update
             mp.setattr(loop, "sample_groups", planting()[0])
+            if not on:
+                mp.setattr(loop, "group_logps", padded_logps)
             summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on),
                                  model=fresh_policy(smollm, config), steps=1, progress=False)
-        logs[on] = loop.read_log(tmp_path / str(on))[0]
+        logs[on] = read_log(tmp_path / str(on))[0]
         weights[on] = {n: p.detach().clone() for n, p in summary["policy"].named_parameters() if p.requires_grad}
     rows = {on: [json.loads(ln) for ln in (tmp_path / str(on) / "completions.jsonl").read_text().splitlines()]
             for on in (True, False)}
@@ -361,7 +374,8 @@ def test_refill_resamples_only_flat_groups(smollm, verifier, tmp_path):
         mp.setattr(loop, "sample_groups", sample_group)
         summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path, model=fresh_policy(smollm, config), steps=1,
                              progress=False)
-    rec = loop.read_log(tmp_path)[0]
+    from trainers.run_log import read_log
+    rec = read_log(tmp_path)[0]
     assert rec["refills"] == 2 == summary["refills"]  # brief tiny-1 flat in both rounds, tiny-0 never
     assert len(calls) == 2 + 2
     rows = [json.loads(ln) for ln in (tmp_path / "completions.jsonl").read_text().splitlines()]

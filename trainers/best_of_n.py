@@ -12,7 +12,7 @@ answer to this one; what training buys is then compared with the same calls spen
 asked. The start model's answers to the training briefs, pooled and matched to the probe briefs by
 compliance, is the `search` control's rule over model-free formulas (`alpha_gym.search`).
 
-Sampling as a rung samples (`trainers.loop.sample_group`): the scale's temperature and max_completion_length,
+Sampling as a rung samples (`trainers.rollout.sample_group`): the scale's temperature and max_completion_length,
 plain multinomial (top_k=0, top_p=1), seeded per brief from the run's seed.
 """
 
@@ -40,8 +40,9 @@ class Sampling:
     num_generations: int
     temperature: float
     max_completion_length: int
-    # transformers' generate, every row run to the longest answer: the kept control's samples were drawn so,
-    # and a rerun or a resume draws them again draw for draw (the shrinking batch draws other numbers)
+    # transformers' generate, every row run to the longest answer (`sample_groups(drop_finished=False)`): the
+    # kept control's samples were drawn so, and a rerun or a resume draws them again draw for draw (the
+    # shrinking batch draws other numbers)
     drop_finished: bool = False
 
 
@@ -71,7 +72,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     """
     from alpha_gym.pool import score_group
     from alpha_gym.tasks.task import render_prompt
-    from trainers.loop import _eos_ids, _prompt_ids, sample_group
+    from trainers.rollout import end_token_ids as _eos_ids, prompt_ids as _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
         group = score_group(verifier, record["answers"], brief)  # on every core (alpha_gym.pool)
@@ -95,7 +96,7 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
             prompt = render_prompt(brief, verifier.config.limits)
             _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompt, device), sampling,
-                                       eos_ids)
+                                       eos_ids, drop_finished=sampling.drop_finished)
             group = score_group(verifier, texts, brief)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)
             out.append({"brief_id": brief.id, "answers": list(texts), "rewards": group.rewards.tolist(),

@@ -1,4 +1,9 @@
-"""Reading a checkpoint's files for --resume: a damaged or truncated file is a `CheckpointError`, not a traceback.
+"""A training run's checkpoints: writing one, finding the latest, checking its settings, restoring it.
+
+    save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config, verifier)   # out/checkpoint-{step}
+    start = load_checkpoint(latest_checkpoint(out), policy, optimizer, thermostat, adapo)
+
+Reading a checkpoint's files for --resume: a damaged or truncated file is a `CheckpointError`, not a traceback.
 
 A run killed while it wrote a checkpoint, a full disk or a partial copy leaves a file that
 torch or safetensors cannot read; every reader here names the file and says what to do
@@ -9,10 +14,20 @@ stays FileNotFoundError.
 from __future__ import annotations
 
 import json
+import random
+import shutil
+import tomllib
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
+
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
+from alpha_gym.settings import SETTINGS_FILE, dumps, refuse_other_settings, to_dict
+from trainers.config import RECIPE_BASE, TrainConfig
+from trainers.run_log import write_jsonl
 
 
 class CheckpointError(InputError):
@@ -52,6 +67,90 @@ def load_state(path, keys: tuple[str, ...] = ()) -> dict:
     return state
 
 
+# ------------------------------------------------------------------------------ writing and restoring
+ARCHIVE_FILE = "archive.npz"
+
+
+def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, config: TrainConfig,
+                    verifier=None) -> Path:
+    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step, and the
+    verifier's novelty archive (archive.npz), which `train(resume=True)` restores."""
+    import torch
+    target = out / f"checkpoint-{step}"
+    tmp = out / f".checkpoint-{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+                "thermostat": thermostat.state_dict() if thermostat else None,
+                "adapo": adapo.state_dict() if adapo else None}, tmp / "trainer_state.pt")
+    (tmp / "trainer_state.json").write_text(json_dumps({"step": step, "config": config.to_dict()}, indent=2))
+    if (out / SETTINGS_FILE).is_file():  # what the checkpoint was trained with, for a resume to check against
+        shutil.copyfile(out / SETTINGS_FILE, tmp / SETTINGS_FILE)
+    if thermostat is not None:
+        write_jsonl(tmp / "thermostat.jsonl", thermostat.log)
+    if verifier is not None:
+        verifier.save_archive(tmp / ARCHIVE_FILE)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def check_checkpoint_settings(out: Path, tables: dict, ignore=()) -> None:
+    """Refuse to resume the latest checkpoint in `out` with other settings than it was trained with.
+
+    Its own settings.toml holds them; checkpoints written before that record have the TrainConfig in
+    trainer_state.json. No checkpoint: nothing to compare (`train` says so itself).
+    """
+    ckpt = latest_checkpoint(out)
+    if ckpt is None:
+        return
+    if (ckpt / SETTINGS_FILE).is_file():
+        recorded = tomllib.loads((ckpt / SETTINGS_FILE).read_text(encoding="utf-8"))
+    else:
+        state = json.loads((ckpt / "trainer_state.json").read_text()) if (ckpt / "trainer_state.json").is_file() else {}
+        if not isinstance(state.get("config"), dict):
+            return
+        known = {f.name for f in fields(TrainConfig)}
+        # fields the record lacks take the defaults of its time, RECIPE_BASE's
+        recorded = {"train": tomllib.loads(dumps({"t": to_dict(RECIPE_BASE.with_(
+            **{k: v for k, v in state["config"].items() if k in known}))}))["t"]}
+        tables = {"train": tables["train"]}
+    refuse_other_settings(recorded, tables, ignore, f"{ckpt} was trained")
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = [(int(p.name.split("-")[1]), p) for p in Path(out).glob("checkpoint-*")
+             if p.is_dir() and p.name.split("-")[1].isdigit() and (p / "trainer_state.pt").exists()]
+    return max(found)[1] if found else None
+
+
+def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
+    """Restore everything `save_checkpoint` wrote; returns the step it was taken after."""
+    import torch
+    from peft import set_peft_model_state_dict
+    # both files read before anything is restored: a damaged one (CheckpointError) leaves the run untouched
+    weights = load_tensors(Path(ckpt) / "adapter_model.safetensors", device=str(next(policy.parameters()).device))
+    state = load_state(Path(ckpt) / "trainer_state.pt", keys=("step", "optimizer", "rng", "thermostat", "adapo"))
+    result = set_peft_model_state_dict(policy, weights)
+    mismatch = list(result.unexpected_keys) + [k for k in result.missing_keys if "lora_" in k]
+    if mismatch:
+        raise CheckpointError(f"checkpoint {ckpt} does not match the model's adapters (e.g. {mismatch[:3]}): "
+                              "resume with the recipe and model the run started with")
+    optimizer.load_state_dict(state["optimizer"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    torch.set_rng_state(state["rng"]["torch"])
+    for controller, key in ((thermostat, "thermostat"), (adapo, "adapo")):
+        if (controller is None) != (state[key] is None):
+            raise CheckpointError(f"checkpoint {ckpt} was written with {key} "
+                                  f"{'off' if state[key] is None else 'on'}; resume with the same config")
+        if controller is not None:
+            controller.load_state_dict(state[key])
+    return int(state["step"])
+
+
+# ------------------------------------------------------------------------------ reading, checked
 def check_folder(folder) -> None:
     """Read-check every file a Hugging Face Trainer resumes from (safetensors, torch zips, JSON) before it does,
     so that a damaged one is a CheckpointError naming it rather than a traceback from deep inside the Trainer."""

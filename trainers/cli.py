@@ -111,7 +111,7 @@ def lost_settings_record(args, out) -> Path | None:
     """On --resume with no settings given (no --config, --set or setting flag) into a run folder whose
     settings.toml was lost: the latest checkpoint's copy of it, else None."""
     from alpha_gym.settings import SETTINGS_FILE
-    from trainers.loop import latest_checkpoint
+    from trainers.checkpoints import latest_checkpoint
     given = _flag_overrides(args)
     if (not args.resume or args.config is not None or args.settings or given["train"] or given["verifier"]
             or (Path(out) / SETTINGS_FILE).is_file()):

@@ -14,9 +14,11 @@ instead of 0.2) and two optimizer passes per rollout batch (num_iterations 2) (s
 
 from __future__ import annotations
 
-import math
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+from alpha_gym.ranges import INF, Range, SettingError, above, check_choice, check_fields, closed, ints
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
 #: epsilon_high when a config leaves it None: DAPO's clip-higher band 1.28 and CISPO's weight cap 1.2 (both
@@ -26,9 +28,13 @@ EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
 #: Fields that change only what a run writes, never what it learns: a resume may change them.
 OUTPUT_ONLY = ("log_completions", "logging_steps")
 
-#: Fields that change how a step is computed, never its losses: a resume may change them, so runs begun
-#: before they existed stay resumable. (batch_generation draws other random numbers from the resume on.)
-COMPUTE_ONLY = ("share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding", "drop_finished")
+#: Former switches to slower reference paths (sampling one prompt at a time, transformers' generate for every
+#: row, a recomputed old-log-prob pass, prompt + answer per row, every answer padded). The fast path is the
+#: only one now; the references are the tests' oracles (tests/oracles.py). A settings file, `--set` or a
+#: kept run that names them still loads: a true value is what the loop does; a false one asks for a path
+#: that has left the product, so it is dropped with a warning (they never changed the losses, only how a
+#: step was computed and, for sampling, which random numbers it drew). Runs recorded with them resume.
+RETIRED = ("share_prompt_cache", "batch_generation", "sampler_logps", "trim_padding", "drop_finished")
 
 ADVANTAGE_MODES = ("gdpo", "grpo")
 LR_SCHEDULES = ("linear", "constant")
@@ -60,7 +66,7 @@ class TrainConfig:
     epsilon_high: float | None = 0.2
     loss_type: str = "cispo"            # "grpo" | "dapo" | "cispo"
     top_entropy_quantile: float = 1.0   # share of completion tokens (highest entropy) kept in the policy term
-    max_grad_norm: float = 1.0          # 0 or None: no clipping
+    max_grad_norm: float | None = 1.0   # 0 or None: no clipping
     weight_decay: float = 0.0
     lr_scheduler_type: str = "linear"   # "linear" (to 0 over the run, TRL's default) | "constant"
     seed: int = 42
@@ -84,31 +90,25 @@ class TrainConfig:
     # --- dynamic sampling
     refill_rounds: int = 0              # DAPO-refill: resample zero-variance groups up to this many rounds
 
-    # --- speed (the same losses either way; off = the slower reference paths, for tests and the benchmark)
-    share_prompt_cache: bool = True     # log-probs: each group's prompt runs once, its KV cache shared by the
-                                        # group's answers (gradients through it); off: prompt + answer per row
-    batch_generation: bool = True       # sample the step's prompts as one left-padded batch, KV cache
-                                        # preallocated; off: one prompt's group at a time, as before (the same
-                                        # distribution; on draws other random numbers, so other answers)
-    sampler_logps: bool = True          # old log-probs and entropies from the logits the sampler computed
-                                        # anyway (the sampling policy's, to float rounding); off: one more
-                                        # no-grad pass over every group after sampling, as before
-    drop_finished: bool = True          # sampling: an answer that has ended leaves the batch (our decode loop;
-                                        # other random numbers from then on); off: transformers' generate runs
-                                        # every row to the longest answer. With batch_generation only.
-    trim_padding: bool = True           # log-probs: each answer computed up to its own end (answers batched by
-                                        # length, the prompt still shared); off: every answer padded to the
-                                        # batch's longest, as before (needs share_prompt_cache)
-
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
     logging_steps: int = 1              # JSONL line every N steps (and at the last step)
     log_completions: bool = True        # also write every answer and its score to completions.jsonl
 
     def __post_init__(self):
-        problems = _problems(self)
-        if problems:
-            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+        check_fields(self, TRAIN_RANGES)
+        check_choice("TrainConfig", "loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("TrainConfig", "lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULES)
+        check_choice("TrainConfig", "advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
+        if self.steps_per_generation > self.num_generations:
+            raise SettingError("TrainConfig", "steps_per_generation", self.steps_per_generation,
+                               f"<= num_generations ({self.num_generations}): each optimizer step takes a slice "
+                               "of every group's answers")
+        if self.adapo and self.loss_type == "cispo":
+            raise SettingError("TrainConfig", "adapo", self.adapo,
+                               "false with loss_type='cispo': adapo steers the clip band of grpo/dapo; with cispo "
+                               "epsilon_high is a weight cap, not a band: use repo_r for entropy control, or "
+                               "loss_type 'dapo'")
 
     @property
     def resolved_epsilon_high(self) -> float:
@@ -128,75 +128,32 @@ class TrainConfig:
         return asdict(self)
 
 
-def _problems(c: TrainConfig) -> list[str]:
-    """Every bad value, each with what would work."""
-    p = []
-
-    def need(ok: bool, msg: str):
-        if not ok:
-            p.append(msg)
-
-    def number(name, lo=None, hi=None, lo_open=False, integer=False):
-        v = getattr(c, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-            p.append(f"{name} must be {'an integer' if integer else 'a number'}, got {v!r}")
-            return
-        if not math.isfinite(v):
-            p.append(f"{name} must be finite, got {v!r}")
-            return
-        if lo is not None and (v <= lo if lo_open else v < lo):
-            p.append(f"{name} must be {'>' if lo_open else '>='} {lo}, got {v!r}")
-        if hi is not None and v > hi:
-            p.append(f"{name} must be <= {hi}, got {v!r}")
-
-    number("learning_rate", 0, lo_open=True)
-    number("beta", 0)
-    number("num_generations", 2, integer=True)  # a group of one has no baseline
-    number("prompts_per_step", 1, integer=True)
-    number("temperature", 0, lo_open=True)
-    number("max_completion_length", 1, integer=True)
-    number("num_iterations", 1, integer=True)
-    number("steps_per_generation", 1, integer=True)
-    if isinstance(c.steps_per_generation, int) and isinstance(c.num_generations, int) \
-            and c.steps_per_generation > c.num_generations:
-        p.append(f"steps_per_generation ({c.steps_per_generation}) must be <= num_generations "
-                 f"({c.num_generations}): each optimizer step takes a slice of every group's answers")
-    number("epsilon", 0, 1, lo_open=True)
-    if c.epsilon_high is not None:
-        number("epsilon_high", 0)
-    need(c.loss_type in LOSS_TYPES, f"loss_type must be one of {LOSS_TYPES}, got {c.loss_type!r}")
-    number("top_entropy_quantile", 0, 1)
-    if c.max_grad_norm is not None:
-        number("max_grad_norm", 0)
-    number("weight_decay", 0)
-    need(c.lr_scheduler_type in LR_SCHEDULES,
-         f"lr_scheduler_type must be one of {LR_SCHEDULES}, got {c.lr_scheduler_type!r}")
-    number("seed", 0, integer=True)
-    number("lora_r", 1, integer=True)
-    number("lora_alpha", 0, lo_open=True)
-    number("lora_dropout", 0, 1)
-    need(isinstance(c.use_dora, bool), f"use_dora must be True or False, got {c.use_dora!r}")
-    need(c.load_in_4bit in (None, True, False), f"load_in_4bit must be None (auto), True or False, "
-                                                f"got {c.load_in_4bit!r}")
-    need(c.advantage_mode in ADVANTAGE_MODES,
-         f"advantage_mode must be one of {ADVANTAGE_MODES}, got {c.advantage_mode!r}")
-    if c.advantage_floor is not None:
-        number("advantage_floor")
-    need(isinstance(c.repo_r, bool), f"repo_r must be True or False, got {c.repo_r!r}")
-    need(isinstance(c.adapo, bool), f"adapo must be True or False, got {c.adapo!r}")
-    need(not (c.adapo and c.loss_type == "cispo"),
-         "adapo steers the clip band of grpo/dapo; with loss_type='cispo' epsilon_high is a weight cap, "
-         "not a band: use repo_r for entropy control, or loss_type 'dapo'")
-    number("refill_rounds", 0, integer=True)
-    need(isinstance(c.share_prompt_cache, bool), f"share_prompt_cache must be True or False, got {c.share_prompt_cache!r}")
-    need(isinstance(c.batch_generation, bool), f"batch_generation must be True or False, got {c.batch_generation!r}")
-    need(isinstance(c.sampler_logps, bool), f"sampler_logps must be True or False, got {c.sampler_logps!r}")
-    need(isinstance(c.trim_padding, bool), f"trim_padding must be True or False, got {c.trim_padding!r}")
-    need(isinstance(c.drop_finished, bool), f"drop_finished must be True or False, got {c.drop_finished!r}")
-    number("save_steps", 0, integer=True)
-    number("logging_steps", 1, integer=True)
-    need(isinstance(c.log_completions, bool), f"log_completions must be True or False, got {c.log_completions!r}")
-    return p
+#: The allowed range of every numeric field (`alpha_gym.ranges`, as the verifier's settings declare theirs);
+#: check_fields also checks every field's type (a bool is not an integer, a number not a bool). None passes
+#: where a field is optional (epsilon_high, max_grad_norm, advantage_floor, load_in_4bit).
+TRAIN_RANGES = {
+    "learning_rate": Range(0.0, INF, lo_open=True),
+    "beta": Range(0.0),
+    "num_generations": ints(2),                 # a group of one has no baseline
+    "prompts_per_step": ints(1),
+    "temperature": Range(0.0, INF, lo_open=True),
+    "max_completion_length": ints(1),
+    "num_iterations": ints(1),
+    "steps_per_generation": ints(1),
+    "epsilon": above(0.0, 1.0),
+    "epsilon_high": Range(0.0),
+    "top_entropy_quantile": closed(0.0, 1.0),
+    "max_grad_norm": Range(0.0),
+    "weight_decay": Range(0.0),
+    "seed": ints(0),
+    "lora_r": ints(1),
+    "lora_alpha": Range(0.0, INF, lo_open=True),
+    "lora_dropout": closed(0.0, 1.0),
+    "advantage_floor": Range(),                 # any finite floor
+    "refill_rounds": ints(0),
+    "save_steps": ints(0),
+    "logging_steps": ints(1),
+}
 
 
 #: What every recipe starts from: the shared reference settings with no loss-specific choice made (DAPO's
@@ -257,7 +214,22 @@ def train_config_from_table(table) -> tuple[str, TrainConfig]:
     name = table.pop("recipe", DEFAULT_RECIPE)
     if name not in RECIPES:
         raise ConfigError(f"train.recipe: unknown recipe {name!r}; choose from {sorted(RECIPES)}")
+    for key in RETIRED:
+        if key in table:
+            drop_retired(key, table.pop(key), "train")
     return name, from_dict(TrainConfig, table, base=RECIPES[name], where="train")
+
+
+def drop_retired(key: str, value, where: str = "train") -> None:
+    """Accept a RETIRED switch as a settings file or kept run records it: true is what the loop does, false asks
+    for a reference path that is now a test oracle (a warning says so); anything else is a ConfigError."""
+    from alpha_gym.scoring.config import ConfigError
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r} (a retired setting: the fast "
+                          "path is the only one)")
+    if not value:
+        warnings.warn(f"{where}.{key} = false is retired and ignored: the loop always runs the fast path; the slower "
+                      "reference it named is a test oracle (tests/oracles.py)", stacklevel=3)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def pass_rates(model, tokenizer, verifier, briefs: Sequence, tries: int = 8, tem
                ) -> list[BriefPassRate]:
     """Sample `tries` answers per brief and count how many are solved."""
     from alpha_gym.tasks.task import render_prompt
-    from trainers.answers import generate_answers
+    from trainers.rollout import generate_answers
     iterator = range(0, len(briefs), batch_size)
     if progress:
         from tqdm import tqdm

@@ -89,7 +89,7 @@ def model_source(path) -> ModelSource:
     if (path / "model" / "config.json").is_file():  # `alpha-gym sft --out OUT` keeps the model in OUT/model
         _check_model_folder(path / "model")
         return ModelSource("model", path / "model")
-    from trainers.loop import latest_checkpoint
+    from trainers.checkpoints import latest_checkpoint
     ckpt = latest_checkpoint(path)
     if ckpt is not None:
         return model_source(ckpt)

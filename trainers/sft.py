@@ -87,7 +87,7 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
 def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96) -> dict:
     """Greedy answers to the briefs and the share the verifier finds valid."""
     from alpha_gym.tasks.task import render_prompt
-    from trainers.answers import generate_answers
+    from trainers.rollout import generate_answers
     from trainers.models import load_base
     model, tokenizer = load_base(model_dir)
     prompts = [render_prompt(b, verifier.config.limits) for b in briefs]

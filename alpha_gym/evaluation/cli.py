@@ -213,7 +213,8 @@ def cmd_holdout(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.task import render_prompt
-    from trainers.answers import generate_answers, load_for_inference
+    from trainers.answers import load_for_inference
+    from trainers.rollout import generate_answers
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
     full = load_panel(args.data, universe=universe, end=args.holdout_end)

@@ -4,7 +4,7 @@ The reference found every reward hack by reading the top-scoring formulas, and j
 entropy, REPO-R's zeta, the share of answers with a non-zero advantage and the KL to the start model.
 This page puts those beside each other, per step, from the files a training run writes:
 
-log.jsonl          one object per step (trainers/loop.py `LOG_FIELDS`): the diagnostics grid, the
+log.jsonl          one object per step (trainers/run_log.py `LOG_FIELDS`): the diagnostics grid, the
                    mean of each reward channel ("rewards/<channel>") over steps, and the world model R3
                    used ("world_model": a content hash, or "off");
 completions.jsonl  every answer with its reward, advantage and 12 channels (`log_completions`, on by

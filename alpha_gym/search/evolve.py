@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from alpha_gym.errors import InputError
+from alpha_gym.ranges import SettingError, check_fields, closed, ints
 from alpha_gym.language import FormulaError, Node, canonical, parse, to_text
 from alpha_gym.language.sample import random_node
 from alpha_gym.search.tree import MUTATIONS, checked, crossover
@@ -43,6 +44,18 @@ from alpha_gym.search.tree import MUTATIONS, checked, crossover
 
 class SearchError(InputError):
     """Bad settings for a search (a negative budget, an empty population, a share outside [0, 1])."""
+
+
+class SearchSettingError(SettingError, SearchError):
+    """A SearchConfig field out of its declared range (`SEARCH_RANGES`, checked as the verifier's settings are)."""
+
+
+#: The allowed range of every numeric field of SearchConfig (`alpha_gym.ranges`); counts are loose but finite.
+SEARCH_RANGES = {
+    "population": ints(1, 10**6), "group_size": ints(1, 10**6), "groups_per_generation": ints(1, 10**6),
+    "tournament": ints(1, 10**6), "max_tries": ints(1, 10**6),
+    "crossover_rate": closed(0.0, 1.0), "subtree_rate": closed(0.0, 1.0), "seed_share": closed(0.0, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -60,14 +73,10 @@ class SearchConfig:
     max_tries: int = 50             # draws for one new, parseable child before a random tree is taken
 
     def __post_init__(self):
-        for name in ("population", "group_size", "groups_per_generation", "tournament", "max_tries"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise SearchError(f"SearchConfig.{name} must be a positive integer, got {v!r}")
-        for name in ("crossover_rate", "subtree_rate", "seed_share"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise SearchError(f"SearchConfig.{name} must lie in [0, 1], got {v!r}")
+        try:
+            check_fields(self, SEARCH_RANGES)
+        except SettingError as err:  # a SearchError too, as every bad search setting was
+            raise SearchSettingError(err.owner, err.key, err.value, err.allowed) from None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
+from alpha_gym.ranges import INF, Range, SettingError, check_choice, check_fields, closed, ints
 
 #: The four scenario channels, in the order R3 reports them.
 SCENARIOS: tuple[str, ...] = ("dispersion", "trend_flip", "correlation", "volatility")
@@ -16,6 +17,49 @@ SCENARIOS: tuple[str, ...] = ("dispersion", "trend_flip", "correlation", "volati
 class StressError(InputError):
     """A world-model checkpoint that cannot be used here (other data, corrupt files, bad settings)."""
 
+
+class StressSettingError(SettingError, StressError):
+    """One world-model setting out of its declared range (`alpha_gym.ranges`): a SettingError naming the key and
+    what is allowed, and a StressError, as every bad stress setting was before the ranges were declared."""
+
+
+def _check(obj, ranges: Mapping[str, Range], choices: Mapping[str, tuple] = {}) -> None:
+    """`check_fields` (and `check_choice` for each field in `choices`), its SettingError as a StressSettingError."""
+    try:
+        check_fields(obj, ranges)
+        for key, allowed in choices.items():
+            check_choice(type(obj).__name__, key, getattr(obj, key), allowed)
+    except SettingError as err:
+        raise StressSettingError(err.owner, err.key, err.value, err.allowed) from None
+
+
+#: The allowed range of every numeric field (`alpha_gym.ranges`, as the verifier's settings declare theirs).
+#: Upper bounds are loose (far above any model this CPU-sized world model would fit) but finite.
+_OPEN_UNIT = Range(0.0, 1.0, lo_open=True, hi_open=True)
+STRESS_RANGES = {
+    "window": ints(8, 10_000), "latent": ints(1, 10_000), "hidden": ints(1, 100_000), "heads": ints(1, 1_000),
+    "encoder_layers": ints(0, 1_000), "predictor_layers": ints(0, 1_000),   # 0 predictor layers: a linear map
+    "factors": ints(1, 1_000), "basis": ints(1, 1_000),
+    "mask_ratio": _OPEN_UNIT, "mask_span": ints(1, 10_000), "sample_stride": ints(1, 10_000),
+    "batch": ints(1, 1_000_000), "steps": ints(1, 10**8), "lr": Range(0.0, 10.0, lo_open=True),
+    "weight_decay": closed(0.0, 10.0), "ema": closed(0.0, 1.0), "geometry_weight": closed(0.0, 1e3),
+    "head_dropout": Range(0.0, 1.0, hi_open=True), "predictor_dropout": Range(0.0, 1.0, hi_open=True),
+    "decoder_weight": closed(0.0, 1e3),
+    "tail_fraction": _OPEN_UNIT, "val_fraction": Range(0.0, 1.0, hi_open=True),
+    "eval_every": ints(1, 10**8), "volume_window": ints(1, 100_000), "seed": ints(0, 2**63 - 1),
+    "threads": ints(1, 4_096), "save_every": ints(1, 10**8),
+}
+GATE_RANGES = {
+    "max_error_ratio": Range(0.0, INF, lo_open=True), "min_geometry_r2": Range(-INF, 1.0),
+    "corr_tolerance": closed(0.0, 2.0),            # a difference of two correlations
+}
+INNOVATIONS = ("replay", "simulate")
+SCENARIO_RANGES = {
+    "dispersion_factor": Range(0.0, 1e3, lo_open=True), "trend_factor": closed(-1e3, 1e3),
+    "correlation_add": closed(-2.0, 2.0), "volatility_factor": Range(0.0, 1e3, lo_open=True),
+    "side_weight": closed(0.0, 1e6), "max_shift": Range(0.0, 1e3, lo_open=True), "steps": ints(1, 10**6),
+    "lr": Range(0.0, 1e3, lo_open=True), "seed": ints(0, 2**63 - 1),
+}
 
 @dataclass(frozen=True)
 class GateConfig:
@@ -55,6 +99,9 @@ class GateConfig:
     corr_tolerance: float = 0.10
     kurtosis_ratio: tuple[float, float] = (1.0 / 3.0, 3.0)
 
+    def __post_init__(self):
+        _check(self, GATE_RANGES)
+
 
 @dataclass(frozen=True)
 class ScenarioConfig:
@@ -88,10 +135,7 @@ class ScenarioConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.innovations not in ("replay", "simulate"):
-            raise StressError(f"innovations must be 'replay' or 'simulate', not {self.innovations!r}")
-        if self.volatility_factor <= 0 or self.dispersion_factor <= 0:
-            raise StressError("volatility_factor and dispersion_factor must be positive")
+        _check(self, SCENARIO_RANGES, {"innovations": INNOVATIONS})
 
 
 @dataclass(frozen=True)
@@ -144,14 +188,11 @@ class StressConfig:
     scenarios: ScenarioConfig = ScenarioConfig()
 
     def __post_init__(self):
-        if self.window % self.mask_span or self.window % 4 or self.window < 8:
+        _check(self, STRESS_RANGES)
+        if self.window % self.mask_span or self.window % 4:
             raise StressError(f"window ({self.window}) must be a multiple of mask_span ({self.mask_span}) and of 4")
-        if not 0 < self.mask_ratio < 1:
-            raise StressError("mask_ratio must be in (0, 1)")
         if self.hidden % self.heads:
-            raise StressError("hidden must be a multiple of heads")
-        if not 0 <= self.val_fraction < 1 or not 0 < self.tail_fraction < 1:
-            raise StressError("val_fraction must be in [0, 1) and tail_fraction in (0, 1)")
+            raise StressError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.geometry_blend and self.val_fraction == 0:
             raise StressError("geometry_blend fits its weight on the validation block: set val_fraction > 0 "
                               "(or geometry_blend = false)")

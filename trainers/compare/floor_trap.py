@@ -35,7 +35,9 @@ def run(args) -> dict:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
     from trainers.config import RECIPES
-    from trainers.loop import latest_checkpoint, read_log, train
+    from trainers.checkpoints import latest_checkpoint
+    from trainers.loop import train
+    from trainers.run_log import read_log
     panel = resolve_panel(data=args.data, universe=args.universe, train_end=args.end)
     base = Verifier(panel, VerifierConfig(costs=ENVIRONMENT_B_COSTS))
     out = Path(args.out)

@@ -37,7 +37,8 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
     from alpha_gym.tasks.task import render_prompt
-    from trainers.answers import generate_answers, load_for_inference
+    from trainers.answers import load_for_inference
+    from trainers.rollout import generate_answers
     model, tokenizer = load_for_inference(model_path)
     prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
     answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
@@ -62,7 +63,9 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     The policy trains against a fork of `train_verifier` (default: `verifier`, the comparison's); the probe
     answers are scored with `verifier`, the same for every rung."""
     from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
-    from trainers.loop import latest_checkpoint, read_log, train as train_policy
+    from trainers.checkpoints import latest_checkpoint
+    from trainers.loop import train as train_policy
+    from trainers.run_log import read_log
     config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
     run_dir = out / f"seed-{seed}" / name
     run_dir.mkdir(parents=True, exist_ok=True)
