@@ -77,9 +77,10 @@ def small_synthetic():
     return synthetic_panel(n_stocks=12, n_days=400, seed=3)
 
 
-#: A non-default setting for the integrations' parity tests: a changed priority and a changed threshold.
-CHANGED_SETTINGS = "[verifier]\nturnover_cap = 0.4\n\n[verifier.priorities]\ncpcv = 1.0\n"
-CHANGED_SETS = ("verifier.turnover_cap=0.4", "verifier.priorities.cpcv=1.0")
+#: A non-default setting for the integrations' parity tests: changed priorities and a changed threshold. R13
+#: (`brief`, priority 0 by default) is on, so a path that scores without its brief (or with another) differs.
+CHANGED_SETTINGS = "[verifier]\nturnover_cap = 0.4\n\n[verifier.priorities]\ncpcv = 1.0\nbrief = 1.0\n"
+CHANGED_SETS = ("verifier.turnover_cap=0.4", "verifier.priorities.cpcv=1.0", "verifier.priorities.brief=1.0")
 
 
 @pytest.fixture(scope="session")

@@ -126,7 +126,7 @@ def verifier(small_synthetic):
 
 def test_group_matrix_shape_and_validity(verifier):
     g = verifier.score_group(GROUP)
-    assert g.matrix.shape == (len(GROUP), 12)
+    assert g.matrix.shape == (len(GROUP), len(CHANNELS))
     assert list(g.valid) == [s.valid for s in g.scores]
     assert not g.valid[5] and not g.valid[6]
     assert np.isfinite(g.matrix).all() and np.isfinite(g.rewards).all()

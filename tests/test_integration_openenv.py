@@ -129,9 +129,12 @@ def test_concurrent_sessions(server, direct):
 def test_settings_reach_the_environment_and_the_server(changed_settings):
     from alpha_gym.integrations.openenv_server import main
     from alpha_gym.market.resolve import default_panel
+    from alpha_gym.tasks.sets import brief_by_id
     toml, sets, config = changed_settings
-    want = Verifier(default_panel(), config).score(GOOD)
-    assert want.reward != Verifier(default_panel()).score(GOOD).reward
+    brief = brief_by_id(AlphaEnvironment(briefs="probe").reset(seed=1).brief_id)
+    want = Verifier(default_panel(), config).score(GOOD, brief=brief)
+    assert want.reward != Verifier(default_panel()).score(GOOD, brief=brief).reward
+    assert want.channels["brief"] > 0  # R13 is on in the changed settings: the episode's brief reaches it
     for env in (AlphaEnvironment(briefs="probe", config=str(toml)), AlphaEnvironment(briefs="probe", settings=sets),
                 AlphaEnvironment(briefs="probe", config=config)):
         env.reset(seed=1)

@@ -49,10 +49,12 @@ def test_env_config_settings_give_the_changed_reward(changed_settings):
     from omegaconf import OmegaConf
     toml, sets, config = changed_settings
     row = dataset_rows("probe")[0]
+    brief = brief_set("probe")[0]  # the row's brief: R13, on in the changed settings, reads it
     direct, default = Verifier(default_panel(), config), Verifier(default_panel())
+    assert direct.score(ANSWERS[0], brief=brief).channels["brief"] > 0
     for env_config in ({"config": str(toml)}, {"settings": list(sets)}, OmegaConf.create({"settings": list(sets)})):
         env = skyrl_gym.make(register_env(), env_config=env_config, extras=row)
         assert env.verifier.config == direct.config  # ("auto" R3 resolved, as the direct verifier does)
         env.init(row["prompt"])
         out = env.step(ANSWERS[0])
-        assert out["reward"] == direct.score(ANSWERS[0]).reward != default.score(ANSWERS[0]).reward
+        assert out["reward"] == direct.score(ANSWERS[0], brief=brief).reward != default.score(ANSWERS[0], brief=brief).reward

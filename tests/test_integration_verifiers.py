@@ -101,11 +101,13 @@ def test_priorities_reach_both_the_weights_and_the_verifier():
 
 def test_settings_reach_both_the_weights_and_the_verifier(changed_settings):
     toml, sets, config = changed_settings
-    want = Verifier(default_panel(), config).score(ANSWERS[0])
-    assert want.reward != Verifier(default_panel()).score(ANSWERS[0]).reward
-    for taskset in (av.load_environment(briefs="fixed", config=str(toml)),
-                    av.load_environment(briefs="fixed", settings=sets),
-                    av.load_environment(briefs="fixed", config=config)):
+    brief = brief_set("probe")[0]  # the first task's brief: R13, on in the changed settings, reads it
+    want = Verifier(default_panel(), config).score(ANSWERS[0], brief=brief)
+    assert want.reward != Verifier(default_panel()).score(ANSWERS[0], brief=brief).reward
+    assert want.channels["brief"] > 0
+    for taskset in (av.load_environment(briefs="probe", config=str(toml)),
+                    av.load_environment(briefs="probe", settings=sets),
+                    av.load_environment(briefs="probe", config=config)):
         task = next(iter(taskset))
         trace = _trace(task, ANSWERS[0])
         asyncio.run(task.score(trace))
@@ -113,9 +115,9 @@ def test_settings_reach_both_the_weights_and_the_verifier(changed_settings):
         assert trace.metrics["verifier_reward"] == want.reward
         assert trace.reward == pytest.approx(want.reward, abs=1e-12)
     # priorities= still overrides after the settings
-    task = next(iter(av.load_environment(briefs="fixed", config=str(toml), priorities={"cpcv": 2.0})))
+    task = next(iter(av.load_environment(briefs="probe", config=str(toml), priorities={"cpcv": 2.0})))
     trace = _trace(task, ANSWERS[0])
     asyncio.run(task.score(trace))
     assert trace.rewards["cpcv"].weight == 2.0
     assert trace.metrics["verifier_reward"] == Verifier(
-        default_panel(), config.with_(priorities={**config.priorities, "cpcv": 2.0})).score(ANSWERS[0]).reward
+        default_panel(), config.with_(priorities={**config.priorities, "cpcv": 2.0})).score(ANSWERS[0], brief=brief).reward

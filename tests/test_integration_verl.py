@@ -179,15 +179,18 @@ def test_settings_reach_compute_score_through_reward_kwargs(market, changed_sett
     from verl.trainer.ppo.reward import get_custom_reward_fn
     panel, path = market
     toml, sets, config = changed_settings
+    from alpha_gym.tasks.sets import brief_set
     direct, default = Verifier(panel, config), Verifier(panel)
+    brief = brief_set("probe")[0]  # R13, on in the changed settings, reads the row's brief
     for kwargs in ({"data": path, "config": str(toml)}, {"data": path, "settings": list(sets)}):
         fn = get_custom_reward_fn(OmegaConf.create({"reward": {"custom_reward_function": {
             "path": str(ROOT / "alpha_gym" / "integrations" / "verl.py"), "name": "compute_score",
             "reward_kwargs": kwargs}}}))
         for answer in ANSWERS[:2]:
-            got = fn(data_source="alpha_gym", solution_str=answer, ground_truth="", extra_info={"index": 0})
-            want = direct.score(answer)
-            assert got["score"] == want.reward != default.score(answer).reward
-            assert {k: got[k] for k in CHANNELS} == want.channels
+            got = fn(data_source="alpha_gym", solution_str=answer, ground_truth="",
+                     extra_info={"index": 0, "brief_id": brief.id})
+            want = direct.score(answer, brief=brief)
+            assert got["score"] == want.reward != default.score(answer, brief=brief).reward
+            assert {k: got[k] for k in CHANNELS} == want.channels and want.channels["brief"] > 0
     assert av.gdpo_weights(config=str(toml)) == av.gdpo_weights(settings=sets) == [config.priorities[k] for k in CHANNELS]
     assert av.gdpo_weights(config=str(toml))[0] == 1.0

@@ -331,6 +331,7 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
     """A settings file (or its --set items) through the env, the shared verifier and batch scoring: one reward."""
     from alpha_gym.batch.runner import score_batch
     from alpha_gym.pool import shared_verifier
+    from alpha_gym.tasks.sets import brief_by_id
     toml, sets, config = changed_settings
     answers = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"]
     direct, default = Verifier(small_synthetic, config), Verifier(small_synthetic)
@@ -339,10 +340,11 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
     for w in want:  # the contract holds under the changed priorities too
         assert w.reward == weighted_sum(w.channels, config.priorities)
     env = AlphaFormulaEnv(panel=small_synthetic, config=str(toml), archive="frozen")
-    for a, w in zip(answers, want):
-        env.reset(seed=0)
+    for a in answers:  # the env scores with its episode's brief: R13 (on in the changed settings) reads it
+        _, info = env.reset(seed=0)
+        w = direct.score(a, brief=brief_by_id(info["brief_id"]))
         _, reward, _, _, info = env.step(a)
-        assert reward == w.reward and info["channels"] == w.channels
+        assert reward == w.reward and info["channels"] == w.channels and w.channels["brief"] > 0
     for v in (shared_verifier(small_synthetic, str(toml)), shared_verifier(small_synthetic, settings=sets),
               shared_verifier(small_synthetic, {"verifier": {"turnover_cap": 0.4, "priorities": {"cpcv": 1.0}}})):
         assert [v.score(a).reward for a in answers] == [w.reward for w in want]

@@ -245,11 +245,17 @@ def test_cli_score_batch_takes_the_settings_file(tmp_path, changed_settings):
     from alpha_gym.cli import main
     from alpha_gym.market.resolve import default_panel
     toml, sets, config = changed_settings
-    pool = tmp_path / "pool.txt"
-    pool.write_text("rank(-ts_delta(close, 5))\n")
-    direct = Verifier(default_panel(), config).score_formula("rank(-ts_delta(close, 5))")
+    from alpha_gym.tasks.sets import brief_set
+    brief = brief_set("probe")[0]  # R13, on in the changed settings, reads the row's brief
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(json.dumps({"formula": "rank(-ts_delta(close, 5))"}) + "\n"
+                    + json.dumps({"formula": "rank(-ts_delta(close, 5))", "brief_id": brief.id}) + "\n")
+    verifier = Verifier(default_panel(), config)
+    direct = [verifier.score_formula("rank(-ts_delta(close, 5))", brief=b) for b in (None, brief)]
+    assert direct[1].reward == direct[0].reward + direct[1].channels["brief"] != direct[0].reward
     for flags in (["--config", str(toml)], [x for s in sets for x in ("--set", s)]):
         out = tmp_path / f"out{len(flags)}.jsonl"
         assert main(["score-batch", "--formulas", str(pool), "--out", str(out), "--workers", "0", "--quiet",
                      *flags]) == 0
-        assert json.loads(out.read_text())["score"] == json.loads(json.dumps(direct.to_dict()))
+        got = [json.loads(line)["score"] for line in out.read_text().splitlines()]
+        assert got == [json.loads(json.dumps(d.to_dict())) for d in direct]

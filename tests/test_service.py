@@ -215,6 +215,7 @@ def test_cli_serve_starts_scores_like_cli_score_and_stops_on_sigterm():
 
 def test_cli_serve_takes_the_settings_file(changed_settings):
     from alpha_gym.market.resolve import default_panel
+    from alpha_gym.tasks.sets import brief_set
     toml, sets, config = changed_settings
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -227,6 +228,10 @@ def test_cli_serve_takes_the_settings_file(changed_settings):
         want = Verifier(default_panel(), config).score(ANSWERS[0])
         assert client.score(ANSWERS[0]) == _roundtrip(want.to_dict())
         assert want.reward != Verifier(default_panel()).score(ANSWERS[0]).reward
+        brief = brief_set("probe")[0]  # R13, on in the changed settings, reads the request's brief
+        with_brief = Verifier(default_panel(), config).score(ANSWERS[0], brief=brief)
+        assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(with_brief.to_dict())
+        assert with_brief.reward == want.reward + with_brief.channels["brief"] != want.reward
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -106,13 +106,16 @@ ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volum
 
 def test_the_brief_reaches_every_channel_and_leaves_the_reward(small_synthetic):
     """`score_group(answers, brief=)`: each tradable answer's `Measures.brief` is the brief (a channel may read it);
-    no default channel does, so rewards and channels are those of scoring without it, bit for bit."""
+    only R13 (`brief`, priority 0 by default) does, so rewards and the other channels are those of scoring
+    without it, bit for bit."""
     from alpha_gym import pool
     from alpha_gym.scoring.verifier import Evaluated, Verifier
     v, brief = Verifier(small_synthetic), brief_set("train")[0]
     without, with_brief = v.score_group(ANSWERS), v.score_group(ANSWERS, brief=brief)
     assert with_brief.rewards.tolist() == without.rewards.tolist()
-    assert [s.channels for s in with_brief.scores] == [s.channels for s in without.scores]
+    assert [{**s.channels, "brief": 0.0} for s in with_brief.scores] == [s.channels for s in without.scores]
+    assert [s.channels["brief"] for s in without.scores] == [0.0] * len(ANSWERS)
+    assert [s.channels["brief"] > 0 for s in with_brief.scores] == [True, True, True, False, False]
     assert "brief_compliance" in with_brief.scores[0].diagnostics
     assert pool.score_group(v, ANSWERS, brief).rewards.tolist() == without.rewards.tolist()
     evs = [it for it in (v._prepare_answer(a, None) for a in ANSWERS) if isinstance(it, Evaluated)]
@@ -152,4 +155,6 @@ def test_verls_compute_score_takes_the_brief_of_its_row(small_synthetic, tmp_pat
     row = av.dataset_rows([brief])[0]
     got = av.compute_score("alpha_gym", ANSWERS[1], extra_info=row["extra_info"], data=str(path))
     assert got["score"] == Verifier(small_synthetic).score(ANSWERS[1], brief=brief).reward
-    assert av.compute_score("alpha_gym", ANSWERS[1], extra_info={"brief_id": "x"}, data=str(path)) == got
+    assert got["brief"] > 0  # R13 read the brief (its priority is 0: the score is the same without it)
+    assert av.compute_score("alpha_gym", ANSWERS[1], extra_info={"brief_id": "x"}, data=str(path)) == {**got,
+                                                                                                     "brief": 0.0}

@@ -19,6 +19,7 @@ from alpha_gym.language.operators import OPERATORS
 from alpha_gym.scoring.channel_table import CHANNEL_TABLE, Channel, GroupMeasures
 from alpha_gym.scoring.config import VerifierConfig as _D  # every default below is a VerifierConfig field
 from alpha_gym.scoring.config import weighted_sum
+from alpha_gym.tasks.compliance import brief_compliance
 
 
 def cpcv_channel(cpcv_score: float, clip: float | None = None) -> float:
@@ -276,6 +277,24 @@ def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = _D.
     return bonus if (enabled and has_reasoning) else 0.0
 
 
+def brief_channel(brief, node: Node) -> float:
+    """R13 (priority 0, off by default): the share of the brief's checkable constraints the answer meets.
+
+        R13 = (constraints met) / (constraints checked)      in [0, 1]
+
+    The checks are the brief's own constraints and the extended ones (`alpha_gym.tasks.compliance`,
+    `brief_compliance(..., extended=True)`: the horizon band's top, what a mechanism or structure states beyond
+    its own constraints). 0 with no brief, and 0 for a brief with nothing to check (the fixed briefs): nothing
+    is paid for a check that was not made. Invalid answers get 0 (their penalty is in R1). Structural only, so
+    deterministic and cheap. Closes: one formula shipped to every brief (issue 39: 0 of 50 probe answers met
+    every constraint of its brief, the brief did not pay).
+    """
+    if brief is None:
+        return 0.0
+    got = brief_compliance(brief, node, extended=True)
+    return float(got["share"]) if got["n"] else 0.0
+
+
 def motif_guard_settle(raw: float, rest: float, priority: float) -> float:
     """R10's final value from its raw value (below 0: fired) and the rest of the reward (`motif_guard_value`)."""
     return motif_guard_value(raw < 0, rest, priority)
@@ -306,7 +325,7 @@ def _raw(channel: Channel, group: GroupMeasures, config) -> list[float]:
 
 
 def channel_values(group: GroupMeasures, config) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
-    """The channels of each answer of a group, R1..R12, and the notes of the channels that fired.
+    """The channels of each answer of a group, R1..R13, and the notes of the channels that fired.
 
     Each channel's function runs on the measures (`config`, the verifier's `VerifierConfig`, gives its
     fields); then the settling channels (R10) get their final value from the weighted rest of the reward,

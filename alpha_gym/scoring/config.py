@@ -21,9 +21,18 @@ PRIORITY = Range(1e-6, 1e3, or_zero=True)
 
 INVALID_REWARDS = ("below_valid", "reference")
 
+#: Named rewards: VerifierConfig changes on top of the defaults (the reference's reward, "reference"), one row
+#: each; `VerifierConfig.recipe(name)` builds one (a settings file or `--set` items give the same config:
+#: `--set verifier.priorities.brief=1` is the "brief" row). A recipe's priorities are merged into the defaults.
+REWARD_RECIPES: dict[str, dict[str, Any]] = {
+    "reference": {},
+    # R13 on (issue 39): the share of the brief's checkable constraints met, at the weight of R5 or R12
+    "brief": {"priorities": {"brief": 1.0}},
+}
+
 
 def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
-    """The scalar reward: sum over the 12 channels of priority x value, in CHANNELS order.
+    """The scalar reward: sum over the channels (R1..R13) of priority x value, in CHANNELS order.
 
     The one place the sum is taken, so the verifier, the loop, GRPO mode and every adapter agree bit for bit.
     """
@@ -146,6 +155,16 @@ class VerifierConfig:
     def reference(cls, **changes: Any) -> "VerifierConfig":
         """The reference system's exact invalid-answer values: R1 = -1.0 / -0.8 / -0.6, R1 unclipped."""
         return cls(invalid_rewards="reference", cpcv_clip=None, **changes)
+
+    @classmethod
+    def recipe(cls, name: str, **changes: Any) -> "VerifierConfig":
+        """The named reward `REWARD_RECIPES[name]`, then `changes` (priorities merged, not replaced).
+        Unknown names raise ConfigError naming the recipes."""
+        if name not in REWARD_RECIPES:
+            raise ConfigError(f"unknown reward recipe {name!r}; choose from {sorted(REWARD_RECIPES)}")
+        row = dict(REWARD_RECIPES[name])
+        prios = {**row.pop("priorities", {}), **changes.pop("priorities", {})}
+        return cls(**{**row, **changes, **({"priorities": prios} if prios else {})})
 
     def channel_minima(self) -> dict[str, float]:
         """The lowest value each channel can take for a VALID answer (each entry's `minimum` in the channel table).

@@ -28,7 +28,8 @@ itself holds (so briefs saved as JSONL get them too):
                   what a mechanism or structure says beyond "uses volume" or
                   "calls ts_std" (the variability OF volume RELATIVE TO its
                   level; a correlation of a price WITH volume; a smoothing
-                  applied to the final signal; ...)
+                  applied to the final signal; a short AND a long ts_std; a
+                  decay over moves, not levels; ...)
 
 Risk preferences about turnover, beta and regimes are not structural and stay
 unchecked. The default (`extended=False`) keeps the checks, names and shares
@@ -259,6 +260,21 @@ class WindowContrast(Constraint):
 
 
 @dataclass(frozen=True)
+class WindowSpread(Constraint):
+    """Two calls of `ops` whose windows differ by at least `factor` times ("short versus long realised
+    volatility" -> ops = ("ts_std",): `ts_std(returns, 5) / ts_std(returns, 63)` meets it, `ts_std(returns, 20) -
+    ts_std(returns, 21)` does not)."""
+
+    kind: ClassVar[str] = "window_spread"
+    ops: tuple[str, ...] = ()
+    factor: float = 2.0
+
+    def check(self, node: Node) -> bool:
+        ws = [n.window for n in walk(node) if isinstance(n, Op) and n.name in set(self.ops) and n.window is not None]
+        return len(ws) > 1 and max(ws) >= self.factor * min(ws)
+
+
+@dataclass(frozen=True)
 class MaxNodes(Constraint):
     """The formula has at most `max_nodes` expression nodes (fields, constants and operators)."""
 
@@ -367,7 +383,7 @@ class AnyOf(Constraint):
 
 CONSTRAINT_TYPES: dict[str, type[Constraint]] = {
     c.kind: c for c in (OpCount, UsesFields, DistinctFields, WindowInRange, MaxWindow, ForbidOpOnFields, Wraps,
-                        RootOp, WindowContrast, MaxNodes, OpOnFields, Compares, OuterOp, AnyOf)
+                        RootOp, WindowContrast, MaxNodes, OpOnFields, Compares, OuterOp, AnyOf, WindowSpread)
 }
 
 
@@ -420,7 +436,9 @@ EXTRA_CHECKS: dict[str, tuple[Constraint, ...]] = {
     "m_vol_change": (OpOnFields(description="a rolling standard deviation of a price field", ops=("ts_std",),
                                 fields=(PRICE_FIELDS,)),
                      OpCount(description="calls ts_std at least twice (a short and a long one)", ops=("ts_std",),
-                             lo=2)),
+                             lo=2),
+                     WindowSpread(description="a short and a long ts_std: windows at least 2x apart", ops=("ts_std",),
+                                  factor=2.0)),
     "m_close_in_range": (Compares(description="sets the close against the high-low range", ops=("div",),
                                   a_fields=("close",), b_ops=("sub",), b_fields=("high", "low")),),
     "m_vwap_gap": (Compares(description="sets the close against the vwap", a_fields=("close",),
@@ -443,6 +461,12 @@ EXTRA_CHECKS: dict[str, tuple[Constraint, ...]] = {
     "m_pv_divergence": (Compares(description="sets a price move against a volume move",
                                  ops=("sub", "div", "ts_corr", "ts_cov"), a_fields=PRICE_FIELDS,
                                  b_fields=("volume",)),),
+    "m_decayed": (AnyOf(description="a decayed average of moves: ts_decay_linear or ts_ema over returns, a delay "
+                                    "or a ts_delta",
+                        options=(OpOnFields(description="ts_decay_linear or ts_ema of returns",
+                                            ops=("ts_decay_linear", "ts_ema"), fields=(("returns",),)),
+                                 Wraps(description="ts_decay_linear or ts_ema over a delay or ts_delta",
+                                       outer=("ts_decay_linear", "ts_ema"), inner=("delay", "ts_delta")))),),
     "m_intraday": (Compares(description="sets the close against the open", a_fields=("close",),
                             b_fields=("open",)),),
     "st_sign": (OuterOp(description="sign is the outermost operation", ops=("sign",)),),
