@@ -32,17 +32,41 @@ def cmd_score(args) -> int:
     if (args.formula is None) == (args.answer is None):
         print("alpha-gym score: give a FORMULA or --answer TEXT (one of them)", file=sys.stderr)
         return 2
+    from alpha_gym.errors import InputError
+    from alpha_gym.tasks.sets import require_brief
+    try:
+        brief = require_brief(args.brief)
+    except InputError as err:
+        print(f"alpha-gym score: error: --brief: {err}", file=sys.stderr)
+        return 2
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
-    result = verifier.score(args.answer) if args.answer is not None else verifier.score_formula(args.formula)
+    result = (verifier.score(args.answer, brief=brief) if args.answer is not None
+              else verifier.score_formula(args.formula, brief=brief))
+    compliance = brief_report(brief, result)
     # the industry's tests, reported beside the score (never a reward; they trade the formula a second time)
     from alpha_gym.evaluation.alpha_tests import format_alpha_tests, score_alpha_tests
     tests = score_alpha_tests(verifier, result.formula) if result.valid else None
     if args.json:
-        print(json_dumps({**result.to_dict(), "alpha_tests": tests}, sort_keys=False))
+        print(json_dumps({**result.to_dict(), "alpha_tests": tests,
+                          **({} if compliance is None else {"brief": compliance})}, sort_keys=False))
     else:
-        print(format_score(result, verifier.config.priorities) + ("\n\n" + format_alpha_tests(tests) if tests else ""))
+        print(format_score(result, verifier.config.priorities, compliance)
+              + ("\n\n" + format_alpha_tests(tests) if tests else ""))
     return 0
+
+
+def brief_report(brief, result):
+    """What R13 checked of the brief (`alpha_gym.tasks.compliance`, extended checks): {"id", "share", "met_all",
+    "n", "checks"}; an invalid answer meets nothing (share 0, as R13 pays). None without a brief."""
+    if brief is None:
+        return None
+    from alpha_gym.tasks.compliance import brief_compliance
+    if not result.valid:
+        return {"id": brief.id, "share": 0.0, "met_all": False, "n": None, "checks": {}}
+    got = brief_compliance(brief, result.formula, extended=True)
+    return {"id": brief.id, "share": got["share"], "met_all": got["n"] > 0 and all(got["checks"].values()),
+            "n": got["n"], "checks": got["checks"]}
 
 
 def cmd_demo(args) -> int:
@@ -159,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("formula", nargs="?", help="a formula, e.g. 'rank(-ts_delta(close, 5))'")
     p.add_argument("--answer", help="a raw model answer holding <alpha>...</alpha>")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--brief", metavar="ID", help="score for this seeded or fixed brief (e.g. g0-0113, fixed-003): R13 "
+                                                 "reads it, and the report says which of its checks the answer meets")
     p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
                    help="R3's world model: a fitted model's folder, 'auto' (default: the model `alpha-gym stress "
                         "fit` registered for this panel) or 'none' (R3 off)")

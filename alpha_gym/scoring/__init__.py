@@ -1,4 +1,4 @@
-"""Scoring: the verifier that turns an answer into 12 reward channels and their weighted sum.
+"""Scoring: the verifier that turns an answer into 13 reward channels and their weighted sum.
 
     config     VerifierConfig: every threshold, channel constant and priority (`weighted_sum`)
     holdout_config  HoldoutConfig: how the holdout is scored, its shared rules copied from a VerifierConfig

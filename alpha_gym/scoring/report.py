@@ -9,13 +9,22 @@ def _fmt(x, spec=".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def format_score(score, priorities: Mapping[str, float]) -> str:
-    """Channels with priority and weighted contribution, the CPCV slices and the main diagnostics."""
+def format_score(score, priorities: Mapping[str, float], compliance: Mapping | None = None) -> str:
+    """Channels with priority and weighted contribution, the CPCV slices and the main diagnostics; with
+    `compliance` ({"id", "share", "met_all", "n", "checks"}: `alpha_gym.cli.brief_report`), the brief's checks."""
     d = score.diagnostics
     lines = [f"formula : {score.formula if score.formula is not None else '(none)'}",
              f"valid   : {'yes' if score.valid else 'NO'}  ({score.reason})",
              f"reward  : {score.reward:+.4f}",
              f"R3 model: {score.world_model}"]
+    if compliance is not None:
+        n = compliance["n"]
+        lines.append(f"brief   : {compliance['id']}  share {compliance['share']:.2f} of "
+                     f"{'its checks' if n is None else f'{n} checks'} met, all met: "
+                     f"{'yes' if compliance['met_all'] else 'no'}")
+        missed = [k for k, ok in compliance["checks"].items() if not ok]
+        if missed:
+            lines.append(f"          missed: {', '.join(missed)}")
     if score.valid:
         lines.append("")
         lines.append(f"  {'channel':<18}{'value':>9}{'priority':>10}{'weighted':>10}")

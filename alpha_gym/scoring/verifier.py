@@ -356,7 +356,7 @@ class Verifier:
 
     # -------------------------------------------------------------- channels
     def _channel_scores(self, evs: list[Evaluated], brief=None) -> list[Score]:
-        """The 12 channels of the tradable answers of one group (invalid ones are already scored): this measures
+        """The 13 channels of the tradable answers of one group (invalid ones are already scored): this measures
         each answer once, and the channel table (`channel_table.CHANNEL_TABLE`) turns measures into channels."""
         cfg = self.config
         group = self._measures(evs, brief)

@@ -1,0 +1,125 @@
+"""R13 `brief` (issue 39.1): the share of the brief's checkable constraints an answer meets, off by default, on in
+the `brief` reward recipe; with it on, every in-process path gives one reward, the default's plus R13."""
+
+from __future__ import annotations
+
+import pytest
+
+from alpha_gym.errors import ConfigError
+from alpha_gym.language import parse
+from alpha_gym.scoring.channels import brief_channel
+from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES, REWARD_RECIPES, VerifierConfig, weighted_sum
+from alpha_gym.scoring.verifier import Verifier
+from alpha_gym.tasks.compliance import EXTRA_CHECKS, brief_compliance
+from alpha_gym.tasks.sets import brief_by_id, brief_set
+
+#: The third answer meets all 10 checks of BRIEF (the first probe brief: the variability of volume relative to its
+#: level, roughly 63-day windows, high and low, the sign of a time-series relationship, no long price sums, short).
+ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
+           "<alpha>sign(ts_std(volume, 63) / ts_mean(volume, 63) - ts_std(high - low, 63))</alpha>",
+           "<alpha>rank(close -)</alpha>", "no tag"]
+BRIEF = brief_set("probe")[0]
+
+
+def test_the_channel_is_the_extended_share_and_zero_without_anything_to_check():
+    node = parse("sign(ts_std(volume, 63) / ts_mean(volume, 63) - ts_std(high - low, 63))")
+    assert brief_channel(BRIEF, node) == 1.0
+    assert brief_channel(None, node) == 0.0
+    assert brief_channel(brief_set("fixed")[0], node) == 0.0  # no constraints: nothing checked, nothing paid
+    for brief in brief_set("probe")[:10]:
+        want = brief_compliance(brief, node, extended=True)
+        assert want["n"] > 0 and brief_channel(brief, node) == want["share"]
+    shares = {brief_channel(b, parse(a.removeprefix("<alpha>").removesuffix("</alpha>")))
+              for b in brief_set("probe") for a in ANSWERS[:3]}
+    assert min(shares) < 0.5 < max(shares) <= 1.0 and min(shares) >= 0.0  # it can fail and it can pay in full
+
+
+def test_the_new_extended_checks_can_fail():
+    spread = EXTRA_CHECKS["m_vol_change"][-1]  # a short AND a long ts_std
+    assert spread.check(parse("ts_std(returns, 5) / ts_std(returns, 63)"))
+    assert not spread.check(parse("ts_std(returns, 20) - ts_std(returns, 21)"))    # two windows, not 2x apart
+    assert not spread.check(parse("ts_std(returns, 5) / ts_mean(returns, 63)"))    # one ts_std only
+    decayed = EXTRA_CHECKS["m_decayed"][0]      # a decayed average of moves, not of levels
+    assert decayed.check(parse("ts_decay_linear(returns, 10)"))
+    assert decayed.check(parse("ts_ema(ts_delta(close, 1), 5)"))
+    assert not decayed.check(parse("ts_decay_linear(close, 10)"))
+    assert not decayed.check(parse("ts_ema(volume, 5) - delay(close, 1)"))        # the move is outside the decay
+    train = brief_set("train")
+    vol = next(b for b in train if b.parts["mechanism"]["id"] == "m_vol_change")
+    got = brief_compliance(vol, "ts_std(returns, 20) / ts_std(returns, 21)", extended=True)
+    assert not all(got["checks"].values()) and got["n"] > len(vol.constraints)
+
+
+def test_the_recipe_turns_the_channel_on_over_the_default_priorities():
+    assert DEFAULT_PRIORITIES["brief"] == 0.0 and CHANNELS[-1] == "brief"
+    assert VerifierConfig.recipe("reference") == VerifierConfig()
+    on = VerifierConfig.recipe("brief")
+    assert on.priorities == {**DEFAULT_PRIORITIES, "brief": 1.0} and REWARD_RECIPES["brief"] == {
+        "priorities": {"brief": 1.0}}
+    assert on == VerifierConfig.reference().recipe("brief")  # a recipe starts from the defaults, not from `self`
+    changed = VerifierConfig.recipe("brief", priorities={"cpcv": 1.0}, turnover_cap=0.4)
+    assert changed.priorities == {**DEFAULT_PRIORITIES, "brief": 1.0, "cpcv": 1.0} and changed.turnover_cap == 0.4
+    with pytest.raises(ConfigError, match=r"unknown reward recipe 'brif'; choose from \['brief', 'reference'\]"):
+        VerifierConfig.recipe("brif")
+    # the settings file says the same: --set verifier.priorities.brief=1
+    from alpha_gym.settings import load
+    assert load(None, ("verifier.priorities.brief=1",)).verifier == on
+
+
+def test_invalid_answers_get_zero_and_the_bound_and_penalties_stay(small_synthetic):
+    on, off = VerifierConfig.recipe("brief"), VerifierConfig()
+    assert on.valid_reward_bound() == off.valid_reward_bound()
+    assert [on.invalid_reward(k) for k in ("missing_tag", "unparseable", "invalid_book")] == \
+        [off.invalid_reward(k) for k in ("missing_tag", "unparseable", "invalid_book")]
+    scores = Verifier(small_synthetic, on).score_group(ANSWERS, brief=BRIEF).scores
+    assert [s.valid for s in scores] == [True, True, True, False, False]
+    assert [s.channels["brief"] for s in scores[3:]] == [0.0, 0.0]
+    assert min(s.reward for s in scores[:3]) > max(s.reward for s in scores[3:])
+
+
+def test_every_in_process_path_gives_the_default_reward_plus_the_brief_channel(small_synthetic):
+    """score_group, the scoring pool, the Gym env, the TRL reward functions and the native loop's scoring, with
+    the `brief` recipe: one reward, exactly the default reward + 1.0 x R13 (R13 is the last term of the sum)."""
+    from alpha_gym import pool
+    from alpha_gym.env import AlphaFormulaEnv
+    on = VerifierConfig.recipe("brief")
+    default = Verifier(small_synthetic).score_group(ANSWERS, brief=BRIEF)
+    want = Verifier(small_synthetic, on).score_group(ANSWERS, brief=BRIEF)
+    assert [s.channels["brief"] for s in want.scores] == [s.channels["brief"] for s in default.scores]
+    assert [s.channels["brief"] > 0 for s in want.scores[:3]] == [True] * 3
+    assert [w.reward for w in want.scores] == [d.reward + d.channels["brief"] for d in default.scores]
+    assert [w.reward for w in want.scores] == [weighted_sum(w.channels, on.priorities) for w in want.scores]
+    assert want.rewards.tolist() != default.rewards.tolist()
+    assert pool.score_group(Verifier(small_synthetic, on), ANSWERS, BRIEF).rewards.tolist() == want.rewards.tolist()
+    assert Verifier(small_synthetic, on).score_group(ANSWERS).rewards.tolist() == \
+        Verifier(small_synthetic).score_group(ANSWERS).rewards.tolist()  # without a brief R13 is 0: no change
+    env = AlphaFormulaEnv(panel=small_synthetic, config=on, briefs=[BRIEF], archive="frozen")
+    for answer in ANSWERS:
+        env.reset(seed=0)
+        _, reward, _, _, info = env.step(answer)
+        single = Verifier(small_synthetic, on).score(answer, brief=BRIEF)
+        assert reward == single.reward and info["channels"] == single.channels
+
+
+def test_the_trl_reward_functions_and_the_loop_score_with_the_brief_channel_on(small_synthetic):
+    pytest.importorskip("torch")
+    on = VerifierConfig.recipe("brief")
+    want = Verifier(small_synthetic, on).score_group(ANSWERS, brief=BRIEF)
+    from trainers import loop
+    briefs, prompts = [BRIEF, brief_by_id("fixed-000")], ["p0", "p1"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "sample_groups", lambda policy, tok, ps, config, eos, **kw: [(None, None, ANSWERS)] * len(ps))
+        timing = {"generation": 0.0, "scoring": 0.0}
+        _, scores = loop._sample_and_score(None, None, Verifier(small_synthetic, on), briefs, prompts,
+                                           loop.TrainConfig(), None, timing)
+    assert scores[0].rewards.tolist() == want.rewards.tolist()
+    assert [s.channels["brief"] for s in scores[1].scores] == [0.0] * len(ANSWERS)  # a fixed brief: nothing checked
+    pytest.importorskip("trl")
+    from trainers.trl_adapter import GroupScorer, reward_funcs, reward_weights
+    v = Verifier(small_synthetic, on)
+    assert reward_weights(v) == [on.priorities[c] for c in CHANNELS] and reward_weights(v)[-1] == 1.0
+    got = GroupScorer(v, group_size=len(ANSWERS), briefs=[BRIEF]).scores(ANSWERS, brief_ids=[BRIEF.id] * len(ANSWERS))
+    assert [s.reward for s in got] == want.rewards.tolist()
+    columns = [f(prompts=[""] * len(ANSWERS), completions=ANSWERS, brief_id=[BRIEF.id] * len(ANSWERS))
+               for f in reward_funcs(Verifier(small_synthetic, on), group_size=len(ANSWERS), briefs=[BRIEF])]
+    assert [weighted_sum(dict(zip(CHANNELS, row)), on.priorities) for row in zip(*columns)] == want.rewards.tolist()
