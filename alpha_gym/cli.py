@@ -57,16 +57,13 @@ def cmd_score(args) -> int:
 
 
 def brief_report(brief, result):
-    """What R13 checked of the brief (`alpha_gym.tasks.compliance`, extended checks): {"id", "share", "met_all",
-    "n", "checks"}; an invalid answer meets nothing (share 0, as R13 pays). None without a brief."""
-    if brief is None:
+    """What R13 checked of the brief (`alpha_gym.tasks.compliance.compliance_record`, extended checks): {"id",
+    "share", "met_all", "n", "checks"}; an invalid answer meets nothing (share 0, as R13 pays). None without one."""
+    from alpha_gym.tasks.compliance import check_compliance, compliance_record
+    record = compliance_record(brief, result.formula, result.valid)
+    if record is None:
         return None
-    from alpha_gym.tasks.compliance import brief_compliance
-    if not result.valid:
-        return {"id": brief.id, "share": 0.0, "met_all": False, "n": None, "checks": {}}
-    got = brief_compliance(brief, result.formula, extended=True)
-    return {"id": brief.id, "share": got["share"], "met_all": got["n"] > 0 and all(got["checks"].values()),
-            "n": got["n"], "checks": got["checks"]}
+    return {**record, "checks": check_compliance(brief, result.formula, extended=True) if result.valid else {}}
 
 
 def cmd_demo(args) -> int:

@@ -105,13 +105,12 @@ def test_the_trl_reward_functions_and_the_loop_score_with_the_brief_channel_on(s
     pytest.importorskip("torch")
     on = VerifierConfig.recipe("brief")
     want = Verifier(small_synthetic, on).score_group(ANSWERS, brief=BRIEF)
+    from types import SimpleNamespace
+
     from trainers import loop
-    briefs, prompts = [BRIEF, brief_by_id("fixed-000")], ["p0", "p1"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "sample_groups", lambda policy, tok, ps, config, eos, **kw: [(None, None, ANSWERS)] * len(ps))
-        timing = {"generation": 0.0, "scoring": 0.0}
-        _, scores = loop._sample_and_score(None, None, Verifier(small_synthetic, on), briefs, prompts,
-                                           loop.TrainConfig(), None, timing)
+    briefs = [BRIEF, brief_by_id("fixed-000")]
+    groups = [SimpleNamespace(texts=ANSWERS)] * 2  # the loop's scoring step reads each group's texts
+    scores = loop._score(Verifier(small_synthetic, on), groups, briefs, {"scoring": 0.0})
     assert scores[0].rewards.tolist() == want.rewards.tolist()
     assert [s.channels["brief"] for s in scores[1].scores] == [0.0] * len(ANSWERS)  # a fixed brief: nothing checked
     pytest.importorskip("trl")
@@ -120,6 +119,54 @@ def test_the_trl_reward_functions_and_the_loop_score_with_the_brief_channel_on(s
     assert reward_weights(v) == [on.priorities[c] for c in CHANNELS] and reward_weights(v)[-1] == 1.0
     got = GroupScorer(v, group_size=len(ANSWERS), briefs=[BRIEF]).scores(ANSWERS, brief_ids=[BRIEF.id] * len(ANSWERS))
     assert [s.reward for s in got] == want.rewards.tolist()
-    columns = [f(prompts=[""] * len(ANSWERS), completions=ANSWERS, brief_id=[BRIEF.id] * len(ANSWERS))
+    columns = [f(prompts=["p0"] * len(ANSWERS), completions=ANSWERS, brief_id=[BRIEF.id] * len(ANSWERS))
                for f in reward_funcs(Verifier(small_synthetic, on), group_size=len(ANSWERS), briefs=[BRIEF])]
     assert [weighted_sum(dict(zip(CHANNELS, row)), on.priorities) for row in zip(*columns)] == want.rewards.tolist()
+
+
+# ------------------------------------------------------------------------------------------ reports
+def test_the_holdout_report_carries_compliance_only_where_answers_had_briefs(small_synthetic):
+    from alpha_gym.errors import InputError
+    from alpha_gym.evaluation.holdout import evaluate_holdout
+    from alpha_gym.tasks.compliance import compliance_record
+    train, hold = small_synthetic.head(300), small_synthetic.window(start=small_synthetic.dates[300])
+    formulas = [a.removeprefix("<alpha>").removesuffix("</alpha>") for a in ANSWERS[:4]] + [None]
+    plain = evaluate_holdout(formulas, train, hold, alpha_tests=False)
+    assert "brief_share" not in plain.summary() and all("brief" not in a for a in plain.to_dict()["answers"])
+    briefs = [BRIEF, BRIEF, BRIEF, BRIEF, None]
+    report = evaluate_holdout(formulas, train, hold, alpha_tests=False, briefs=briefs)
+    got = [a.brief for a in report.answers]
+    assert got[4] is None and got[3] == {"id": BRIEF.id, "share": 0.0, "met_all": False, "n": 10}  # unparseable
+    assert got[2] == {"id": BRIEF.id, "share": 1.0, "met_all": True, "n": 10}
+    assert [g["share"] for g in got[:3]] == [compliance_record(BRIEF, f)["share"] for f in formulas[:3]]
+    s = report.summary()
+    assert s["n_briefs"] == 4 and s["brief_met_all"] == 1
+    assert s["brief_share"] == pytest.approx(sum(g["share"] for g in got[:4]) / 4)
+    assert {k: v for k, v in s.items() if not k.startswith(("brief", "n_briefs"))} == plain.summary()
+    with pytest.raises(InputError, match="4 briefs for 5 formulas"):
+        evaluate_holdout(formulas, train, hold, alpha_tests=False, briefs=briefs[:4])
+
+
+def test_holdout_formulas_and_score_report_compliance(tmp_path, small_synthetic, write_market_csv, capsys):
+    import json
+
+    from alpha_gym.cli import main
+    p = small_synthetic
+    data = write_market_csv(p, tmp_path / "m.csv.gz")
+    rows = tmp_path / "answers.jsonl"  # as kept probe answers: a brief id beside each formula
+    rows.write_text("\n".join(json.dumps({"brief_id": BRIEF.id, "formula": a.removeprefix("<alpha>").removesuffix(
+        "</alpha>")}) for a in ANSWERS[:3]) + "\n")
+    capsys.readouterr()
+    assert main(["holdout-formulas", "--data", str(data), "--holdout-start", str(p.dates[300]), "--formulas",
+                 str(rows), "--no-baselines", "--no-train"]) == 0
+    assert "brief compliance: mean share" in capsys.readouterr().out
+    formula = ANSWERS[2].removeprefix("<alpha>").removesuffix("</alpha>")
+    assert main(["score", formula, "--data", str(data), "--brief", BRIEF.id, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["brief"]["share"] == 1.0 and out["brief"]["met_all"] and out["channels"]["brief"] == 1.0
+    assert main(["score", "rank(-ts_delta(close, 5))", "--data", str(data), "--brief", BRIEF.id]) == 0
+    text = capsys.readouterr().out
+    assert f"brief   : {BRIEF.id}  share" in text and "all met: no" in text and "missed: mechanism" in text
+    assert main(["score", "rank(close -)", "--data", str(data), "--brief", BRIEF.id]) == 0
+    assert "share 0.00 of 10 checks met, all met: no (an invalid answer meets none)" in capsys.readouterr().out
+    assert main(["score", "rank(close)", "--data", str(data), "--brief", "nope"]) == 2

@@ -22,6 +22,7 @@ from alpha_gym.language.sample import random_formula
 from alpha_gym.scoring import channels as ch
 from alpha_gym.scoring.archive import Archive, ArchiveError
 from alpha_gym.scoring.config import ConfigError, weighted_sum
+from alpha_gym.tasks.sets import brief_by_id
 
 NOTHING = "scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))"
 INVALID = ["no tag at all", "<alpha>rank(close -)</alpha>", "<alpha>ts_mean(delay(close, 200), 100)</alpha>",
@@ -138,9 +139,9 @@ def test_env_step_equals_a_group_of_one(small_synthetic):
     env = AlphaFormulaEnv(panel=small_synthetic, archive="frozen")
     reference = Verifier(small_synthetic)
     for answer in INVALID[:4] + _random_answers(8, seed=5):
-        env.reset(seed=0)
+        _, start = env.reset(seed=0)
         _, reward, _, _, info = env.step(answer)
-        direct = reference.score_group([answer]).scores[0]
+        direct = reference.score_group([answer], brief=brief_by_id(start["brief_id"])).scores[0]
         assert reward == direct.reward and info["channels"] == direct.channels
 
 
@@ -331,7 +332,6 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
     """A settings file (or its --set items) through the env, the shared verifier and batch scoring: one reward."""
     from alpha_gym.batch.runner import score_batch
     from alpha_gym.pool import shared_verifier
-    from alpha_gym.tasks.sets import brief_by_id
     toml, sets, config = changed_settings
     answers = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>"]
     direct, default = Verifier(small_synthetic, config), Verifier(small_synthetic)

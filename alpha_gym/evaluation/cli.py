@@ -78,6 +78,18 @@ def read_formulas(path) -> list[str | None]:
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+def read_briefs(path) -> list | None:
+    """The brief of each formula `read_formulas(path)` returns: a JSONL row's "brief_id" where it names a seeded or
+    fixed brief (kept probe answers carry one), else None; None for the whole file when no row names one."""
+    from alpha_gym.tasks.sets import brief_by_id
+    path = Path(path)
+    if path.suffix not in (".jsonl", ".json"):
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    briefs = [brief_by_id(row.get("brief_id")) if isinstance(row, dict) else None for row in rows]
+    return briefs if any(b is not None for b in briefs) else None
+
+
 def _day_before(date: str) -> str:
     import numpy as np
     return str(np.datetime64(date, "D") - np.timedelta64(1, "D"))
@@ -144,6 +156,7 @@ def cmd_holdout_formulas(args) -> int:
     holdout = full.window(start=args.holdout_start, end=args.holdout_end)
     del full
     formulas = read_formulas(args.formulas)
+    briefs = read_briefs(args.formulas)
     verifier = None
     if not args.no_train:
         from alpha_gym.scoring.verifier import Verifier
@@ -155,7 +168,7 @@ def cmd_holdout_formulas(args) -> int:
         named["answers_trained_on"] = answers_universe(args.formulas)[1] or "all tickers"
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
                               train_verifier=verifier, label=args.label or Path(args.formulas).stem,
-                              baselines=not args.no_baselines)
+                              baselines=not args.no_baselines, briefs=briefs)
     report = replace(report, universe=named)
     if args.out:
         path = report.save(args.out)
@@ -188,6 +201,9 @@ def _print_report(report) -> None:
     interval = f" [{s['mean_score_lo']:+.3f}, {s['mean_score_hi']:+.3f}]" if s["mean_score_lo"] is not None else ""
     print(f"mean score {mean}{interval}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
           f"families {s['n_families']}")
+    if "brief_share" in s:  # the answers' briefs (extended checks, what R13 pays; an invalid answer meets none)
+        print(f"brief compliance: mean share {s['brief_share']:.2f}  every check met {s['brief_met_all']}/"
+              f"{s['n_briefs']}")
     down = f"{b.down_day_return:+.2%}" if b.down_day_return is not None else "n/a"
     print(f"equal-weight book: return {b.total_return:+.1%}  Sharpe {b.sharpe:+.2f}  beta {b.beta:+.2f}  "
           f"corr {b.market_correlation:+.2f}  max DD {b.max_drawdown:.1%}  "
@@ -230,7 +246,7 @@ def cmd_holdout(args) -> int:
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
                               train_verifier=Verifier(train, settings.verifier), label=label,
-                              baselines=not args.no_baselines)
+                              baselines=not args.no_baselines, briefs=briefs)
     report = replace(report, universe=universe_record(universe, holdout, args.data))
     if args.out:
         print(f"wrote {report.save(args.out, name=f'holdout-{label}.json' if args.name_by_label else 'holdout.json')}",

@@ -136,6 +136,7 @@ class FormulaHoldout:
     train_cpcv: float | None = None      # the same formula on the training window (None if not scored)
     train_turnover: float | None = None
     alpha_tests: dict | None = None      # `alpha_tests.alpha_tests` of the holdout book (a diagnostic)
+    brief: dict | None = None            # `compliance_record` of its brief's checks (None: scored without a brief)
     net: np.ndarray | None = field(default=None, repr=False)
     weights: np.ndarray | None = field(default=None, repr=False)  # on the context + holdout days
 
@@ -148,7 +149,8 @@ class FormulaHoldout:
                 **{k: finite_or_none(getattr(self, k)) for k in numbers[2:]},
                 "form": self.form, "n_days": self.n_days,
                 "train_cpcv": finite_or_none(self.train_cpcv), "train_turnover": finite_or_none(self.train_turnover),
-                **({} if self.alpha_tests is None else {"alpha_tests": jsonable(self.alpha_tests)})}
+                **({} if self.alpha_tests is None else {"alpha_tests": jsonable(self.alpha_tests)}),
+                **({} if self.brief is None else {"brief": dict(self.brief)})}
 
 
 @dataclass(frozen=True)
@@ -365,6 +367,8 @@ class HoldoutReport:
         valid = self.valid
         scores = [a.score for a in valid]
         interval = mean_interval(scores)
+        from alpha_gym.tasks.compliance import compliance_summary
+        briefs = compliance_summary(a.brief for a in self.answers)   # only where answers had briefs
         return {"n_answers": len(self.answers), "n_valid": len(valid),
                 "mean_score": float(np.mean(scores)) if scores else None,
                 "mean_score_lo": interval[0] if interval else None,
@@ -372,7 +376,8 @@ class HoldoutReport:
                 "n_positive": int(sum(s > 0 for s in scores)),
                 "n_families": len({a.form for a in valid}),
                 "mean_train_cpcv": (float(np.mean([a.train_cpcv for a in valid if a.train_cpcv is not None]))
-                                    if any(a.train_cpcv is not None for a in valid) else None)}
+                                    if any(a.train_cpcv is not None for a in valid) else None),
+                **(briefs or {})}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -422,7 +427,7 @@ def load_holdout(path) -> dict[str, Any]:
 def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout_panel: Panel,
                      costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig | None = None,
                      train_verifier=None, label: str = "", step: int | None = None,
-                     baselines: bool = False, alpha_tests: bool = True) -> HoldoutReport:
+                     baselines: bool = False, alpha_tests: bool = True, briefs=None) -> HoldoutReport:
     """Score every formula on the holdout and build the equal-weight book of the valid ones.
 
     `formulas`: formula texts or raw answers (None for a missing answer: invalid).
@@ -433,7 +438,16 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     (`HoldoutConfig.from_verifier`), or the defaults without one. `baselines`: also score the
     model-free baselines of `alpha_gym.evaluation.baselines` on the same window and costs. `alpha_tests`:
     each valid answer's industry tests (`HoldoutEvaluator.alpha_tests`; the sub-universe test scores it again).
+    `briefs`: the brief of each formula (a `Brief` or None each, as many as formulas): each answer then carries
+    its compliance (`compliance_record`, extended checks; an answer invalid on the holdout meets none) and the
+    summary the share met and how many met every check. Without briefs the report is as before, key for key.
     """
+    from alpha_gym.tasks.compliance import compliance_record
+    formulas = list(formulas)
+    if briefs is not None:
+        briefs = list(briefs)
+        if len(briefs) != len(formulas):
+            raise InputError(f"{len(briefs)} briefs for {len(formulas)} formulas: give one brief (or None) each")
     if config is None:
         config = HoldoutConfig.from_verifier(train_verifier.config) if train_verifier is not None else HoldoutConfig()
     ev = HoldoutEvaluator(train_panel, holdout_panel, costs, config)
@@ -443,8 +457,10 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     results = []
     total = np.zeros((ev.panel.n_days, ev.panel.n_stocks))
     n_members = 0
-    for f in formulas:
+    for k, f in enumerate(formulas):
         r = ev.score(f, cache)
+        if briefs is not None and briefs[k] is not None:
+            r = replace(r, brief=compliance_record(briefs[k], r.formula, r.valid))
         train_net = None
         if train_verifier is not None and r.form is not None:   # parsed: score it on the training window too
             tr = train_verifier.trade(r.formula)

@@ -19,9 +19,9 @@ def format_score(score, priorities: Mapping[str, float], compliance: Mapping | N
              f"R3 model: {score.world_model}"]
     if compliance is not None:
         n = compliance["n"]
-        lines.append(f"brief   : {compliance['id']}  share {compliance['share']:.2f} of "
-                     f"{'its checks' if n is None else f'{n} checks'} met, all met: "
-                     f"{'yes' if compliance['met_all'] else 'no'}")
+        lines.append(f"brief   : {compliance['id']}  share {compliance['share']:.2f} of {n} checks met, all met: "
+                     f"{'yes' if compliance['met_all'] else 'no'}" + ("" if compliance["checks"] or not n
+                                                                     else " (an invalid answer meets none)"))
         missed = [k for k, ok in compliance["checks"].items() if not ok]
         if missed:
             lines.append(f"          missed: {', '.join(missed)}")

@@ -531,3 +531,27 @@ def brief_compliance(brief, node_or_formula, extended: bool = False) -> dict[str
     """The verifier's `brief_compliance` diagnostic: {"checks": {name: bool}, "share": float, "n": int}."""
     checks = check_compliance(brief, node_or_formula, extended)
     return {"checks": checks, "share": compliance_share(checks), "n": len(checks)}
+
+
+def compliance_record(brief, node_or_formula, valid: bool = True) -> dict[str, Any] | None:
+    """One answer's compliance as reports show it: {"id", "share", "met_all", "n"} over the extended checks (what R13
+    pays). An invalid answer (`valid` False, or no formula) meets nothing: share 0, as R13 pays it. None without a
+    brief; a brief with nothing to check has n = 0 and met_all False (nothing was asked that it could meet)."""
+    if brief is None:
+        return None
+    if not valid or node_or_formula is None:
+        n = len(extended_constraints(brief))
+        return {"id": brief.id, "share": 0.0, "met_all": False, "n": n}
+    got = brief_compliance(brief, node_or_formula, extended=True)
+    return {"id": brief.id, "share": got["share"] if got["n"] else 0.0,
+            "met_all": bool(got["n"]) and all(got["checks"].values()), "n": got["n"]}
+
+
+def compliance_summary(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """Over the answers that had a brief: {"brief_share": mean share, "brief_met_all": how many met every check,
+    "n_briefs": how many had a brief}; None when none had one."""
+    got = [r for r in records if r is not None]
+    if not got:
+        return None
+    return {"brief_share": float(sum(r["share"] for r in got) / len(got)),
+            "brief_met_all": int(sum(bool(r["met_all"]) for r in got)), "n_briefs": len(got)}
