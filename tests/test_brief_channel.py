@@ -170,3 +170,30 @@ def test_holdout_formulas_and_score_report_compliance(tmp_path, small_synthetic,
     assert main(["score", "rank(close -)", "--data", str(data), "--brief", BRIEF.id]) == 0
     assert "share 0.00 of 10 checks met, all met: no (an invalid answer meets none)" in capsys.readouterr().out
     assert main(["score", "rank(close)", "--data", str(data), "--brief", "nope"]) == 2
+
+
+def test_the_comparison_table_says_each_rungs_compliance(tmp_path):
+    """On the kept long runs (benchmarks/results/compare-long): step 0's probe answers meet every check of 0 of
+    their 50 briefs, 0.41 of the checks on average (invalid answers meeting none); the table gets a section."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from alpha_gym.evaluation.kept import read_rows
+    from trainers.compare.report import brief_compliance_of, write_table
+    kept = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "compare-long" / "step-0.jsonl"
+    step0 = brief_compliance_of(read_rows(kept))
+    assert step0["n_briefs"] == 50 and step0["brief_met_all"] == 0 and step0["brief_share"] == pytest.approx(0.412, abs=5e-4)
+    rows = [{"brief_id": BRIEF.id, "formula": a.removeprefix("<alpha>").removesuffix("</alpha>"), "train_valid": ok}
+            for a, ok in zip(ANSWERS[:3], (True, True, False))]
+    assert brief_compliance_of(rows)["brief_met_all"] == 0          # the third meets every check but was refused
+    assert brief_compliance_of([{**rows[2], "train_valid": True}])["brief_met_all"] == 1
+    assert brief_compliance_of([{"brief_id": "x", "formula": "rank(close)", "train_valid": True}]) is None
+    keys = dict(seeds=[42], valid=3.0, score=0.1, lo=0.0, hi=0.2, families=1.0, effective_bets=1.0, mean_abs_corr=0.5,
+                book_sharpe=0.1, book_beta=0.1, book_market_corr=0.1, book_max_drawdown=-0.1, book_down_day=0.0)
+    report = {"seeds": [42], "briefs": 3, "rows": {"cispo": {"label": "cispo", **keys, **{
+        k: v for k, v in brief_compliance_of(rows).items() if k != "n_briefs"}}}}
+    text = write_table(report, "smoke", tmp_path)
+    share = brief_compliance_of(rows)["brief_share"]
+    assert "| rung | brief share | every check met |" in text and f"| cispo | {share:.2f} | 0.0 |" in text
+    report["rows"]["cispo"].update(brief_share=None, brief_met_all=None)
+    assert "brief share" not in write_table(report, "smoke", tmp_path)

@@ -34,6 +34,15 @@ def rescore(rows, train, holdout):
     return scores, nets, families, report.book, shares
 
 
+def brief_compliance_of(rows) -> dict | None:
+    """The answers' compliance with their briefs (`compliance_summary`: mean share of the extended checks met,
+    how many met every check); an answer the train verifier refused meets none, as R13 pays it."""
+    from alpha_gym.tasks.compliance import compliance_record, compliance_summary
+    from alpha_gym.tasks.sets import brief_by_id
+    return compliance_summary(compliance_record(brief_by_id(r.get("brief_id")), r.get("formula"),
+                                                bool(r.get("train_valid"))) for r in rows)
+
+
 def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | None:
     """Each seed's own book (results/seed-S/NAME.book.json, `runner.keep_run_book`) re-scored on the
     pseudo-holdout: members, effective bets (train window) and the members' mean pseudo-holdout score,
@@ -78,9 +87,11 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
     def summarise(label, per_seed):
         """per_seed: {seed: answer rows in brief order}."""
         tables, valid, families, corrs, bets, books, tests, extra = [], [], [], [], [], [], [], {}
+        complies = []
         for seed, rs in per_seed.items():
             if [r["brief_id"] for r in rs] != briefs:
                 raise CompareError(f"{label} seed {seed}: the answers are not for the same probe briefs as step 0")
+            complies.append(brief_compliance_of(rs))
             scores, nets, fams, book, shares = rescore(rs, train, holdout)
             tests.append(shares)
             tables.append(scores)
@@ -103,7 +114,9 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
                 "book_max_drawdown": avg([b.max_drawdown for b in books]),
                 "book_down_day": avg([b.down_day_return for b in books]),
                 "book_sharpe": avg([b.sharpe for b in books]),
-                "alpha_tests_pass": {k: avg([s[k] for s in tests]) for k in tests[0]} if tests else {}, **extra}
+                "alpha_tests_pass": {k: avg([s[k] for s in tests]) for k in tests[0]} if tests else {},
+                "brief_share": avg([c["brief_share"] for c in complies if c]),
+                "brief_met_all": avg([c["brief_met_all"] for c in complies if c]), **extra}
 
     if step0 is not None:
         rows["step-0"] = summarise("step 0", {s: step0 for s in (seeds or [0])})
@@ -208,6 +221,13 @@ def write_table(report, scale_name, out: Path) -> str:
                      f"{_fmt(r['book_market_corr'], '+.2f')} | {_fmt(r['book_max_drawdown'], '.1%')} | "
                      f"{_fmt(r['book_down_day'], '+.2%')} |")
     lines += ["", "`*`: the paired interval excludes 0 (outside the noise of briefs and seeds)."]
+    if any(r.get("brief_share") is not None for r in report["rows"].values()):
+        lines += ["", "Brief compliance: each answer against its probe brief's checks (`alpha_gym/tasks/compliance.py`, "
+                      "extended: what R13 `brief` pays), an answer the train verifier refused meeting none; mean "
+                      f"over seeds of the share of checks met and of the answers meeting every check (of "
+                      f"{report['briefs']}).", "", "| rung | brief share | every check met |", "|---|---:|---:|"]
+        lines += [f"| {r['label']} | {_fmt(r.get('brief_share'), '.2f')} | {_fmt(r.get('brief_met_all'), '.1f')} |"
+                  for r in report["rows"].values() if r.get("brief_share") is not None]
     changed = [(n, r["vs_previous"]["rung"]) for n, r in report["rows"].items() if n in PAIRED_WITH and
                r.get("vs_previous")]
     if changed:
