@@ -35,10 +35,12 @@ def test_environment_episode_equals_the_verifier(direct):
     first = env.reset(seed=3)
     assert isinstance(first, AlphaObservation) and not first.done and "<alpha>" in first.prompt
     assert env.reset(seed=3).brief_id == first.brief_id  # seeded
+    from alpha_gym.tasks.sets import brief_by_id
+    brief = brief_by_id(first.brief_id)  # the episode's brief goes to the scoring (R13 reads it)
     for answer in ANSWERS:
         env.reset(seed=3)
         obs = env.step(AlphaAction(answer=answer))
-        want = direct.score(answer)
+        want = direct.score(answer, brief=brief)
         assert obs.done and obs.reward == want.reward and obs.valid == want.valid and obs.channels == want.channels
         assert env.state.step_count == 1
     with pytest.raises(RuntimeError, match="over"):
@@ -58,8 +60,10 @@ def test_sessions_keep_their_episode_across_reset_and_step(server, direct):
     sb = b.step(ANSWERS[2])  # interleaved: each session steps its own episode
     sa = a.step(GOOD)
     assert sa.observation.brief_id == ra.observation.brief_id and sa.done
-    assert sa.reward == direct.score(GOOD).reward and sa.observation.channels == direct.score(GOOD).channels
-    assert sb.reward == direct.score(ANSWERS[2]).reward and sb.observation.valid is False
+    from alpha_gym.tasks.sets import brief_by_id
+    want = direct.score(GOOD, brief=brief_by_id(ra.observation.brief_id))  # each episode's brief reaches R13
+    assert sa.reward == want.reward and sa.observation.channels == want.channels
+    assert sb.reward == direct.score(ANSWERS[2], brief=brief_by_id("g0-0008")).reward and sb.observation.valid is False
     assert a.state()["step_count"] == 1
     with pytest.raises(ServiceError) as err:
         a.step(GOOD)
@@ -206,11 +210,12 @@ def test_parallel_steps_on_one_environment_score_one_answer():
 def test_a_lone_surrogate_is_scored_as_the_scoring_service_scores_it(server, direct):
     """Issue 41.8: a lone surrogate in an answer was an HTTP 500 (pydantic refuses the text, then fails to
     serialise its own error); `serve` scores it. Now the reward and channels equal the direct call's."""
+    from alpha_gym.tasks.sets import brief_by_id
     for answer in ("\ud800", GOOD + " \udc80", "<alpha>rank(close\ud800)</alpha>"):
         with AlphaEnvClient(server) as client:
-            client.reset(seed=0)
+            brief = brief_by_id(client.reset(seed=0).observation.brief_id)
             result = client.step(answer)
-            want = direct.score(answer)
+            want = direct.score(answer, brief=brief)
             assert result.reward == want.reward and result.observation.channels == want.channels
     with AlphaEnvClient(server) as client:
         client.reset(seed=0)

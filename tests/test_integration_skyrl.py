@@ -32,7 +32,7 @@ def test_make_shares_the_verifier_and_scores_like_it():
         prompt, info = env.init(rows[0]["prompt"])
         assert prompt == rows[0]["prompt"] and info["brief_id"] == env.brief.id
         out = env.step(answer)
-        want = direct.score(answer)
+        want = direct.score(answer, brief=env.brief)  # the row's brief reaches R13
         assert out["done"] and out["reward"] == want.reward
         assert out["metadata"]["channels"] == want.channels and out["metadata"]["valid"] == want.valid
 
