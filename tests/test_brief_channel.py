@@ -197,3 +197,6 @@ def test_the_comparison_table_says_each_rungs_compliance(tmp_path):
     assert "| rung | brief share | every check met |" in text and f"| cispo | {share:.2f} | 0.0 |" in text
     report["rows"]["cispo"].update(brief_share=None, brief_met_all=None)
     assert "brief share" not in write_table(report, "smoke", tmp_path)
+    from alpha_gym.evaluation.report_comparison import rung_table
+    page = rung_table({"rows": {"cispo": {"label": "cispo", "seeds": [42], "brief_share": 0.5, "brief_met_all": 2.0}}})
+    assert "every brief check met" in page and "0.50" in page and "2.0" in page

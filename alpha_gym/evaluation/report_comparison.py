@@ -5,7 +5,8 @@ Reads, all optional but at least one run or the table:
 report.json                   the rung table with intervals and the baselines (trainers.compare.report):
                               {"seeds", "briefs", "rows": {rung: {"label", "score", "lo", "hi", "valid",
                               "families", "effective_bets", "vs_previous", "above_baselines",
-                              "alpha_tests_pass": {test: share of valid answers passing, "all"}, ...}},
+                              "alpha_tests_pass": {test: share of valid answers passing, "all"},
+                              "brief_share", "brief_met_all" (compliance with the probe briefs), ...}},
                               "baselines": [{"name", "kind", "score", "lo", "hi", "book", ...}]};
                               an `alpha-gym eval` folder's row (`--eval DIR`) is keyed "eval:NAME"
                               (the folder's name), with "kind": "eval" and its samples in "seeds"
@@ -165,10 +166,11 @@ def rung_table(report: dict) -> str:
                      fmt(r.get("families"), ".1f"), fmt(r.get("effective_bets"), ".1f"),
                      fmt(r.get("mean_abs_corr"), ".2f"), fmt(r.get("clipped_share"), ".3f"),
                      fmt(r.get("book_sharpe"), "+.2f"), fmt(r.get("book_beta"), "+.2f"),
-                     fmt(r.get("book_max_drawdown"), ".1%"), fmt((r.get("alpha_tests_pass") or {}).get("all"), ".0%")])
+                     fmt(r.get("book_max_drawdown"), ".1%"), fmt((r.get("alpha_tests_pass") or {}).get("all"), ".0%"),
+                     fmt(r.get("brief_share"), ".2f"), fmt(r.get("brief_met_all"), ".1f")])
     return table(["rung", "seeds", "valid", "pseudo-holdout [95% CI]", "vs previous [95% CI]", "above all baselines",
                   "above motifs", "families", "eff. bets", "mean |corr|", "clipped/capped", "book Sharpe", "beta",
-                  "max DD", "pass alpha tests"], rows, left={0})
+                  "max DD", "pass alpha tests", "brief share", "every brief check met"], rows, left={0})
 
 
 def baseline_table(report: dict) -> str:
