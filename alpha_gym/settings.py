@@ -35,6 +35,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.ranges import SettingError, shown
 from alpha_gym.scoring.config import ConfigError
 
@@ -434,14 +435,23 @@ def refuse_other_settings(before: Mapping[str, Any], settings_tables: Mapping[st
                           who: str = "") -> None:
     """ConfigError naming the keys where the recorded settings `before` (as read from a settings file) differ
     from `settings_tables` (`ignore`: dotted keys that may differ). `who` starts the message ("runs/x was run")."""
+    error = other_settings(before, settings_tables, ignore, who)
+    if error is not None:
+        raise error
+
+
+def other_settings(before: Mapping[str, Any], settings_tables: Mapping[str, Any], ignore: Collection[str] = (),
+                   who: str = "") -> ConfigError | None:
+    """The ConfigError `refuse_other_settings` raises, or None where the settings agree."""
     now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
     diff = [k for k in differing_keys(before, now) if k not in ignore and not _added_at_default(k, before, now)]
-    if diff:
-        shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
-                          for k in diff[:8])
-        raise ConfigError(f"{who or 'this run'} with other settings: {shown}"
-                          + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
-                          + "; resume with the same settings, or start a new run folder")
+    if not diff:
+        return None
+    shown = ", ".join(f"{k} ({flatten(before).get(k, 'unset')} -> {flatten(now).get(k, 'unset')})"
+                      for k in diff[:8])
+    return ConfigError(f"{who or 'this run'} with other settings: {shown}"
+                       + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
+                       + "; resume with the same settings, or start a new run folder")
 
 
 def _added_at_default(key: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
@@ -464,11 +474,6 @@ def claim_run_dir(out: str | Path, settings_tables: Mapping[str, Any], resume: b
     A run resumed with other settings would blend two experiments in one log and one checkpoint.
     `ignore`: dotted keys that change only what is written, never what is learned (e.g. how often to log).
     """
-    path = Path(out) / SETTINGS_FILE
-    if resume and path.is_file():
-        refuse_other_settings(tomllib.loads(path.read_text(encoding="utf-8")), settings_tables, ignore,
-                              f"{out} was run")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(settings_tables, header=HEADER), encoding="utf-8")
-    tmp.replace(path)
+    claim_stamp(Path(out) / SETTINGS_FILE, dumps(settings_tables, header=HEADER),
+                lambda path: other_settings(tomllib.loads(path.read_text(encoding="utf-8")), settings_tables, ignore,
+                                            f"{out} was run"), check=resume)

@@ -125,7 +125,7 @@ def test_the_environment_does_not_import_the_trainers():
 #: the package roots stand above every floor (see the module docstring).
 FLOORS = (
     ("alpha_gym.errors", "alpha_gym.ranges", "alpha_gym.jsonable", "alpha_gym._version", "alpha_gym.user_cache",
-     "alpha_gym.threads"),                                            # the basement: utilities every floor uses
+     "alpha_gym.threads", "alpha_gym.folder_stamp"),                                            # the basement: utilities every floor uses
     ("alpha_gym.language", "alpha_gym.market"),                       # the ground: formulas, market data
     ("alpha_gym.alpha101", "alpha_gym.book"),                         # formulas as data; weights, P&L, costs
     ("alpha_gym.tasks",),                                             # the briefs

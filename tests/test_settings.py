@@ -212,6 +212,21 @@ def test_run_folder_keeps_the_settings_and_a_resume_refuses_others(tmp_path):
     S.claim_run_dir(tmp_path, b, resume=False)  # a fresh run in the folder replaces them
 
 
+def test_the_folder_stamp_refuses_on_the_callers_rule_and_writes_whole(tmp_path):
+    """alpha_gym.folder_stamp.claim_stamp, under claim_run_dir, the comparison's --out and score-batch's sidecar:
+    the caller's rule refuses; a refused run leaves the stamp as it was; replace=False keeps the first stamp."""
+    from alpha_gym.folder_stamp import claim_stamp
+    path = tmp_path / "run" / "stamp.json"
+    claim_stamp(path, '{"a": 1}', lambda p: ValueError("never asked: nothing stamped yet"))
+    assert path.read_text() == '{"a": 1}'
+    with pytest.raises(ValueError, match="a differs"):
+        claim_stamp(path, '{"a": 2}', lambda p: None if p.read_text() == '{"a": 2}' else ValueError("a differs"))
+    assert path.read_text() == '{"a": 1}'
+    claim_stamp(path, '{"a": 2}', lambda p: ValueError("not checked"), check=False)  # a fresh run replaces it
+    claim_stamp(path, '{"a": 3}', lambda p: None, replace=False)
+    assert path.read_text() == '{"a": 2}' and [p.name for p in path.parent.iterdir()] == ["stamp.json"]
+
+
 def test_a_resume_accepts_a_setting_added_since_at_its_default(tmp_path):
     """A run recorded before verifier.self_corr_gate existed resumes with the gate unset, not with it on."""
     a = S.load(None).tables

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from alpha_gym.jsonable import content_hash, json_dumps
 from alpha_gym.errors import InputError
+from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.tasks.sets import brief_by_id
 
 
@@ -129,16 +130,17 @@ def meta_path(out) -> Path:
 def check_meta(out, meta: dict) -> None:
     """Write the sidecar for a new output, or refuse an output made with another input, panel or config."""
     path = meta_path(out)
-    if path.exists() and Path(out).exists():
+
+    def refusal(path: Path):
         old = _read_meta(path)
         diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
-        if diff:
-            what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
-                             for k in diff)
-            raise BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
-                             f"choose another --out")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_dumps(meta, indent=1))
+        if not diff:
+            return None
+        what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
+                         for k in diff)
+        return BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
+                          f"choose another --out")
+    claim_stamp(path, json_dumps(meta, indent=1), refusal, check=Path(out).exists())
 
 
 def load_done(out, items: list[tuple[str, str]], stamp: str) -> set[int]:

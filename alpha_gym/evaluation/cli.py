@@ -52,6 +52,7 @@ from pathlib import Path
 from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
                                 universe_arg)
 from alpha_gym.errors import InputError
+from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.jsonable import json_dumps
 
 
@@ -427,11 +428,8 @@ def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, 
     merged["briefs"] = {**(before.get("briefs") or {}), **stamp["briefs"]}
     if not write:
         return merged
-    out.mkdir(parents=True, exist_ok=True)
-    if not path.is_file() or merged != before:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json_dumps(merged, indent=1), encoding="utf-8")
-        tmp.replace(path)
+    # checked above (the rule merges briefs and samples across runs): the shared helper only writes it whole
+    claim_stamp(path, json_dumps(merged, indent=1), lambda _: None, check=False, replace=merged != before)
     return merged
 
 

@@ -6,6 +6,8 @@ Nothing is imported here. The modules, top to bottom:
     ladder      LADDER (the declared table of rungs), the scales and the pseudo-holdout cut
     stats       the statistics of a comparison: intervals over seeds and briefs, diversity of the answers
     runner      one rung with one seed: train, answer the probe at each checkpoint, keep the answers
+    arms        ARMS (one row per arm: RL rungs, controls; eval folders as arms) and the RunContext they run with
+    run         run_comparison: the arms over the seeds, then the table from the kept files
     evaluated   an `alpha-gym eval` folder's answers as a row of the table
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png

@@ -12,7 +12,8 @@ Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/
 run resumes from its checkpoints, and seeds run in different sessions add up: the table is built from
 the answers kept under --results, whichever session wrote them.
 
-Rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
+Arms (trainers/compare/arms.py, ARMS: one row each, run by `run.run_comparison`; this module only reads
+the flags): the rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
 prompts; DoRA instead of LoRA; CISPO + REPO-R trained against the diversity gate (verifier
 self_corr_gate 0.7). Controls (CONTROLS): `best_of_n` (the start model's best of k samples per probe brief)
 and `search` (model-free evolutionary search), each spending a rung's verifier calls (steps x
@@ -46,15 +47,13 @@ on the train window (the run's own book); `settings.json`; `comparison.md`, `rep
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from alpha_gym.cli_args import add_settings_args, settings_from_args
-from alpha_gym.evaluation.kept import read_object, read_rows, write_object, write_rows
-from alpha_gym.jsonable import json_dumps
 from alpha_gym.ranges import flag, ints
-from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES, VERIFIER_CHANGES, panels
+from trainers.compare.arms import arm_names
+from trainers.compare.ladder import SCALES, panels
 from trainers.compare.runner import CompareError
 from trainers.config import register_train_table
 
@@ -100,8 +99,8 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")
     p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
                                      "default: OUT/results")
-    p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join([r[0] for r in LADDER] + list(
-        CONTROL_NAMES)) + " (the last two are the controls: no training, the same verifier calls)")
+    p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(arm_names()) +
+                   " (the last two are the controls: no training, the same verifier calls)")
     p.add_argument("--seeds", type=seeds_flag,
                    help=f"comma-separated training seeds, at most {MAX_SEEDS} (default: the scale's, cpu: 42,43,44)")
     p.add_argument("--steps", type=flag(ints(1, MAX_STEPS)), help="override the scale's steps per rung")
@@ -127,67 +126,28 @@ def _scale(args, settings):
     return replace(scale, train={**scale.train, **given_train})
 
 
-def _kept_rungs(results: Path) -> set[str]:
-    """The names of the rungs and controls whose answers are kept in results/seed-S/NAME.jsonl."""
-    return {p.name[:-len(".jsonl")] for p in results.glob("seed-*/*.jsonl") if not p.name.endswith(".archive.jsonl")}
-
-
-def _kept_brief_ids(results: Path) -> list[str] | None:
-    """The probe briefs of the kept step-0 answers (None when there are none); kept settings.json, where there
-    is one, must name the same briefs."""
-    step0 = results / "step-0.jsonl"
-    ids = [r.get("brief_id") for r in read_rows(step0)] if step0.exists() else None
-    stamp = results / "settings.json"
-    if ids is not None and stamp.exists():
-        named = read_object(stamp).get("probe_briefs")
-        if named is not None and named != ids:
-            raise CompareError(f"{step0} answers {len(ids)} probe briefs, not those its settings.json names "
-                               f"({len(named) if isinstance(named, list) else named!r}): rows are missing or the "
-                               "files are from two comparisons")
-    return ids
-
-
-def _equivalent_identities(results: Path, kept_identity: str | None, identity: str | None) -> list[str]:
-    """The start models kept results accept besides the one they were made from (`check_kept_model`)."""
-    kept = results / "settings.json"
-    before = read_object(kept).get("equivalent_model_identities", []) if kept.exists() else []
-    now = set(before) | ({identity} if identity not in (None, kept_identity) else set())
-    return sorted(now)
-
-
 def cmd_compare(args) -> int:
-    from alpha_gym.scoring.verifier import Verifier
-    from alpha_gym.settings import to_dict
     from alpha_gym.stress.registry import resolve
     from alpha_gym.tasks.sets import brief_set
-    from trainers.compare.plots import write_plots, write_seed_plot
-    from trainers.compare.report import build_report, report_json, write_table
-    from alpha_gym.search.rung import run_search_rung, scale_budget
-    from trainers.compare.runner import (answer_rows, check_kept_model, claim_out_dir, filtered_briefs, keep_answers,
-                                         keep_run_book, out_settings, probe_records, run_rung)
+    from trainers.compare.arms import ARMS, RunContext, eval_arm
+    from trainers.compare.run import run_comparison
     # torch-bound modules (trainers.models, trainers.best_of_n, the loop) load only where a model is trained or
     # answers: --report-only runs without torch
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     register_train_table()
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
-    seeds = args.seeds or list(scale.seeds)
     out = Path(args.out)
     results = Path(args.results) if args.results else out / "results"
     for flag_name, folder in (("--out", out), ("--results", results)):
         if folder.exists() and not folder.is_dir():
             raise CompareError(f"{flag_name} {folder} is a file, not a folder")
-    known = [r[0] for r in LADDER] + list(CONTROL_NAMES)
+    known = arm_names()
     names = known if args.rungs is None else [n.strip() for n in args.rungs.split(",")]
     unknown = sorted(set(names) - set(known) - {""})
     if unknown or "" in names:
         what = f"unknown rungs {', '.join(unknown)}" if unknown else "an empty rung name"
         raise CompareError(f"--rungs {args.rungs[:80]!r}: {what}; the ladder has {', '.join(known)}")
-    wanted = set(names)
-    write_results = not args.report_only or args.update_results  # kept results change only when asked
-    out.mkdir(parents=True, exist_ok=True)
-    if write_results:
-        results.mkdir(parents=True, exist_ok=True)
     train, holdout = panels(args.scale, args.data, args.universe)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
@@ -197,99 +157,15 @@ def cmd_compare(args) -> int:
     if not args.report_only:
         from trainers.models import model_identity
         identity = model_identity(args.model)
-    claim_out_dir(out, out_settings(args, scale, to_dict(verifier_config), identity))
-    step0_file = out / "step-0" / "probe-step-0.json"
-    probe = list(brief_set("probe"))[: scale.probe]
-
-    def step0_answers():  # only where another start model's identity must be shown equivalent to the kept one
-        probe_records(args.model, Verifier(train, verifier_config), train, holdout, probe, scale, 0, out / "step-0")
-        return answer_rows(step0_file, probe, 0)
-    kept_identity = check_kept_model(results, identity, step0_answers)
-    ladder = [r for r in LADDER if r[0] in wanted]
-    controls = [c for c in CONTROL_NAMES if c in wanted]
-    verifier = None
-    runs = []
-    if not args.report_only:
-        verifier = Verifier(train, verifier_config)
-        briefs = list(brief_set("train"))
-        if scale.train_briefs:
-            briefs = briefs[: scale.train_briefs]
-        filtered = briefs
-        if any(p == "filtered" for _, _, p in ladder):
-            filtered = filtered_briefs(args.model, scale, verifier, briefs, out)
-            # the filtered rungs' briefs and pass rates are part of what their answers rest on
-            (results / "filter.json").write_text((out / "filter.json").read_text())
-        # step 0 first: every rung starts from it and the search control is seeded with its answers; controls
-        # added to a kept comparison take its kept step-0 answers (the table's step-0 row) rather than
-        # answering the probe again
-        kept_step0 = results / "step-0.jsonl"
-        if ladder or step0_file.exists() or not kept_step0.exists():
-            probe_records(args.model, verifier, train, holdout, probe, scale, 0, out / "step-0")
-            step0_formulas = json.loads(step0_file.read_text())["formulas"]
-        else:
-            rows0 = read_rows(kept_step0)
-            if [r.get("brief_id") for r in rows0] != [b.id for b in probe]:
-                raise CompareError(f"{kept_step0} answers other probe briefs than this scale's")
-            step0_formulas = [r["formula"] for r in rows0]
-        gated = {name: Verifier(train, verifier_config.with_(**changes)) for name, changes in VERIFIER_CHANGES.items()
-                 if name in wanted}
-        for seed in seeds:
-            for name, recipe, prompts in ladder:
-                print(f"=== seed {seed}, rung {name} ({recipe}, {prompts} prompts)", flush=True)
-                r = run_rung(name, recipe, prompts, scale, seed, args.model, verifier, train, holdout, briefs,
-                             filtered, probe, out, train_verifier=gated.get(name))
-                runs.append(r)
-                keep_answers(results, r, probe)
-                keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
-                (out / "comparison.json").write_text(json_dumps({
-                    "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "seeds": seeds,
-                    "train_end": str(train.dates[-1]),
-                    "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
-                    "runs": [{k: v for k, v in x.items() if k != "probe_files"} for x in runs]},
-                    indent=2, default=str))
-            for name in controls:
-                print(f"=== seed {seed}, control {name} ({scale_budget(scale)} verifier calls)", flush=True)
-                if name == "search":
-                    run_search_rung(scale, seed, verifier, train, holdout, probe, step0_formulas, results, out=out)
-                else:
-                    from trainers.best_of_n import run_best_of_n_rung
-                    run_best_of_n_rung(scale, seed, args.model, verifier, train, holdout, probe, results, out=out)
-                keep_run_book(results, seed, name, out / f"seed-{seed}" / name, verifier)
-        equivalents = _equivalent_identities(results, kept_identity, identity)
-        if step0_file.exists() and not equivalents:  # an equivalent's answers are the kept ones already
-            write_rows(kept_step0, answer_rows(step0_file, probe, 0))
-        write_object(results / "settings.json", {
-            "scale": args.scale, "scale_settings": asdict(scale), "model": args.model, "data": args.data,
-            "model_identity": kept_identity,
-            **({"equivalent_model_identities": equivalents} if equivalents else {}),
-            "universe": args.universe, "train_window": [str(train.dates[0]), str(train.dates[-1])],
-            "pseudo_holdout": [str(holdout.dates[0]), str(holdout.dates[-1])],
-            "probe_briefs": [b.id for b in probe], "verifier": to_dict(verifier_config)})
-        write_plots(runs, out)
-    brief_ids = _kept_brief_ids(results)
-    if brief_ids is None and not args.eval:
-        raise CompareError(f"{results} holds no step-0.jsonl: nothing to report (train first, or give --eval DIR)")
-    evals = []
-    if args.eval:
-        from trainers.compare.evaluated import read_eval
-        verifier = verifier or Verifier(train, verifier_config)
-        evals = [read_eval(d, brief_ids or [b.id for b in probe], verifier) for d in args.eval]
-    if not (args.report_only and args.rungs):
-        # the table shows every rung and control kept in --results, not only those this run trained (long runs
-        # go one rung a process); only --report-only --rungs narrows it
-        kept = _kept_rungs(results)
-        ladder = [r for r in LADDER if r[0] in wanted or r[0] in kept]
-        controls = [c for c in CONTROL_NAMES if c in wanted or c in kept]
-    report = build_report(results, ladder, train, holdout, evals=evals, brief_ids=[b.id for b in probe],
-                          controls=controls)
-    text = write_table(report, args.scale, out)
-    folders = {out, results} if write_results else {out}
-    if write_results:
-        (results / "comparison.md").write_text(text)
-    write_seed_plot(report, results, folders)
-    for folder in folders:
-        (folder / "report.json").write_text(json_dumps(report_json(report), indent=1))
-    from alpha_gym.evaluation.report import write_report
+    context = RunContext(scale_name=args.scale, scale=scale, model=args.model, data=args.data,
+                         universe=args.universe, verifier_config=verifier_config, train=train, holdout=holdout,
+                         probe=tuple(list(brief_set("probe"))[: scale.probe]), out=out, results=results,
+                         identity=identity, report_only=args.report_only, update_results=args.update_results)
+    arms = [a for a in ARMS if a.name in set(names)] + [eval_arm(d) for d in args.eval]
+    # the table shows every arm kept in --results, not only those this run ran; only --report-only --rungs
+    # narrows it
+    text, page = run_comparison(context, arms, args.seeds or list(scale.seeds),
+                                table=None if (args.report_only and args.rungs) else ARMS)
     print(text)
-    print(f"report page: {write_report(out)}")
+    print(f"report page: {page}")
     return 0

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from alpha_gym.errors import InputError
+from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.evaluation.kept import (answer_row, probe_scores, read_json, read_object, read_rows, write_kept,
                                       write_object)
 from alpha_gym.jsonable import json_dumps
@@ -223,18 +224,16 @@ def claim_out_dir(out: Path, settings: dict) -> None:
     would silently blend two experiments. `--rungs` and `--seeds` may differ between runs: each rung
     and seed has its own folder.
     """
-    stamp = out / "settings.json"
     now = json.loads(json_dumps(settings))
-    if stamp.exists():
-        before = with_added_defaults(read_json(stamp), now)
-        before = _with_model_identity(before, now, stamp)
-        if before != now:
-            changed = sorted(k for k in now if before.get(k) != now[k])
-            raise CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} "
-                               f"{'differs' if len(changed) == 1 else 'differ'}); "
-                               "pass another --out or delete the folder")
-    else:
-        stamp.write_text(json_dumps(settings, indent=2))
+
+    def refusal(stamp: Path):
+        before = _with_model_identity(with_added_defaults(read_json(stamp), now), now, stamp)
+        if before == now:
+            return None
+        changed = sorted(k for k in now if before.get(k) != now[k])
+        return CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} "
+                            f"{'differs' if len(changed) == 1 else 'differ'}); pass another --out or delete the folder")
+    claim_stamp(out / "settings.json", json_dumps(settings, indent=2), refusal, replace=False)
 
 
 def out_settings(args, scale, verifier_settings: dict, identity: str | None = None) -> dict:

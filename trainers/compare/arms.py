@@ -1,0 +1,163 @@
+"""The arms of the trainer comparison: one row each, in one table (ARMS), like the channel table.
+
+An arm is what the comparison runs for one seed and keeps as a row of the table: an RL rung of the
+ladder (`ladder.LADDER`), a control that trains nothing and spends a rung's verifier calls (`best_of_n`,
+`search`), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
+of seeds). Every arm is called the same way, `arm.run(context, seed) -> numbers`, with one `RunContext`
+(the scale, the verifier, the panels, the start model, the briefs, the folders); an RL or control arm
+writes the kept files (results/seed-S/NAME.jsonl and NAME.json, `alpha_gym.evaluation.kept.write_kept`),
+which `--report-only` reads like every other arm's; an eval arm reads its folder and returns its row.
+
+Adding an arm is one module with a `run(context, seed)` that writes the kept files, and one row here.
+`run.run_comparison` runs the arms it is given, seed by seed, in table order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+from trainers.compare.ladder import CONTROLS, LADDER, VERIFIER_CHANGES, Scale
+
+#: The kinds of arm: trained by RL (paired with the rung before), a control (no weight updated, the same
+#: verifier calls; every RL rung is paired against each), an eval folder (no rung before it to pair with).
+KINDS = ("rl", "control", "eval")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything an arm runs with, for every seed: what used to be each run function's 10-14 parameters.
+
+    `verifier()`, `train_briefs()` and `filtered_briefs()` are built on first use and shared by the arms
+    (`--report-only` builds none of them unless an eval folder is re-scored). `step0_formulas` (the start
+    model's probe formulas, which seed the search) and `brief_ids` (the probe briefs of the kept answers)
+    are set by `run.run_comparison` before the arms run.
+    """
+
+    scale_name: str             # "smoke", "cpu", "gpu" (ladder.SCALES)
+    scale: Scale                # its sizes, with --steps and the settings' [train] keys
+    model: str | None           # the start model: a folder, a hub id, None for the built-in default
+    data: str | None            # market data (None: the synthetic market)
+    universe: str | None
+    verifier_config: Any        # alpha_gym.scoring.config.VerifierConfig, R3's model made explicit
+    train: Any                  # the train panel (the pseudo-holdout cut off)
+    holdout: Any                # the pseudo-holdout panel (the last sessions of the train window)
+    probe: tuple                # the probe briefs every arm answers
+    out: Path                   # checkpoints, logs, run folders (OUT/seed-S/NAME)
+    results: Path               # the kept files (small text files meant to be committed)
+    identity: str | None = None  # the start model's content (trainers.models.model_identity); None: not loaded
+    report_only: bool = False   # train nothing, load no model: the table from the kept files
+    update_results: bool = False  # with report_only: rewrite the table kept in `results` too
+    step0_formulas: tuple | None = None
+    brief_ids: tuple | None = None
+    _built: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def budget(self) -> int:
+        """The verifier calls of one rung's training: steps x prompts_per_step x num_generations."""
+        from alpha_gym.search.rung import scale_budget
+        return scale_budget(self.scale)
+
+    def run_dir(self, seed: int, name: str) -> Path:
+        return self.out / f"seed-{seed}" / name
+
+    def verifier(self, **changes):
+        """The comparison's train verifier (the probe answers are scored with it), or one with `changes`
+        (a rung trained against other settings, `ladder.VERIFIER_CHANGES`); each built once."""
+        key = tuple(sorted(changes.items()))
+        if key not in self._built:
+            from alpha_gym.scoring.verifier import Verifier
+            self._built[key] = Verifier(self.train, self.verifier_config.with_(**changes))
+        return self._built[key]
+
+    def train_briefs(self) -> list:
+        """The training briefs (the scale's first `train_briefs`, all where it is 0)."""
+        if "briefs" not in self._built:
+            from alpha_gym.tasks.sets import brief_set
+            briefs = list(brief_set("train"))
+            self._built["briefs"] = briefs[: self.scale.train_briefs] if self.scale.train_briefs else briefs
+        return self._built["briefs"]
+
+    def filtered_briefs(self) -> list:
+        """The difficulty filter's briefs (pass rates cached in out/filter.json and kept in results)."""
+        if "filtered" not in self._built:
+            from trainers.compare.runner import filtered_briefs
+            self._built["filtered"] = filtered_briefs(self.model, self.scale, self.verifier(), self.train_briefs(),
+                                                      self.out)
+            # the filtered rungs' briefs and pass rates are part of what their answers rest on
+            (self.results / "filter.json").write_text((self.out / "filter.json").read_text())
+        return self._built["filtered"]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One row of the table: `run(context, seed)` writes the kept files and returns the run's numbers."""
+
+    name: str
+    kind: str                                   # one of KINDS
+    run: Callable[[RunContext, int], dict]
+    about: str = ""                             # one line for the progress and the help
+
+    def __post_init__(self):
+        if self.kind not in KINDS:  # run, but shown nowhere in the table
+            raise ValueError(f"arm {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+
+# ------------------------------------------------------------------------------ the runs
+def train_rung(name: str, recipe: str, prompts: str, context: RunContext, seed: int) -> dict:
+    """An RL rung: train, answer the probe at each checkpoint, keep the shipped checkpoint's answers."""
+    from trainers.compare.runner import keep_answers, run_rung
+    briefs = context.train_briefs()
+    filtered = context.filtered_briefs() if prompts == "filtered" else briefs
+    changes = VERIFIER_CHANGES.get(name)
+    result = run_rung(name, recipe, prompts, context.scale, seed, context.model, context.verifier(), context.train,
+                      context.holdout, briefs, filtered, context.probe, context.out,
+                      train_verifier=context.verifier(**changes) if changes else None)
+    keep_answers(context.results, result, context.probe)
+    return result
+
+
+def best_of_n(context: RunContext, seed: int) -> dict:
+    """The start model's best of k samples per probe brief (trainers/best_of_n.py)."""
+    from trainers.best_of_n import run_best_of_n_rung
+    return run_best_of_n_rung(context.scale, seed, context.model, context.verifier(), context.train, context.holdout,
+                              context.probe, context.results, out=context.out)
+
+
+def search(context: RunContext, seed: int) -> dict:
+    """Model-free evolutionary search, seeded with Alpha101 and the step-0 formulas (alpha_gym/search/)."""
+    from alpha_gym.search.rung import run_search_rung
+    return run_search_rung(context.scale, seed, context.verifier(), context.train, context.holdout, context.probe,
+                           context.step0_formulas, context.results, out=context.out)
+
+
+def read_eval_folder(folder: Path, context: RunContext, seed: int | None = None) -> dict:
+    """An `alpha-gym eval` folder's answers re-scored on the comparison's train window (`evaluated.read_eval`)."""
+    from trainers.compare.evaluated import read_eval
+    return read_eval(folder, list(context.brief_ids or [b.id for b in context.probe]), context.verifier())
+
+
+def eval_arm(folder) -> Arm:
+    """An `--eval DIR` folder as an arm: its row is read, not run, so seeds do not apply."""
+    return Arm(f"eval:{Path(folder).name}", "eval", partial(read_eval_folder, Path(folder)), f"--eval {folder}")
+
+
+def rung_arm(name: str, recipe: str, prompts: str) -> Arm:
+    """A row of the ladder as an arm."""
+    return Arm(name, "rl", partial(train_rung, name, recipe, prompts), f"{recipe}, {prompts} prompts")
+
+
+_ABOUT = dict(CONTROLS)
+
+ARMS = (
+    *(rung_arm(*row) for row in LADDER),
+    Arm("best_of_n", "control", best_of_n, _ABOUT["best_of_n"]),
+    Arm("search", "control", search, _ABOUT["search"]),
+)
+
+
+def arm_names(table=None) -> list[str]:
+    """The names `--rungs` accepts: every RL rung and control of `table` (default ARMS), in table order."""
+    return [a.name for a in (ARMS if table is None else table) if a.kind != "eval"]
