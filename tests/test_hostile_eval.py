@@ -380,21 +380,26 @@ def test_samples_at_temperature_zero_warn(endpoint, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------ Ctrl-C
-def test_ctrl_c_keeps_the_answers_in_flight(endpoint, tmp_path):
+def _eval_with_two_requests_in_flight(endpoint, tmp_path, seconds: float, limit: int):
+    """`alpha-gym eval` in a subprocess against a server that takes `seconds` a chat, once 2 chats are asked."""
     def route(h, m, path, b):
         if path.endswith("/chat/completions"):
-            time.sleep(2.0)
+            time.sleep(seconds)
         return good(h, m, path, b)
     server = endpoint(route)
     out_dir = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *_args(server.url, out_dir, "--limit", "6",
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *_args(server.url, out_dir, "--limit", str(limit),
                                                                           "--concurrency", "2")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while len(server.chats()) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    return server, out_dir, proc
+
+def test_ctrl_c_keeps_the_answers_in_flight(endpoint, tmp_path):
+    server, out_dir, proc = _eval_with_two_requests_in_flight(endpoint, tmp_path, 2.0, 6)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
@@ -492,20 +497,7 @@ def test_the_page_with_a_holdout_puts_the_holdout_verdict_beside_each_brief(endp
 
 
 def test_ctrl_c_twice_drops_the_requests_in_flight_at_once(endpoint, tmp_path):
-    def route(h, m, path, b):
-        if path.endswith("/chat/completions"):
-            time.sleep(8.0)
-        return good(h, m, path, b)
-    server = endpoint(route)
-    out_dir = tmp_path / "o"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *_args(server.url, out_dir, "--limit", "4",
-                                                                          "--concurrency", "2")],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while len(server.chats()) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    server, out_dir, proc = _eval_with_two_requests_in_flight(endpoint, tmp_path, 8.0, 4)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)

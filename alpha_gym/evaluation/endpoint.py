@@ -278,7 +278,9 @@ class _Deadline:
                 _shut(s)
 
 
-class _HTTP(http.client.HTTPConnection):
+class _DeadlineConnect:
+    """A connection whose socket (TLS-wrapped for HTTPS) the attempt's deadline watches once it connects."""
+
     def __init__(self, *a, deadline: _Deadline, **k):
         super().__init__(*a, **k)
         self._deadline = deadline
@@ -288,14 +290,12 @@ class _HTTP(http.client.HTTPConnection):
         self._deadline.add(self.sock)
 
 
-class _HTTPS(http.client.HTTPSConnection):
-    def __init__(self, *a, deadline: _Deadline, **k):
-        super().__init__(*a, **k)
-        self._deadline = deadline
+class _HTTP(_DeadlineConnect, http.client.HTTPConnection):
+    pass
 
-    def connect(self):
-        super().connect()
-        self._deadline.add(self.sock)
+
+class _HTTPS(_DeadlineConnect, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
