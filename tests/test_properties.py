@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alpha_gym import Verifier
-from alpha_gym.scoring.config import weighted_sum
+from alpha_gym.scoring.config import CHANNELS, weighted_sum
 from alpha_gym.book import weights_from_signal
 from alpha_gym.language import parse
 from alpha_gym.language.evaluate import evaluate
@@ -111,7 +111,7 @@ def test_no_answer_crashes_the_verifier(fuzz_verifier, answer):
     assert isinstance(s.reason, str) and s.reason
     assert math.isfinite(s.reward)
     assert all(math.isfinite(v) for v in s.channels.values()), s.channels
-    assert len(s.channels) == 12
+    assert len(s.channels) == len(CHANNELS)
     if not s.valid:
         cfg = fuzz_verifier.config
         assert s.reward in [weighted_sum({**dict.fromkeys(s.channels, 0.0), "cpcv": cfg.invalid_cpcv(kind)},
