@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from alpha_gym.cli import main as alpha_gym
+from alpha_gym.commands.main import main as alpha_gym
 from alpha_gym.evaluation.endpoint import read_raw
 from alpha_gym.jsonable import json_dumps
 

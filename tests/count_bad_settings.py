@@ -49,7 +49,7 @@ def _try(case: str):
         if case.startswith("serve:"):
             import contextlib
             import io
-            from alpha_gym.cli import build_parser
+            from alpha_gym.commands.main import build_parser
             with contextlib.redirect_stderr(io.StringIO()):
                 build_parser().parse_args(["serve", *case[6:].split()])
             return None, None
@@ -72,7 +72,7 @@ def _try(case: str):
 def _argparse_message(case):
     import contextlib
     import io
-    from alpha_gym.cli import build_parser
+    from alpha_gym.commands.main import build_parser
     buf = io.StringIO()
     with contextlib.redirect_stderr(buf), contextlib.suppress(SystemExit):
         build_parser().parse_args(["serve", *case[6:].split()])

@@ -110,7 +110,7 @@ def test_on_a_verifier_the_tests_read_its_book_and_leave_the_score_alone(small_s
 
 
 def test_cli_score_reports_the_tests(capsys):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     assert main(["score", "rank(-ts_delta(close, 5))", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["alpha_tests"]) == set(T.TESTS) | {"passed", "failed"}

@@ -150,7 +150,7 @@ def test_the_holdout_report_carries_compliance_only_where_answers_had_briefs(sma
 def test_holdout_formulas_and_score_report_compliance(tmp_path, small_synthetic, write_market_csv, capsys):
     import json
 
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     p = small_synthetic
     data = write_market_csv(p, tmp_path / "m.csv.gz")
     rows = tmp_path / "answers.jsonl"  # as kept probe answers: a brief id beside each formula

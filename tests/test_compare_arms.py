@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_numbers, probe_scores, write_kept, write_rows
 from trainers.compare import arms
 from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES

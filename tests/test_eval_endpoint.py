@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, read_raw
 from llama_serving import llama_server as serve_gguf, skip_without_llama_cpp
 
@@ -305,7 +305,7 @@ class RecordingProxy:
 
 def _cli(*args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "alpha_gym.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", *args], capture_output=True, text=True, env=env,
                           timeout=600, **kw)
 
 
@@ -328,7 +328,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
     summary = json.loads((out / "eval.json").read_text())
     assert summary["answered"] == 6 and summary["errors"] == {} and summary["train"]["end"] == "2024-02-29"
     # the kept answers are what the other commands read
-    from alpha_gym.evaluation.cli import read_formulas
+    from alpha_gym.commands.evaluation import read_formulas
     assert read_formulas(out / "answers.jsonl") == [x["formula"] for x in rows]
     page = _cli("report", str(out))
     assert page.returncode == 0 and (out / "report.html").is_file()
@@ -350,7 +350,7 @@ def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, 
             "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30",
             "--timeout", "600"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", *args], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     raw_path = out / "endpoint.jsonl"
     deadline = time.monotonic() + 180

@@ -16,8 +16,8 @@ from alpha_gym.evaluation import (Candidate, HoldoutConfig, HoldoutEvaluator, Ho
                                   checkpoint_table, compare_selectors, effective_bets, evaluate_holdout,
                                   holdout_score, load_holdout, select_checkpoint, select_correlation_capped,
                                   select_top_k)
-from alpha_gym.evaluation.cli import register
-from alpha_gym.tasks.cli import register as register_briefs
+from alpha_gym.commands.evaluation import register
+from alpha_gym.commands.briefs import register as register_briefs
 from alpha_gym.evaluation.holdout import holdout_formula_score
 from alpha_gym.evaluation.report import write_report
 from alpha_gym.evaluation.selection import save_books, save_checkpoints

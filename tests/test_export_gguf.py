@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from llama_serving import llama_server, skip_without_llama_cpp
 from trainers.export_gguf import (CONVERTER_ENV, ExportError, converter_script, export_gguf, find_converter,
                                   merge_adapters, model_source)

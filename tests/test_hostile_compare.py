@@ -89,7 +89,7 @@ def kept_folder(results: Path) -> Path:
 
 def _compare(*argv) -> tuple[int, str]:
     """`alpha-gym compare ...` in this process: (exit status, stderr); an exception is returned as a traceback."""
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
@@ -297,7 +297,7 @@ class NoTorch:
         if name == "torch" or name.startswith("torch."):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, NoTorch())
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 code = main(sys.argv[1:])
 print("torch was imported" if "torch" in sys.modules else "", file=sys.stderr)
 sys.exit(code)

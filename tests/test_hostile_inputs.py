@@ -38,7 +38,7 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
 
 
 def _user_errors():
-    from alpha_gym.cli import user_errors
+    from alpha_gym.commands.main import user_errors
     return user_errors()
 
 
@@ -200,7 +200,7 @@ def probe_openenv_server(data_path: str, n: int = 200, seed: int = 1) -> tuple[i
 # ------------------------------------------------------------------------------------------- CLI args
 def _parse(argv):
     """('ok', args) | ('refused', message) | ('crash', message): the CLI parser on `argv`, nothing run."""
-    from alpha_gym.cli import build_parser
+    from alpha_gym.commands.main import build_parser
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -459,7 +459,7 @@ def test_cli_args_parse_or_refuse_with_a_message():
 
 def test_cli_scores_a_formula_that_starts_with_minus_and_serve_refuses_a_bad_port(small_csv):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = [sys.executable, "-m", "alpha_gym.cli"]
+    run = [sys.executable, "-m", "alpha_gym.commands.main"]
     out = subprocess.run(run + ["score", "-rank(ts_delta(close, 5))", "--json", "--data", small_csv], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

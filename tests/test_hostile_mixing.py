@@ -118,7 +118,7 @@ def test_out_equal_to_formulas_is_refused(panel, pool, tmp_path):
 
 
 def test_cli_out_equal_to_formulas_exits_2(pool, capsys):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     before = pool.read_bytes()
     assert main(["score-batch", "--formulas", str(pool), "--out", str(pool), "--workers", "0", "--quiet"]) == 2
     assert "overwrite" in capsys.readouterr().err and pool.read_bytes() == before
@@ -165,7 +165,7 @@ def test_kill_9_of_the_driver_leaves_no_ray_process(tmp_path):
     pool.write_text("\n".join(random_formula(rng, depth=3) for _ in range(4000)) + "\n")
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="token")
-    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym.cli", "score-batch", "--formulas", str(pool),
+    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool),
                                "--out", str(out), "--workers", "2", "--chunk", "4", "--quiet",
                                "--ray-address", "local"],  # Ray asked for: without it, worker processes
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -244,7 +244,7 @@ def test_checkpoint_without_its_record_is_checked_against_trainer_state(tmp_path
 def test_cli_resume_without_settings_takes_the_checkpoints(tmp_path):
     pytest.importorskip("torch")
     import argparse
-    from trainers.cli import lost_settings_record, register, settings_from_train_args
+    from alpha_gym.commands.train import lost_settings_record, register, settings_from_train_args
     from trainers.config import recipe
     out = _run_with_checkpoint(tmp_path, recipe("cispo_repo_r", seed=5))
     (out / "settings.toml").unlink()
@@ -300,7 +300,7 @@ def market_csv(tmp_path, panel, write_market_csv):
 
 
 def test_holdout_formulas_names_the_universe_and_warns_on_another(tmp_path, panel, market_csv, capsys):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     from alpha_gym.evaluation.holdout import load_holdout
     kept = tmp_path / "kept"
     (kept / "seed-42").mkdir(parents=True)

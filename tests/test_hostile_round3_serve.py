@@ -127,7 +127,7 @@ def probe_lone_surrogates() -> tuple[int, list[str]]:
 
 # ------------------------------------------------------------------------------------- score-batch
 def _cli(argv) -> tuple[int, str, str]:
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from alpha_gym.evaluation.endpoint import read_raw
 from conftest import REAL_DATA_DIR, _require_real_data
 from test_kept_results import _assert_same_numbers

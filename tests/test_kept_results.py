@@ -123,7 +123,7 @@ def test_benchmarks_md_shows_the_kept_table(kept):
 @each_comparison
 def test_the_kept_table_is_rebuilt_from_the_kept_answers(tmp_path, kept):
     _require_real_data()
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     results = tmp_path / "results"
     shutil.copytree(kept.folder, results)
     (results / "comparison.md").unlink()

@@ -26,7 +26,7 @@ def test_filter_keeps_order_and_rule():
 @pytest.mark.slow
 def test_filter_cli_with_the_real_model(tmp_path, small_synthetic):
     pytest.importorskip("trl")
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     from alpha_gym.market.loader import load_panel  # noqa: F401  (the CLI loads data itself)
     data = tmp_path / "market.csv"
     _write_long_csv(small_synthetic, data)
@@ -41,7 +41,7 @@ def test_filter_cli_with_the_real_model(tmp_path, small_synthetic):
 @pytest.mark.slow
 def test_holdout_cli_with_the_real_model(tmp_path, small_synthetic):
     pytest.importorskip("trl")
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     data = tmp_path / "market.csv"
     _write_long_csv(small_synthetic, data)
     start = str(small_synthetic.dates[300])

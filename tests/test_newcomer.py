@@ -22,7 +22,7 @@ COUNTS = re.compile(r"Tests collected on a fresh machine set up this way: \*\*([
 
 
 def _cli(*args, timeout=300, prelude=""):
-    code = f"import sys; {prelude}from alpha_gym.cli import main; sys.exit(main({list(args)!r}))"
+    code = f"import sys; {prelude}from alpha_gym.commands.main import main; sys.exit(main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
@@ -74,7 +74,7 @@ def test_ci_install_installs_what_every_integration_imports_and_keeps_pip_quiet(
 
 
 def test_missing_extra_messages_name_torch_only_where_the_extra_needs_it():
-    from alpha_gym.cli import missing_extra_message
+    from alpha_gym.commands.main import missing_extra_message
     err = ModuleNotFoundError("No module named 'x'")
     assert "torch" in missing_extra_message("train", err) and "torch" in missing_extra_message("stress", err)
     for extra in ("serve", "batch", "data", "plots"):
@@ -129,7 +129,7 @@ def test_report_cli_writes_where_it_says(tmp_path):
     run.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (run / "log.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.1}) + "\n")  # a page reads a log alone
-    out = subprocess.run([sys.executable, "-m", "alpha_gym.cli", "report", str(run)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "report", str(run)], capture_output=True, text=True,
                          timeout=300, cwd=ROOT, env={**os.environ, "ALPHA_GYM_CACHE": str(tmp_path / "c")})
     assert out.returncode == 0, out.stderr
     page = Path(out.stdout.strip().splitlines()[-1])

@@ -124,7 +124,7 @@ def test_a_rows_brief_id_reaches_the_scoring_and_its_record(panel, tmp_path):
 
 
 def test_cli_score_batch_serial(pool, serial, tmp_path, capsys):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     out = tmp_path / "cli.jsonl"
     # the CLI's default panel is the 46-stock synthetic market: a different panel, so only the shape is compared
     assert main(["score-batch", "--formulas", str(pool), "--out", str(out), "--workers", "0", "--quiet",
@@ -149,7 +149,7 @@ def test_the_summary_counts_the_records_written(panel, pool, serial, tmp_path, c
 def test_counts_out_of_range_are_one_line_and_write_nothing(pool, tmp_path, capsys, flags, message):
     """Issue 41.5: --chunk -1 exited 0 with "scored": 8, "complete": true and no record written; --chunk 0 was a
     traceback; --workers 99999 started a Ray cluster that ate 20 GB; --workers -3 was accepted."""
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     out = tmp_path / "out.jsonl"
     try:
         code = main(["score-batch", "--formulas", str(pool), "--out", str(out), "--quiet", *flags])
@@ -188,7 +188,7 @@ def test_cli_on_an_existing_cluster_by_address(pool, tmp_path):
     pytest.importorskip("ray", reason="ray (alpha-gym[batch]) is not installed")
     import subprocess
     import sys
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     env = dict(os.environ, RAY_AUTH_MODE="token", PYTHONPATH=str(ROOT))  # Ray 2.5x heads use token auth
     head = subprocess.Popen([sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
@@ -196,7 +196,7 @@ def test_cli_on_an_existing_cluster_by_address(pool, tmp_path):
         address = head.stdout.readline().strip()
         assert address.startswith("127.0.0.1:"), address
         remote, serial = tmp_path / "remote.jsonl", tmp_path / "serial.jsonl"
-        run = subprocess.run([sys.executable, "-m", "alpha_gym.cli", "score-batch", "--formulas", str(pool), "--out",
+        run = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool), "--out",
                               str(remote), "--workers", "2", "--ray-address", address, "--quiet"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
@@ -242,7 +242,7 @@ def test_ray_workers_give_the_serial_bytes_and_resume(local_ray, panel, pool, se
 
 
 def test_cli_score_batch_takes_the_settings_file(tmp_path, changed_settings):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     from alpha_gym.market.resolve import default_panel
     toml, sets, config = changed_settings
     from alpha_gym.tasks.sets import brief_set

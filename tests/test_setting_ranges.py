@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from alpha_gym import settings as S
 from alpha_gym.book.costs import REALISTIC_COST_RANGES, TRAINING_COST_RANGES, RealisticCosts, TrainingCosts
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.parser import LIMIT_RANGES, Limits
 from alpha_gym.market import synthetic_panel
@@ -27,7 +27,7 @@ from alpha_gym.scoring.config import (CHANNELS, DEFAULT_PRIORITIES, PRIORITY, VE
 from alpha_gym.scoring.cpcv import CPCV_RANGES, MAX_SLICES, CPCVConfig
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.evolve import SEARCH_RANGES, SearchConfig, SearchError
-from alpha_gym.service.cli import SERVE_RANGES
+from alpha_gym.commands.serve import SERVE_RANGES
 from alpha_gym.stress.config import (GATE_RANGES, SCENARIO_RANGES, STRESS_RANGES, PRESETS, GateConfig, ScenarioConfig,
                                      StressConfig, StressError)
 from count_bad_settings import CASES, _try

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from alpha_gym import settings as S
-from alpha_gym.cli import main
+from alpha_gym.commands.main import main
 from alpha_gym.scoring.config import ConfigError, VerifierConfig, weighted_sum
 from alpha_gym.scoring.verifier import Verifier
 from trainers.config import register_train_table
@@ -301,7 +301,7 @@ def test_cli_config_show_and_score_with_settings(tmp_path, capsys):
 
 
 def test_cli_bug_shows_a_traceback_user_error_one_line(capsys, monkeypatch):
-    import alpha_gym.cli as cli
+    import alpha_gym.commands.main as cli
 
     def boom(args):
         raise KeyError("a bug")
@@ -319,7 +319,7 @@ def test_cli_bug_shows_a_traceback_user_error_one_line(capsys, monkeypatch):
 def test_every_command_that_scores_or_trains_takes_the_settings():
     """--config and --set on each command whose results a setting can change."""
     import argparse
-    from alpha_gym.cli import build_parser
+    from alpha_gym.commands.main import build_parser
 
     def leaves(parser, path=()):
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

@@ -23,7 +23,7 @@ FORMULAS = ["rank(-ts_delta(close, 5))", "rank(volume / ts_mean(volume, 10))", "
 
 # --------------------------------------------------------------------------- no torch at import
 def test_importing_alpha_gym_and_the_stress_package_does_not_import_torch():
-    code = ("import sys, alpha_gym, alpha_gym.stress, alpha_gym.stress.provider, alpha_gym.stress.cli, "
+    code = ("import sys, alpha_gym, alpha_gym.stress, alpha_gym.stress.provider, alpha_gym.commands.stress, "
             "alpha_gym.evaluation.stress_validation, alpha_gym.stress.scenarios, alpha_gym.stress.geometry; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -523,7 +523,7 @@ def test_fit_is_resumable_and_seeded(tiny_panel, tmp_path):
 def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     _need_torch()
     from alpha_gym.stress import checkpoint as ck
-    from alpha_gym.stress.cli import register
+    from alpha_gym.commands.stress import register
     rows = ["date,ticker,open,high,low,close,volume"]
     small = tiny_panel.select(tiny_panel.tickers[:10]).head(420)
     for i, day in enumerate(small.dates):
@@ -541,7 +541,7 @@ def test_cli_fit_check_validate(tiny_panel, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "prediction beats 'no change'" in printed and "geometry R^2" in printed
     # registered for the CSV's panel: `alpha-gym score` on that data names the model (or why it is off) unasked
-    from alpha_gym.cli import main as cli_main
+    from alpha_gym.commands.main import main as cli_main
     from alpha_gym.market.resolve import resolve_panel
     from alpha_gym.stress.registry import lookup
     assert lookup(resolve_panel(data=str(data))) == out.resolve()

@@ -505,7 +505,7 @@ def test_the_default_config_is_the_default_recipe():
 
 
 def test_cli_parses_and_applies_overrides():
-    from trainers.cli import cmd_train, config_from_args, register
+    from alpha_gym.commands.train import cmd_train, config_from_args, register
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["train", "--recipe", "cispo_repo_r", "--steps", "3", "--out", "x",
@@ -519,7 +519,7 @@ def test_cli_parses_and_applies_overrides():
     assert cmd_train(bad) == 2  # refused before any loading
     assert cmd_train(parser.parse_args(["train", "--recipe", "dapo", "--briefs", "nowhere.jsonl"])) == 2
 
-    from trainers.cli import briefs_from_args, verifier_config_from_args
+    from alpha_gym.commands.train import briefs_from_args, verifier_config_from_args
     args = parser.parse_args(["train", "--recipe", "cispo", "--advantage-floor", "none", "--format-reward", "on",
                               "--stress-checkpoint", "models/w", "--steps-per-generation", "4"])
     cfg = config_from_args(args)
@@ -540,7 +540,7 @@ def test_cli_parses_and_applies_overrides():
 @pytest.mark.slow
 def test_cli_train_end_to_end(tmp_path, capsys):
     """`train` through the CLI on the embedded synthetic market: the default model, real briefs, one step."""
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     code = main(["train", "--recipe", "grpo", "--steps", "1", "--out", str(tmp_path), "--prompts-per-step", "1",
                  "--num-generations", "2", "--max-completion-length", "4", "--no-progress", "--threads", "1"])
     assert code == 0

@@ -62,7 +62,7 @@ def test_the_env_info_names_the_world_model_and_make_logs_it_once(small_syntheti
 
 
 def test_the_cli_json_names_the_world_model(monkeypatch, capsys):
-    from alpha_gym.cli import main
+    from alpha_gym.commands.main import main
     monkeypatch.setenv("ALPHA_GYM_CACHE", "off")   # no registry: R3 off
     assert main(["score", F, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["world_model"] == "off"

@@ -15,5 +15,6 @@ Nothing is imported here (torch loads only where a module needs it). The modules
     models       the policy model and its adapters; answers: checkpoint loading for inference, valid share
     sft          the supervised warm start; difficulty: pass rates and the brief filter
     export_gguf  a model folder as a GGUF file for llama.cpp (`alpha-gym export-gguf`), and serving it
-    cli          `alpha-gym train`, `alpha-gym export-gguf`
+
+`alpha-gym train` and `alpha-gym export-gguf` are in `alpha_gym/commands/train.py`.
 """

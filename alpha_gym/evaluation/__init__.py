@@ -3,7 +3,7 @@ R3 scenarios' validation.
 
 Exports the holdout evaluator and the selection rules; `baselines`, `report` (the page; its parts in
 `report_html`, `report_training`, `report_comparison`), `stress_validation` (scenario AUCs) and
-`endpoint` (a model behind an OpenAI-compatible endpoint; `alpha-gym eval` in `cli`) are imported
+`endpoint` (a model behind an OpenAI-compatible endpoint; `alpha-gym eval` in `alpha_gym/commands/evaluation.py`) are imported
 where used.
 """
 

@@ -193,14 +193,14 @@ class AlphaEnvClient:
 
 
 def main(argv=None) -> int:
-    from alpha_gym.cli_args import port_arg
+    from alpha_gym.commands.flags import port_arg
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=port_arg, default=8001)
     ap.add_argument("--briefs", default="train")
     ap.add_argument("--data")
     ap.add_argument("--universe")
-    from alpha_gym.cli_args import add_settings_args, settings_from_args
+    from alpha_gym.commands.flags import add_settings_args, settings_from_args
     add_settings_args(ap)
     args = ap.parse_args(argv)
     from alpha_gym.errors import InputError

@@ -1,5 +1,5 @@
 """Tasks: the design briefs the model answers, the task types that render them into prompts (`task`),
-their named sets (`sets`) and the `briefs` commands (`cli`)."""
+and their named sets (`sets`); the `briefs` commands are in `alpha_gym/commands/briefs.py`."""
 
 from alpha_gym.tasks.briefs import FIXED_BRIEFS, Brief
 from alpha_gym.tasks.dsl import ANSWER_CONTRACT, DSL_REFERENCE, dsl_reference

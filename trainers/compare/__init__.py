@@ -12,5 +12,6 @@ Nothing is imported here. The modules, top to bottom:
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png
     floor_trap  the advantage-floor trap of Environment B (`python -m trainers.compare.floor_trap`)
-    cli         `alpha-gym compare`
+
+The `alpha-gym compare` command (its flags) is in `alpha_gym/commands/compare.py`.
 """

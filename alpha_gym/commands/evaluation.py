@@ -1,4 +1,4 @@
-"""Command-line pieces for holdout scoring of formula files, and reports (the `briefs` commands: tasks/cli.py).
+"""Command-line pieces for holdout scoring of formula files, and reports (the `briefs` commands: commands/briefs.py).
 
 `register(subparsers)` adds, to an `argparse` sub-parser collection:
 
@@ -49,7 +49,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.cli_args import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
+from alpha_gym.commands.flags import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
                                 universe_arg)
 from alpha_gym.errors import InputError
 from alpha_gym.folder_stamp import claim_stamp

@@ -11,7 +11,7 @@ from alpha_gym.jsonable import json_dumps
 def cmd_score_batch(args) -> int:
     from alpha_gym.batch.records import BatchError
     from alpha_gym.batch.runner import score_batch
-    from alpha_gym.cli_args import panel_from_args, settings_from_args
+    from alpha_gym.commands.flags import panel_from_args, settings_from_args
     config = settings_from_args(args).verifier
     try:
         summary = score_batch(panel_from_args(args), args.formulas, args.out, config=config, workers=args.workers,
@@ -27,7 +27,7 @@ def cmd_score_batch(args) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     from alpha_gym.batch.runner import CHUNK, MAX_CHUNK
     from alpha_gym.ranges import flag, ints
-    from alpha_gym.cli_args import add_data_args, add_settings_args
+    from alpha_gym.commands.flags import add_data_args, add_settings_args
     p = sub.add_parser("score-batch", help="score a pool of formulas on this machine's cores (or on Ray) into a "
                                           "resumable JSONL")
     p.add_argument("--formulas", required=True,

@@ -50,7 +50,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.cli_args import add_settings_args, settings_from_args
+from alpha_gym.commands.flags import add_settings_args, settings_from_args
 from alpha_gym.ranges import flag, ints
 from trainers.compare.arms import arm_names
 from trainers.compare.ladder import SCALES, panels

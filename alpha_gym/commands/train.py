@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from trainers.config import DEFAULT_RECIPE, RECIPES, register_train_table

@@ -15,7 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-from alpha_gym.cli_args import add_data_args, add_settings_args, settings_from_args, universe_arg
+from alpha_gym.commands.flags import add_data_args, add_settings_args, settings_from_args, universe_arg
 from alpha_gym.jsonable import json_dumps
 
 

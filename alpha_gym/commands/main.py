@@ -22,7 +22,7 @@ DEMO_ANSWERS = [
 ]
 
 
-from alpha_gym.cli_args import Parser, add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.commands.flags import Parser, add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
 
 
@@ -223,13 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_args(p)
     p.set_defaults(func=cmd_sft)
 
-    from alpha_gym.tasks.cli import register as register_briefs
+    from alpha_gym.commands.briefs import register as register_briefs
     register_briefs(sub)
-    from alpha_gym.evaluation.cli import register as register_evaluation
+    from alpha_gym.commands.evaluation import register as register_evaluation
     register_evaluation(sub)
     try:  # `train` and `compare` need the train extra (torch); without it the command says how to install it
-        from trainers.cli import register as register_train, register_export
-        from trainers.compare.cli import register as register_compare
+        from alpha_gym.commands.train import register as register_train, register_export
+        from alpha_gym.commands.compare import register as register_compare
     except ImportError as err:
         for name, what in (("train", "RL training"), ("compare", "the trainer comparison"),
                            ("export-gguf", "a model folder as a GGUF file")):
@@ -239,13 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
         register_train(sub)
         register_compare(sub)  # the trainer comparison (trainers/compare/)
         register_export(sub)  # a trained model for llama.cpp (trainers/export_gguf.py)
-    from alpha_gym.stress.cli import register as register_stress
+    from alpha_gym.commands.stress import register as register_stress
     register_stress(sub)
-    from alpha_gym.service.cli import register as register_serve  # issue 12: the scoring service
+    from alpha_gym.commands.serve import register as register_serve  # issue 12: the scoring service
     register_serve(sub)
-    from alpha_gym.batch.cli import register as register_score_batch  # issue 12: batch scoring on Ray
+    from alpha_gym.commands.score_batch import register as register_score_batch  # issue 12: batch scoring on Ray
     register_score_batch(sub)
-    from alpha_gym.evaluation.cli import register_eval  # issue 30: a model behind an endpoint
+    from alpha_gym.commands.evaluation import register_eval  # issue 30: a model behind an endpoint
     register_eval(sub)
     return parser
 

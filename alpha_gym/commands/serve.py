@@ -8,7 +8,7 @@ import sys
 
 
 def cmd_serve(args) -> int:
-    from alpha_gym.cli_args import settings_from_args, universe_arg
+    from alpha_gym.commands.flags import settings_from_args, universe_arg
     from alpha_gym.pool import shared_verifier
     from alpha_gym.service.server import serve
     universe = universe_arg(args.universe)
@@ -47,7 +47,7 @@ def _workers_flag(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from alpha_gym.cli_args import add_data_args, add_settings_args, port_arg
+    from alpha_gym.commands.flags import add_data_args, add_settings_args, port_arg
     from alpha_gym.ranges import flag
     from alpha_gym.service import MAX_ANSWERS, MAX_BYTES
     p = sub.add_parser("serve", help="score answers over HTTP for many rollout workers (needs starlette, uvicorn)")

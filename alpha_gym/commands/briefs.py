@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.jsonable import json_dumps
 
 
