@@ -465,7 +465,7 @@ def test_cli_scores_a_formula_that_starts_with_minus_and_serve_refuses_a_bad_por
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["formula"].startswith("-")
     for cmd in (run + ["serve", "--port", "99999"],
-                [sys.executable, "-m", "alpha_gym.integrations.openenv_server", "--port", "-1"]):
+                [sys.executable, "-m", "alpha_gym.commands.openenv_server", "--port", "-1"]):
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr and "not a TCP port" in out.stderr
 

@@ -131,7 +131,7 @@ def test_concurrent_sessions(server, direct):
 
 
 def test_settings_reach_the_environment_and_the_server(changed_settings):
-    from alpha_gym.integrations.openenv_server import main
+    from alpha_gym.commands.openenv_server import main
     from alpha_gym.market.resolve import default_panel
     from alpha_gym.tasks.sets import brief_by_id
     toml, sets, config = changed_settings

@@ -1,8 +1,9 @@
 """The layout a reader relies on: no import cycles, each package's `__init__` states its idea.
 
 Imports are read from the source (every `import`, also inside functions: a lazy import is still a
-dependency a reader has to follow). Command-line modules (`cli.py`, `cli_args.py`) sit above every
-package: they wire packages together, so they may import any of them and none imports them.
+dependency a reader has to follow). The command-line modules (`alpha_gym/commands/`) are a floor of their
+own, the top one: they wire packages together, so they may import any of them and none imports them. No
+module is exempt from the floors.
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def _is_cli(module: str) -> bool:
-    last = module.rsplit(".", 1)[-1]
-    return last in ("cli", "cli_args")
-
-
 def _imports(path: Path) -> set[str]:
     deps = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -57,9 +53,9 @@ def _graph() -> dict[str, set[str]]:
     roots = set(PACKAGES)
     g = {}
     for m, path in MODULES.items():
-        if _is_cli(m) or m in roots:
+        if m in roots:
             continue
-        g[m] = {d for d in _imports(path) if d != m and not _is_cli(d) and d not in roots}
+        g[m] = {d for d in _imports(path) if d != m and d not in roots}
     return g
 
 
@@ -113,16 +109,19 @@ def test_no_import_cycle_between_packages():
 
 
 def test_the_environment_does_not_import_the_trainers():
+    """alpha_gym's library (every floor below the commands: the env imports without torch) imports no trainer;
+    the commands (`alpha-gym train`, `compare`) do, one floor above both."""
     offenders = {m: sorted(d for d in deps if d.startswith("trainers"))
-                 for m, deps in _graph().items() if m.startswith("alpha_gym")}
+                 for m, deps in _graph().items() if m.startswith("alpha_gym") and not _is_command(m)}
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
 #: The floors, lowest first. A module imports from its own floor and the floors below, never from one
 #: above: the market knows nothing of books, a book nothing of scores, the scoring nothing of the holdout
 #: evaluation, the settings nothing of evaluation or the trainers, and the training loop gets its briefs
-#: and panels without the Gym env (on the top floor: nothing is built on it). Command-line modules and
-#: the package roots stand above every floor (see the module docstring).
+#: and panels without the Gym env (nothing but the commands is built on it). The commands are the top
+#: floor: they read flags, call any package and print; nothing below imports them. The package roots,
+#: which only re-export, are left out (see the module docstring).
 FLOORS = (
     ("alpha_gym.errors", "alpha_gym.ranges", "alpha_gym.jsonable", "alpha_gym._version", "alpha_gym.user_cache",
      "alpha_gym.threads", "alpha_gym.folder_stamp"),                                            # the basement: utilities every floor uses
@@ -136,8 +135,13 @@ FLOORS = (
     ("alpha_gym.search",),                                            # the model-free search control
     ("alpha_gym.integrations", "trainers"),                           # other libraries' glue; the trainers
     ("alpha_gym.env",),                                               # the Gym env
+    ("alpha_gym.commands",),                                          # the `alpha-gym` command line
 )
 _FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
+
+
+def _is_command(module: str) -> bool:
+    return _package(module) in FLOORS[-1]
 
 
 def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -162,8 +166,12 @@ def test_no_module_imports_from_a_higher_floor():
 def test_the_floor_rule_catches_what_it_forbids():
     graph = {"alpha_gym.market.synthetic": {"alpha_gym.book.metrics", "alpha_gym.market.panel"},
              "trainers.loop": {"alpha_gym.env", "alpha_gym.tasks.sets"},
-             "alpha_gym.settings": {"alpha_gym.scoring.config"}}
-    assert _upward_imports(graph) == ["alpha_gym.market.synthetic -> alpha_gym.book.metrics (floor 1 -> 2)",
+             "alpha_gym.settings": {"alpha_gym.scoring.config"},
+             "alpha_gym.integrations.openenv_server": {"alpha_gym.commands.flags"},
+             "alpha_gym.commands.train": {"trainers.loop", "alpha_gym.commands.flags"}}
+    assert _upward_imports(graph) == ["alpha_gym.integrations.openenv_server -> alpha_gym.commands.flags "
+                                      "(floor 9 -> 11)",
+                                      "alpha_gym.market.synthetic -> alpha_gym.book.metrics (floor 1 -> 2)",
                                       "trainers.loop -> alpha_gym.env (floor 9 -> 10)"]
 
 

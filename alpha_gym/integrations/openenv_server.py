@@ -1,6 +1,6 @@
 """An OpenEnv-style HTTP server for `AlphaEnvironment` whose episodes live in sessions, and its client.
 
-    python -m alpha_gym.integrations.openenv_server --port 8001 [--data ... --universe ...] [--config F --set K=V]
+    python -m alpha_gym.commands.openenv_server --port 8001 [--data ... --universe ...] [--config F --set K=V]
 
     POST /reset   {"seed"?, "episode_id"?, "brief_id"?, "session_id"?}
                   -> {"session_id", "observation", "reward", "done"}    (a new session, or that one reset)
@@ -19,10 +19,8 @@ or after the episode ended, 413 a body over 128 KiB, 422 a malformed action or r
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
-import sys
 import threading
 import uuid
 from typing import Any
@@ -190,33 +188,3 @@ class AlphaEnvClient:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def main(argv=None) -> int:
-    from alpha_gym.commands.flags import port_arg
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=port_arg, default=8001)
-    ap.add_argument("--briefs", default="train")
-    ap.add_argument("--data")
-    ap.add_argument("--universe")
-    from alpha_gym.commands.flags import add_settings_args, settings_from_args
-    add_settings_args(ap)
-    args = ap.parse_args(argv)
-    from alpha_gym.errors import InputError
-    try:
-        config = settings_from_args(args).verifier  # read before listening: a bad file fails at once
-    except InputError as err:
-        print(f"openenv_server: error: {err}", file=sys.stderr)
-        return 2
-    import uvicorn
-
-    from alpha_gym.integrations.openenv import AlphaEnvironment
-    app = create_app(lambda: AlphaEnvironment(briefs=args.briefs, data=args.data, universe=args.universe,
-                                              config=config))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
