@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from alpha_gym import Verifier, VerifierConfig
     from alpha_gym.market import load_panel
     from alpha_gym.stress import StressProvider
-    from alpha_gym.commands.stress import format_gates
+    from alpha_gym.stress.report import format_gates
     from alpha_gym.stress.config import preset
     from alpha_gym.stress.fit import fit
     from alpha_gym.evaluation.stress_validation import apply, validate

@@ -55,7 +55,7 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path, capsys):
         assert [r["brief_id"] for r in rows] == [r["brief_id"] for r in step0]
         numbers = json.loads((results / "seed-42" / f"{name}.json").read_text())
         assert numbers["selected_step"] == rows[0]["step"] and 0 <= numbers["clipped_share"] <= 1
-    from alpha_gym.commands.evaluation import read_formulas
+    from alpha_gym.evaluation.answers_file import read_formulas
     assert read_formulas(results / "seed-42" / "dapo.jsonl") == [
         json.loads(x)["formula"] for x in (results / "seed-42" / "dapo.jsonl").read_text().splitlines()]
     assert (results / "comparison.md").read_text() == table

@@ -203,7 +203,7 @@ def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
     grown = verifier.fork()
     grown.load_archive(out / "seed-42" / "search" / "archive.npz")
     assert len(grown.archive) >= len(verifier.archive)
-    from alpha_gym.commands.evaluation import read_formulas
+    from alpha_gym.evaluation.answers_file import read_formulas
     assert read_formulas(results / "seed-42" / "search.jsonl") == [r["formula"] for r in rows]
     # a rerun reuses the saved search and writes the same answers
     trace = (out / "seed-42" / "search" / "search.json").read_text()

@@ -328,7 +328,7 @@ def test_llama_cpp_server_real_run_then_report_and_rescore(llama_server, tmp_pat
     summary = json.loads((out / "eval.json").read_text())
     assert summary["answered"] == 6 and summary["errors"] == {} and summary["train"]["end"] == "2024-02-29"
     # the kept answers are what the other commands read
-    from alpha_gym.commands.evaluation import read_formulas
+    from alpha_gym.evaluation.answers_file import read_formulas
     assert read_formulas(out / "answers.jsonl") == [x["formula"] for x in rows]
     page = _cli("report", str(out))
     assert page.returncode == 0 and (out / "report.html").is_file()

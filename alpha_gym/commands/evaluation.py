@@ -24,7 +24,7 @@ Writes into --out:
                      (`alpha-gym report OUT` makes the page)
     eval.json        the run: endpoint, model, sampling, items answered/failed, every error counted by kind,
                      the train-window and holdout summaries
-    eval-settings.json  the folder's stamp (`eval_stamp`): endpoint (redacted), model, temperature, max
+    eval-settings.json  the folder's stamp (`alpha_gym.evaluation.eval_folder`): endpoint (redacted), model, temperature, max
                      tokens, seed, extra body, data file, universe, train and holdout windows with their panels'
                      fingerprints, each brief's prompt hash. Once the folder holds an answer a rerun with
                      any of them changed is refused rather than mixed (`claim_eval_dir`; the endpoint
@@ -42,53 +42,17 @@ Each sub-command sets `func(args) -> int` (exit status), like the main CLI's.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.commands.flags import (add_data_args, add_settings_args, iso_date, panel_from_args, settings_from_args,
-                                universe_arg)
+from alpha_gym.commands.flags import add_data_args, add_settings_args, iso_date, settings_from_args, universe_arg
 from alpha_gym.errors import InputError
-from alpha_gym.folder_stamp import claim_stamp
+from alpha_gym.evaluation.answers_file import (answers_universe, read_briefs, read_formulas, universe_record,
+                                               universe_warning)
+from alpha_gym.evaluation.eval_folder import claim_eval_dir, error_counts, eval_stamp, mean, score_rows
 from alpha_gym.jsonable import json_dumps
-
-
-def read_formulas(path) -> list[str | None]:
-    """Formulas from a file: JSONL objects with a "formula" (or "answer") key, or one formula per line.
-
-    In a text file blank lines and lines starting with '#' are skipped.
-    """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    out: list[str | None] = []
-    if path.suffix in (".jsonl", ".json"):
-        for k, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if isinstance(row, str):
-                out.append(row)
-            elif isinstance(row, dict) and ("formula" in row or "answer" in row):
-                out.append(row.get("formula", row.get("answer")))
-            else:
-                raise InputError(f"{path}:{k}: expected a string or an object with a 'formula' key")
-        return out
-    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-
-
-def read_briefs(path) -> list | None:
-    """The brief of each formula `read_formulas(path)` returns: a JSONL row's "brief_id" where it names a seeded or
-    fixed brief (kept probe answers carry one), else None; None for the whole file when no row names one."""
-    from alpha_gym.tasks.sets import brief_by_id
-    path = Path(path)
-    if path.suffix not in (".jsonl", ".json"):
-        return None
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    briefs = [brief_by_id(row.get("brief_id")) if isinstance(row, dict) else None for row in rows]
-    return briefs if any(b is not None for b in briefs) else None
 
 
 def _day_before(date: str) -> str:
@@ -99,50 +63,6 @@ def _day_before(date: str) -> str:
 def _holdout_settings(args):
     """The settings with --context applied to holdout.context."""
     return settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
-
-
-def universe_record(value, panel, data) -> dict:
-    """How a report names the universe it scored: where it came from, how many tickers, a hash of them."""
-    import hashlib
-    if value is None:
-        name = f"all tickers of {Path(data).name}"
-    elif isinstance(value, list):
-        name = ",".join(value[:8]) + (f",... ({len(value)} listed)" if len(value) > 8 else "")
-    else:
-        name = Path(value).name
-    tickers = sorted(panel.tickers)
-    return {"name": name, "size": len(tickers),
-            "tickers_sha256": hashlib.sha256("\n".join(tickers).encode()).hexdigest()[:16]}
-
-
-def answers_universe(formulas) -> tuple[Path, str | None] | None:
-    """(settings.json, its "universe") of the run that wrote the answers file: beside it or one folder up
-    (a comparison's `seed-S/RUNG.jsonl`); None when there is none to read."""
-    for folder in (Path(formulas).resolve().parent, Path(formulas).resolve().parent.parent):
-        path = folder / "settings.json"
-        if not path.is_file():
-            continue
-        try:
-            settings = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            return None
-        if isinstance(settings, dict) and "universe" in settings:
-            theirs = settings["universe"]
-            return path, (str(theirs) if theirs is not None else None)
-    return None
-
-
-def _universe_warning(universe: dict, value, formulas) -> str | None:
-    """A warning when the answers' run was trained on another universe than this report scores."""
-    found = answers_universe(formulas)
-    if found is None:
-        return None
-    path, theirs = found
-    ours = None if value is None else universe["name"]
-    if (Path(theirs).name if theirs is not None else None) == ours:
-        return None
-    return (f"warning: the answers in {formulas} come from a run on universe {theirs or 'all tickers'} ({path}); "
-            f"this report scores them on {universe['name']} ({universe['size']} tickers): pass --universe to match")
 
 
 def cmd_holdout_formulas(args) -> int:
@@ -163,7 +83,7 @@ def cmd_holdout_formulas(args) -> int:
         from alpha_gym.scoring.verifier import Verifier
         verifier = Verifier(train, settings.verifier)
     named = universe_record(universe, holdout, args.data)
-    warning = _universe_warning(named, universe, args.formulas)
+    warning = universe_warning(named, universe, args.formulas)
     if warning:
         print(f"alpha-gym holdout-formulas: {warning}", file=sys.stderr)
         named["answers_trained_on"] = answers_universe(args.formulas)[1] or "all tickers"
@@ -362,77 +282,6 @@ def _check_eval_numbers(args) -> None:
             raise InputError(f"{flag} {value}: expected {span}")
 
 
-def _prompt_hash(messages) -> str:
-    import hashlib
-    return hashlib.sha256(json_dumps(messages).encode()).hexdigest()[:16]
-
-
-def eval_stamp(args, briefs, messages, train, holdout) -> dict:
-    """What an eval folder's answers and scores depend on (eval-settings.json): the endpoint (redacted),
-    model, sampling, extra request fields, the data file, universe, the panels' fingerprints and each brief's
-    prompt hash."""
-    from alpha_gym.evaluation.endpoint import extra_body, redact_url
-    data = str(args.data) if args.data else None
-    return {"endpoint": redact_url(args.base_url) if args.base_url else None, "model": args.model,
-            "temperature": args.temperature, "max_tokens": args.max_tokens, "seed": args.seed,
-            "extra_body": extra_body(getattr(args, "extra_body", None)),
-            "data": Path(data).name if data else "the embedded synthetic market",
-            "universe": universe_record(universe_arg(args.universe), train, data or "the synthetic market"),
-            "train": f"{train.dates[0]}..{train.dates[-1]}", "panel": train.fingerprint()[:16],
-            "holdout": None if holdout is None else {"window": f"{holdout.dates[0]}..{holdout.dates[-1]}",
-                                                     "panel": holdout.fingerprint()[:16]},
-            "briefs": {b.id: _prompt_hash(m) for b, m in zip(briefs, messages)}}
-
-
-def _shown(value) -> str:
-    text = json_dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, write: bool = True) -> dict:
-    """Refuse a folder whose answers were made or scored with other settings; else write the stamp.
-
-    The stamp binds once the folder holds an answer (`answered`: before that nothing can be mixed, and a
-    run that failed at once, say on a URL without /v1, can be rerun with the fix). The endpoint counts
-    only when this run asks it something (a finished folder re-scores without one); briefs are compared
-    by id (a run with more briefs or samples adds to the folder). A stamp written by an older alpha-gym
-    lacks some keys: they are added, not refused. With `write=False` only checks. Returns the stamp.
-    """
-    path = out / "eval-settings.json"
-    before = {}
-    if path.is_file() and answered:
-        try:
-            before = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            raise InputError(f"{path} is damaged (not JSON): pass another --out or delete the folder") from None
-        if not isinstance(before, dict):
-            raise InputError(f"{path} is damaged (not an object): pass another --out or delete the folder")
-    changed = []
-    for k, now in stamp.items():
-        if k not in before or (k == "endpoint" and (not asking or now is None)):
-            continue
-        if k == "briefs":
-            old = before[k] if isinstance(before[k], dict) else {}
-            other = [i for i, h in now.items() if i in old and old[i] != h]
-            if other:
-                changed.append(f"the prompt of brief {other[0]}" + (f" and {len(other) - 1} more" if len(other) > 1
-                                                                   else "") + " differs")
-        elif before[k] != now:
-            changed.append(f"{k}: {_shown(before[k])} before, {_shown(now)} now")
-    if changed:
-        raise InputError(f"{out} holds answers made with other settings ({'; '.join(changed)}); "
-                         "pass another --out or delete the folder")
-    merged = {**before, **stamp}
-    if not asking or stamp["endpoint"] is None:
-        merged["endpoint"] = before.get("endpoint", stamp["endpoint"])
-    merged["briefs"] = {**(before.get("briefs") or {}), **stamp["briefs"]}
-    if not write:
-        return merged
-    # checked above (the rule merges briefs and samples across runs): the shared helper only writes it whole
-    claim_stamp(path, json_dumps(merged, indent=1), lambda _: None, check=False, replace=merged != before)
-    return merged
-
-
 def _eval_panels(args):
     """(train panel, holdout panel or None): with --holdout-start the train window ends the day before it."""
     from alpha_gym.market.resolve import resolve_panel
@@ -447,41 +296,6 @@ def _eval_panels(args):
     if train.n_days == 0 or holdout.n_days == 0:
         raise InputError(f"--holdout-start {args.holdout_start}: the data hold no sessions on one side of it")
     return train, holdout
-
-
-def score_rows(raw: dict, briefs, samples: int, verifier) -> list[dict]:
-    """The answered items in brief, then sample, order: kept rows scored on the train window."""
-    from alpha_gym.language.answer import formula_or_none
-    rows = []
-    for b in briefs:
-        for s in range(samples):
-            r = raw.get(f"{b.id}#{s}")
-            if r is None or not r.get("ok") or not isinstance(r.get("completion"), str):
-                continue  # missing or failed: counted, never scored
-            score = verifier.score(r["completion"], brief=b)
-            cpcv = score.channels.get("cpcv") if score.valid else None
-            rows.append({"brief_id": b.id, "sample": s, "step": None, "answer": r["completion"],
-                         "formula": formula_or_none(r["completion"]), "train_cpcv": cpcv,
-                         "train_valid": bool(score.valid), "reward": score.reward, "reason": score.reason})
-    return rows
-
-
-def error_counts(raw: dict, keys) -> tuple[Counter, Counter]:
-    """(failed attempts by kind over every item, failed items by their last error)."""
-    attempts, items = Counter(), Counter()
-    for k in keys:
-        r = raw.get(k)
-        if r is None:
-            continue
-        attempts.update(r.get("attempt_errors") or [])
-        if not r.get("ok"):
-            items[r.get("error") or "unknown"] += 1
-    return attempts, items
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return float(sum(xs) / len(xs)) if xs else None
 
 
 def _check_model(client, model: str) -> list[str] | None:
@@ -546,7 +360,10 @@ def _eval(args, out: Path) -> int:
         if asking and not args.no_model_check:  # first: a dead endpoint is reported before the data load
             served = _check_model(client, args.model)
         train, holdout = _eval_panels(args)  # bad data flags fail before any chat request
-        stamp = eval_stamp(args, briefs, messages, train, holdout)
+        stamp = eval_stamp(base_url=args.base_url, model=args.model, temperature=args.temperature,
+                           max_tokens=args.max_tokens, seed=args.seed, extra_body=extra, data=args.data,
+                           universe=universe_arg(args.universe), briefs=briefs, messages=messages, train=train,
+                           holdout=holdout)
         stamp = claim_eval_dir(out, stamp, asking, answered)  # a folder made otherwise is refused
         run = {"asked": 0, "reused": len(keys), "total": len(keys)}
         if asking:
@@ -580,8 +397,8 @@ def _eval(args, out: Path) -> int:
         "data": stamp["data"], "universe": stamp["universe"],
         "train": {"start": str(train.dates[0]), "end": str(train.dates[-1]), "n_valid": len(valid),
                   "valid_share": len(valid) / len(rows) if rows else None,
-                  "mean_cpcv": _mean([r["train_cpcv"] for r in valid]),
-                  "mean_reward": _mean([r["reward"] for r in rows]),
+                  "mean_cpcv": mean([r["train_cpcv"] for r in valid]),
+                  "mean_reward": mean([r["reward"] for r in rows]),
                   "world_model": verifier.world_model},  # what R3 used: a content hash, or "off"
     }
     if holdout is not None:

@@ -43,7 +43,8 @@ def cmd_score(args) -> int:
     verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
     result = (verifier.score(args.answer, brief=brief) if args.answer is not None
               else verifier.score_formula(args.formula, brief=brief))
-    compliance = brief_report(brief, result)
+    from alpha_gym.tasks.compliance import compliance_report
+    compliance = compliance_report(brief, result.formula, result.valid)
     # the industry's tests, reported beside the score (never a reward; they trade the formula a second time)
     from alpha_gym.evaluation.alpha_tests import format_alpha_tests, score_alpha_tests
     tests = score_alpha_tests(verifier, result.formula) if result.valid else None
@@ -54,16 +55,6 @@ def cmd_score(args) -> int:
         print(format_score(result, verifier.config.priorities, compliance)
               + ("\n\n" + format_alpha_tests(tests) if tests else ""))
     return 0
-
-
-def brief_report(brief, result):
-    """What R13 checked of the brief (`alpha_gym.tasks.compliance.compliance_record`, extended checks): {"id",
-    "share", "met_all", "n", "checks"}; an invalid answer meets nothing (share 0, as R13 pays). None without one."""
-    from alpha_gym.tasks.compliance import check_compliance, compliance_record
-    record = compliance_record(brief, result.formula, result.valid)
-    if record is None:
-        return None
-    return {**record, "checks": check_compliance(brief, result.formula, extended=True) if result.valid else {}}
 
 
 def cmd_demo(args) -> int:

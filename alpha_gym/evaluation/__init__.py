@@ -2,9 +2,10 @@
 R3 scenarios' validation.
 
 Exports the holdout evaluator and the selection rules; `baselines`, `report` (the page; its parts in
-`report_html`, `report_training`, `report_comparison`), `stress_validation` (scenario AUCs) and
-`endpoint` (a model behind an OpenAI-compatible endpoint; `alpha-gym eval` in `alpha_gym/commands/evaluation.py`) are imported
-where used.
+`report_html`, `report_training`, `report_comparison`), `stress_validation` (scenario AUCs), `answers_file`
+(the formulas and briefs of a file of answers), `endpoint` (a model behind an OpenAI-compatible endpoint) and
+`eval_folder` (an `alpha-gym eval` folder: its stamp, its answers scored) are imported where used; the
+commands are in `alpha_gym/commands/evaluation.py`.
 """
 
 from alpha_gym.evaluation.holdout import (BookStats, FormulaHoldout, HoldoutError, HoldoutEvaluator,

@@ -11,7 +11,8 @@ def _fmt(x, spec=".3f") -> str:
 
 def format_score(score, priorities: Mapping[str, float], compliance: Mapping | None = None) -> str:
     """Channels with priority and weighted contribution, the CPCV slices and the main diagnostics; with
-    `compliance` ({"id", "share", "met_all", "n", "checks"}: `alpha_gym.commands.main.brief_report`), the brief's checks."""
+    `compliance` ({"id", "share", "met_all", "n", "checks"}: `alpha_gym.tasks.compliance.compliance_report`), the brief's
+    checks."""
     d = score.diagnostics
     lines = [f"formula : {score.formula if score.formula is not None else '(none)'}",
              f"valid   : {'yes' if score.valid else 'NO'}  ({score.reason})",

@@ -12,7 +12,7 @@ panels need the optional extra ``alpha-gym[stress]`` (torch, safetensors, tqdm).
 Modules: `geometry` (targets, R3 value, stylised facts, AUC), `config`,
 `data` (features), `model` (torch modules), `fit` (training, gates,
 checkpoints), `scenarios` (shifted latents -> panels, cache), `provider`
-(the channel), `registry` (the model fitted for each panel); `alpha-gym stress ...` is in `alpha_gym/commands/stress.py`.
+(the channel), `registry` (the model fitted for each panel), `report` (the gates as text); `alpha-gym stress ...` is in `alpha_gym/commands/stress.py`.
 Validating the scenarios scores formulas, so it sits one layer up, in
 `alpha_gym.evaluation.stress_validation`: this package never imports the verifier.
 """

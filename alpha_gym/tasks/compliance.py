@@ -547,6 +547,15 @@ def compliance_record(brief, node_or_formula, valid: bool = True) -> dict[str, A
             "met_all": bool(got["n"]) and all(got["checks"].values()), "n": got["n"]}
 
 
+def compliance_report(brief, formula, valid: bool = True) -> dict[str, Any] | None:
+    """What R13 checked of the brief (`compliance_record`, extended checks) with each check: {"id", "share",
+    "met_all", "n", "checks"}; an invalid answer meets nothing (share 0, as R13 pays; no checks). None without one."""
+    record = compliance_record(brief, formula, valid)
+    if record is None:
+        return None
+    return {**record, "checks": check_compliance(brief, formula, extended=True) if valid else {}}
+
+
 def compliance_summary(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
     """Over the answers that had a brief: {"brief_share": mean share, "brief_met_all": how many met every check,
     "n_briefs": how many had a brief}; None when none had one."""

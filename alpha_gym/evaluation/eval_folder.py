@@ -1,0 +1,127 @@
+"""An `alpha-gym eval` folder: its stamp, the answered items scored into kept rows, the endpoint's errors counted.
+
+    stamp = eval_stamp(base_url=..., model=..., ..., briefs=briefs, messages=messages, train=train, holdout=None)
+    claim_eval_dir(out, stamp, asking, answered)      # eval-settings.json; a folder made otherwise is refused
+    rows = score_rows(read_raw(out / "endpoint.jsonl"), briefs, samples, verifier)   # answers.jsonl's rows
+
+The command (`alpha_gym/commands/evaluation.py`) reads the flags, asks the endpoint (`endpoint.run_requests`)
+and prints; what the folder holds and how it is scored is here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from alpha_gym.errors import InputError
+from alpha_gym.evaluation.answers_file import universe_record
+from alpha_gym.folder_stamp import claim_stamp
+from alpha_gym.jsonable import json_dumps
+
+
+def _prompt_hash(messages) -> str:
+    import hashlib
+    return hashlib.sha256(json_dumps(messages).encode()).hexdigest()[:16]
+
+
+def eval_stamp(*, base_url: str | None, model: str, temperature: float, max_tokens: int, seed: int | None,
+               extra_body: dict | None, data, universe, briefs, messages, train, holdout) -> dict:
+    """What an eval folder's answers and scores depend on (eval-settings.json): the endpoint (redacted),
+    model, sampling, extra request fields (`extra_body`, parsed), the data file, universe (the --universe value:
+    None, a ticker list or a file), the panels' fingerprints and each brief's prompt hash."""
+    from alpha_gym.evaluation.endpoint import redact_url
+    data = str(data) if data else None
+    return {"endpoint": redact_url(base_url) if base_url else None, "model": model,
+            "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
+            "extra_body": extra_body,
+            "data": Path(data).name if data else "the embedded synthetic market",
+            "universe": universe_record(universe, train, data or "the synthetic market"),
+            "train": f"{train.dates[0]}..{train.dates[-1]}", "panel": train.fingerprint()[:16],
+            "holdout": None if holdout is None else {"window": f"{holdout.dates[0]}..{holdout.dates[-1]}",
+                                                     "panel": holdout.fingerprint()[:16]},
+            "briefs": {b.id: _prompt_hash(m) for b, m in zip(briefs, messages)}}
+
+
+def _shown(value) -> str:
+    text = json_dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, write: bool = True) -> dict:
+    """Refuse a folder whose answers were made or scored with other settings; else write the stamp.
+
+    The stamp binds once the folder holds an answer (`answered`: before that nothing can be mixed, and a
+    run that failed at once, say on a URL without /v1, can be rerun with the fix). The endpoint counts
+    only when this run asks it something (a finished folder re-scores without one); briefs are compared
+    by id (a run with more briefs or samples adds to the folder). A stamp written by an older alpha-gym
+    lacks some keys: they are added, not refused. With `write=False` only checks. Returns the stamp.
+    """
+    path = out / "eval-settings.json"
+    before = {}
+    if path.is_file() and answered:
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise InputError(f"{path} is damaged (not JSON): pass another --out or delete the folder") from None
+        if not isinstance(before, dict):
+            raise InputError(f"{path} is damaged (not an object): pass another --out or delete the folder")
+    changed = []
+    for k, now in stamp.items():
+        if k not in before or (k == "endpoint" and (not asking or now is None)):
+            continue
+        if k == "briefs":
+            old = before[k] if isinstance(before[k], dict) else {}
+            other = [i for i, h in now.items() if i in old and old[i] != h]
+            if other:
+                changed.append(f"the prompt of brief {other[0]}" + (f" and {len(other) - 1} more" if len(other) > 1
+                                                                   else "") + " differs")
+        elif before[k] != now:
+            changed.append(f"{k}: {_shown(before[k])} before, {_shown(now)} now")
+    if changed:
+        raise InputError(f"{out} holds answers made with other settings ({'; '.join(changed)}); "
+                         "pass another --out or delete the folder")
+    merged = {**before, **stamp}
+    if not asking or stamp["endpoint"] is None:
+        merged["endpoint"] = before.get("endpoint", stamp["endpoint"])
+    merged["briefs"] = {**(before.get("briefs") or {}), **stamp["briefs"]}
+    if not write:
+        return merged
+    # checked above (the rule merges briefs and samples across runs): the shared helper only writes it whole
+    claim_stamp(path, json_dumps(merged, indent=1), lambda _: None, check=False, replace=merged != before)
+    return merged
+
+
+def score_rows(raw: dict, briefs, samples: int, verifier) -> list[dict]:
+    """The answered items in brief, then sample, order: kept rows scored on the train window."""
+    from alpha_gym.language.answer import formula_or_none
+    rows = []
+    for b in briefs:
+        for s in range(samples):
+            r = raw.get(f"{b.id}#{s}")
+            if r is None or not r.get("ok") or not isinstance(r.get("completion"), str):
+                continue  # missing or failed: counted, never scored
+            score = verifier.score(r["completion"], brief=b)
+            cpcv = score.channels.get("cpcv") if score.valid else None
+            rows.append({"brief_id": b.id, "sample": s, "step": None, "answer": r["completion"],
+                         "formula": formula_or_none(r["completion"]), "train_cpcv": cpcv,
+                         "train_valid": bool(score.valid), "reward": score.reward, "reason": score.reason})
+    return rows
+
+
+def error_counts(raw: dict, keys) -> tuple[Counter, Counter]:
+    """(failed attempts by kind over every item, failed items by their last error)."""
+    attempts, items = Counter(), Counter()
+    for k in keys:
+        r = raw.get(k)
+        if r is None:
+            continue
+        attempts.update(r.get("attempt_errors") or [])
+        if not r.get("ok"):
+            items[r.get("error") or "unknown"] += 1
+    return attempts, items
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return float(sum(xs) / len(xs)) if xs else None
