@@ -431,18 +431,11 @@ def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 SETTINGS_FILE = "settings.toml"
 
 
-def refuse_other_settings(before: Mapping[str, Any], settings_tables: Mapping[str, Any], ignore: Collection[str] = (),
-                          who: str = "") -> None:
-    """ConfigError naming the keys where the recorded settings `before` (as read from a settings file) differ
-    from `settings_tables` (`ignore`: dotted keys that may differ). `who` starts the message ("runs/x was run")."""
-    error = other_settings(before, settings_tables, ignore, who)
-    if error is not None:
-        raise error
-
-
 def other_settings(before: Mapping[str, Any], settings_tables: Mapping[str, Any], ignore: Collection[str] = (),
                    who: str = "") -> ConfigError | None:
-    """The ConfigError `refuse_other_settings` raises, or None where the settings agree."""
+    """The ConfigError naming the keys where the recorded settings `before` (as read from a settings file) differ
+    from `settings_tables` (`ignore`: dotted keys that may differ), or None where they agree. `who` starts the
+    message ("runs/x was run"); `claim_run_dir` and a checkpoint's resume raise it through `claim_stamp`."""
     now = tomllib.loads(dumps(settings_tables))  # compare as read back, so floats and lists match
     diff = [k for k in differing_keys(before, now) if k not in ignore and not _added_at_default(k, before, now)]
     if not diff:

@@ -213,8 +213,9 @@ def test_run_folder_keeps_the_settings_and_a_resume_refuses_others(tmp_path):
 
 
 def test_the_folder_stamp_refuses_on_the_callers_rule_and_writes_whole(tmp_path):
-    """alpha_gym.folder_stamp.claim_stamp, under claim_run_dir, the comparison's --out and score-batch's sidecar:
-    the caller's rule refuses; a refused run leaves the stamp as it was; replace=False keeps the first stamp."""
+    """alpha_gym.folder_stamp.claim_stamp, under claim_run_dir, the comparison's --out, score-batch's sidecar, an eval
+    folder and a resumed checkpoint: the caller's rule refuses; a refused run leaves the stamp as it was;
+    replace=False keeps the first stamp; text=None only checks (a checkpoint's stamp is written with it)."""
     from alpha_gym.folder_stamp import claim_stamp
     path = tmp_path / "run" / "stamp.json"
     claim_stamp(path, '{"a": 1}', lambda p: ValueError("never asked: nothing stamped yet"))
@@ -225,6 +226,11 @@ def test_the_folder_stamp_refuses_on_the_callers_rule_and_writes_whole(tmp_path)
     claim_stamp(path, '{"a": 2}', lambda p: ValueError("not checked"), check=False)  # a fresh run replaces it
     claim_stamp(path, '{"a": 3}', lambda p: None, replace=False)
     assert path.read_text() == '{"a": 2}' and [p.name for p in path.parent.iterdir()] == ["stamp.json"]
+    with pytest.raises(ValueError, match="a differs"):
+        claim_stamp(path, None, lambda p: None if p.read_text() == '{"a": 3}' else ValueError("a differs"))
+    claim_stamp(path, None, lambda p: None)
+    claim_stamp(tmp_path / "none.json", None, lambda p: ValueError("never asked: nothing stamped"))
+    assert path.read_text() == '{"a": 2}' and not (tmp_path / "none.json").exists()
 
 
 def test_a_resume_accepts_a_setting_added_since_at_its_default(tmp_path):

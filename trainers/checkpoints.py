@@ -25,7 +25,8 @@ import numpy as np
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
-from alpha_gym.settings import SETTINGS_FILE, dumps, refuse_other_settings, to_dict
+from alpha_gym.folder_stamp import claim_stamp
+from alpha_gym.settings import SETTINGS_FILE, dumps, other_settings, to_dict
 from trainers.config import RECIPE_BASE, TrainConfig
 from trainers.run_log import write_jsonl
 
@@ -105,18 +106,23 @@ def check_checkpoint_settings(out: Path, tables: dict, ignore=()) -> None:
     ckpt = latest_checkpoint(out)
     if ckpt is None:
         return
-    if (ckpt / SETTINGS_FILE).is_file():
-        recorded = tomllib.loads((ckpt / SETTINGS_FILE).read_text(encoding="utf-8"))
-    else:
-        state = json.loads((ckpt / "trainer_state.json").read_text()) if (ckpt / "trainer_state.json").is_file() else {}
-        if not isinstance(state.get("config"), dict):
-            return
-        known = {f.name for f in fields(TrainConfig)}
-        # fields the record lacks take the defaults of its time, RECIPE_BASE's
-        recorded = {"train": tomllib.loads(dumps({"t": to_dict(RECIPE_BASE.with_(
-            **{k: v for k, v in state["config"].items() if k in known}))}))["t"]}
-        tables = {"train": tables["train"]}
-    refuse_other_settings(recorded, tables, ignore, f"{ckpt} was trained")
+    stamp = ckpt / SETTINGS_FILE if (ckpt / SETTINGS_FILE).is_file() else ckpt / "trainer_state.json"
+    claim_stamp(stamp, None, lambda path: _other_checkpoint_settings(path, tables, ignore, f"{ckpt} was trained"))
+
+
+def _other_checkpoint_settings(path: Path, tables: dict, ignore, who: str):
+    """The ConfigError naming what differs between the settings a checkpoint's stamp `path` records (its
+    settings.toml, or the TrainConfig of an older checkpoint's trainer_state.json) and `tables`, or None."""
+    if path.name == SETTINGS_FILE:
+        return other_settings(tomllib.loads(path.read_text(encoding="utf-8")), tables, ignore, who)
+    state = json.loads(path.read_text())
+    if not isinstance(state.get("config"), dict):
+        return None
+    known = {f.name for f in fields(TrainConfig)}
+    # fields the record lacks take the defaults of its time, RECIPE_BASE's
+    recorded = {"train": tomllib.loads(dumps({"t": to_dict(RECIPE_BASE.with_(
+        **{k: v for k, v in state["config"].items() if k in known}))}))["t"]}
+    return other_settings(recorded, {"train": tables["train"]}, ignore, who)
 
 
 def latest_checkpoint(out: Path) -> Path | None:

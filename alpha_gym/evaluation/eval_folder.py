@@ -48,24 +48,26 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, write: bool = True) -> dict:
-    """Refuse a folder whose answers were made or scored with other settings; else write the stamp.
+#: The folder's stamp: what its answers and scores depend on (`eval_stamp`).
+EVAL_STAMP = "eval-settings.json"
 
-    The stamp binds once the folder holds an answer (`answered`: before that nothing can be mixed, and a
-    run that failed at once, say on a URL without /v1, can be rerun with the fix). The endpoint counts
-    only when this run asks it something (a finished folder re-scores without one); briefs are compared
-    by id (a run with more briefs or samples adds to the folder). A stamp written by an older alpha-gym
-    lacks some keys: they are added, not refused. With `write=False` only checks. Returns the stamp.
-    """
-    path = out / "eval-settings.json"
-    before = {}
-    if path.is_file() and answered:
-        try:
-            before = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            raise InputError(f"{path} is damaged (not JSON): pass another --out or delete the folder") from None
-        if not isinstance(before, dict):
-            raise InputError(f"{path} is damaged (not an object): pass another --out or delete the folder")
+
+def read_eval_stamp(path: Path) -> dict:
+    """The stamp an earlier run wrote (InputError for a damaged one: what to do instead)."""
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise InputError(f"{path} is damaged (not JSON): pass another --out or delete the folder") from None
+    if not isinstance(before, dict):
+        raise InputError(f"{path} is damaged (not an object): pass another --out or delete the folder")
+    return before
+
+
+def other_eval_settings(out: Path, before: dict, stamp: dict, asking: bool) -> InputError | None:
+    """The error naming what differs between the stamp `before` and this run's `stamp`, or None where they agree.
+
+    A key the earlier stamp lacks (an older alpha-gym's) is no difference; the endpoint counts only when this run
+    asks it something; briefs are compared by id (more briefs or samples add to the folder)."""
     changed = []
     for k, now in stamp.items():
         if k not in before or (k == "endpoint" and (not asking or now is None)):
@@ -78,17 +80,31 @@ def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True, 
                                                                    else "") + " differs")
         elif before[k] != now:
             changed.append(f"{k}: {_shown(before[k])} before, {_shown(now)} now")
-    if changed:
-        raise InputError(f"{out} holds answers made with other settings ({'; '.join(changed)}); "
-                         "pass another --out or delete the folder")
+    if not changed:
+        return None
+    return InputError(f"{out} holds answers made with other settings ({'; '.join(changed)}); "
+                      "pass another --out or delete the folder")
+
+
+def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True) -> dict:
+    """Refuse a folder whose answers were made or scored with other settings; else write the stamp.
+
+    The stamp binds once the folder holds an answer (`answered`: before that nothing can be mixed, and a
+    run that failed at once, say on a URL without /v1, can be rerun with the fix). The endpoint counts
+    only when this run asks it something (a finished folder re-scores without one); briefs are compared
+    by id (a run with more briefs or samples adds to the folder). A stamp written by an older alpha-gym
+    lacks some keys: they are added, not refused. Returns the stamp written: the earlier one's briefs and
+    keys merged with this run's (`folder_stamp.claim_stamp` checks with `other_eval_settings` and writes).
+    """
+    path = out / EVAL_STAMP
+    before = read_eval_stamp(path) if answered and path.is_file() else {}
     merged = {**before, **stamp}
     if not asking or stamp["endpoint"] is None:
         merged["endpoint"] = before.get("endpoint", stamp["endpoint"])
-    merged["briefs"] = {**(before.get("briefs") or {}), **stamp["briefs"]}
-    if not write:
-        return merged
-    # checked above (the rule merges briefs and samples across runs): the shared helper only writes it whole
-    claim_stamp(path, json_dumps(merged, indent=1), lambda _: None, check=False, replace=merged != before)
+    old_briefs = before.get("briefs")
+    merged["briefs"] = {**(old_briefs if isinstance(old_briefs, dict) else {}), **stamp["briefs"]}
+    claim_stamp(path, json_dumps(merged, indent=1), lambda _: other_eval_settings(out, before, stamp, asking),
+                check=answered, replace=merged != before)
     return merged
 
 
