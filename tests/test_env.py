@@ -110,8 +110,8 @@ def test_cli_demo_runs_and_training_without_torch_says_which_extra():
     out = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "demo"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "Alpha#101" in out.stdout and "INVALID" in out.stdout and "CPCV slices" in out.stdout
-    from alpha_gym.commands.main import _missing_extra
-    assert _missing_extra("train", ModuleNotFoundError("No module named 'torch'")) == 2
+    from alpha_gym.commands.extras import missing_extra
+    assert missing_extra("train", ModuleNotFoundError("No module named 'torch'")) == 2
 
 
 def test_environment_b_charges_about_19x_the_costs(small_synthetic):

