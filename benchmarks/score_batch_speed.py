@@ -56,7 +56,7 @@ def main() -> int:
             for p in (result, Path(str(result) + ".meta.json")):
                 p.unlink(missing_ok=True)
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool),
+            proc = subprocess.run([sys.executable, "-m", "alpha_gym", "score-batch", "--formulas", str(pool),
                                    "--out", str(result), "--quiet", *flags] + data_args,
                                   cwd=ROOT, capture_output=True, text=True, check=True)
             wall = time.perf_counter() - t

@@ -58,7 +58,7 @@ def main() -> int:
     data = Path(args.data) / "us_daily_train.csv.gz"
     data_args = ["--data", str(data), "--universe", str(Path(args.data) / "universe_us46.txt")] if data.exists() else []
     port = _free_port()
-    cmd = [sys.executable, "-m", "alpha_gym.commands.main", "serve", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "alpha_gym", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--concurrency", str(args.concurrency)] + data_args
     server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

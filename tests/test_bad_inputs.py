@@ -218,7 +218,7 @@ def test_cli_broken_pipe_ends_quietly(tmp_path, small):
     read_end, write_end = os.pipe()
     os.close(read_end)  # every write now fails with EPIPE
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "score", "rank(-ts_delta(close, 5))",
+    proc = subprocess.run([sys.executable, "-m", "alpha_gym", "score", "rank(-ts_delta(close, 5))",
                            "--data", str(path), "--json"], stdout=write_end, stderr=subprocess.PIPE,
                           text=True, timeout=300, cwd=ROOT, env=env)
     os.close(write_end)

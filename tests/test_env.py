@@ -107,7 +107,7 @@ def test_cli_demo_runs_and_training_without_torch_says_which_extra():
     """The README's main job; and a missing extra is a clear message, not a traceback."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "demo"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "alpha_gym", "demo"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "Alpha#101" in out.stdout and "INVALID" in out.stdout and "CPCV slices" in out.stdout
     from alpha_gym.commands.extras import missing_extra

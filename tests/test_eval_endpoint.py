@@ -305,7 +305,7 @@ class RecordingProxy:
 
 def _cli(*args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "alpha_gym", *args], capture_output=True, text=True, env=env,
                           timeout=600, **kw)
 
 
@@ -350,7 +350,7 @@ def test_llama_cpp_server_killed_run_resumes_without_asking_twice(llama_server, 
             "--max-tokens", "24", "--seed", "3", "--concurrency", "1", "--no-progress", "--end", "2016-12-30",
             "--timeout", "600"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", *args], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     raw_path = out / "endpoint.jsonl"
     deadline = time.monotonic() + 180

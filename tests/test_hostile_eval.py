@@ -389,7 +389,7 @@ def _eval_with_two_requests_in_flight(endpoint, tmp_path, seconds: float, limit:
     server = endpoint(route)
     out_dir = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", *_args(server.url, out_dir, "--limit", str(limit),
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym", *_args(server.url, out_dir, "--limit", str(limit),
                                                                           "--concurrency", "2")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

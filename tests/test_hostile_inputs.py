@@ -459,7 +459,7 @@ def test_cli_args_parse_or_refuse_with_a_message():
 
 def test_cli_scores_a_formula_that_starts_with_minus_and_serve_refuses_a_bad_port(small_csv):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = [sys.executable, "-m", "alpha_gym.commands.main"]
+    run = [sys.executable, "-m", "alpha_gym"]
     out = subprocess.run(run + ["score", "-rank(ts_delta(close, 5))", "--json", "--data", small_csv], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

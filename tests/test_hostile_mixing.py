@@ -165,7 +165,7 @@ def test_kill_9_of_the_driver_leaves_no_ray_process(tmp_path):
     pool.write_text("\n".join(random_formula(rng, depth=3) for _ in range(4000)) + "\n")
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="token")
-    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool),
+    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym", "score-batch", "--formulas", str(pool),
                                "--out", str(out), "--workers", "2", "--chunk", "4", "--quiet",
                                "--ray-address", "local"],  # Ray asked for: without it, worker processes
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -135,7 +135,7 @@ FLOORS = (
     ("alpha_gym.search",),                                            # the model-free search control
     ("alpha_gym.integrations", "trainers"),                           # other libraries' glue; the trainers
     ("alpha_gym.env",),                                               # the Gym env
-    ("alpha_gym.commands",),                                          # the `alpha-gym` command line
+    ("alpha_gym.commands", "alpha_gym.__main__"),                     # the `alpha-gym` command line
 )
 _FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 

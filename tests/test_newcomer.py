@@ -129,7 +129,7 @@ def test_report_cli_writes_where_it_says(tmp_path):
     run.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (run / "log.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.1}) + "\n")  # a page reads a log alone
-    out = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "report", str(run)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "alpha_gym", "report", str(run)], capture_output=True, text=True,
                          timeout=300, cwd=ROOT, env={**os.environ, "ALPHA_GYM_CACHE": str(tmp_path / "c")})
     assert out.returncode == 0, out.stderr
     page = Path(out.stdout.strip().splitlines()[-1])

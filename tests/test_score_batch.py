@@ -196,7 +196,7 @@ def test_cli_on_an_existing_cluster_by_address(pool, tmp_path):
         address = head.stdout.readline().strip()
         assert address.startswith("127.0.0.1:"), address
         remote, serial = tmp_path / "remote.jsonl", tmp_path / "serial.jsonl"
-        run = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool), "--out",
+        run = subprocess.run([sys.executable, "-m", "alpha_gym", "score-batch", "--formulas", str(pool), "--out",
                               str(remote), "--workers", "2", "--ray-address", address, "--quiet"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]

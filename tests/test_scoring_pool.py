@@ -150,7 +150,7 @@ def test_kill_9_of_score_batch_leaves_no_worker(tmp_path):
     pool.write_text("\n".join(random_formula(rng, depth=3) for _ in range(4000)) + "\n")
     out = tmp_path / "out.jsonl"
     root = str(Path(__file__).resolve().parents[1])
-    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", "score-batch", "--formulas", str(pool), "--out",
+    driver = subprocess.Popen([sys.executable, "-m", "alpha_gym", "score-batch", "--formulas", str(pool), "--out",
                                str(out), "--workers", "2", "--chunk", "4", "--quiet"], cwd=tmp_path,
                               env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)

@@ -190,13 +190,13 @@ def _free_port() -> int:
 def test_cli_serve_starts_scores_like_cli_score_and_stops_on_sigterm():
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", "serve", "--port", str(port)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym", "serve", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         client = ScoringClient(f"http://127.0.0.1:{port}")
         client.wait_ready(240)
         served = client.score(ANSWERS[1])
-        printed = subprocess.run([sys.executable, "-m", "alpha_gym.commands.main", "score", "--answer", ANSWERS[1], "--json"],
+        printed = subprocess.run([sys.executable, "-m", "alpha_gym", "score", "--answer", ANSWERS[1], "--json"],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True)
         printed = json.loads(printed.stdout)
         assert printed.pop("alpha_tests")["fitness"]["source"] == "docs/alpha_tests.md"  # the CLI's report only
@@ -219,7 +219,7 @@ def test_cli_serve_takes_the_settings_file(changed_settings):
     toml, sets, config = changed_settings
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym.commands.main", "serve", "--port", str(port), "--config", str(toml),
+    proc = subprocess.Popen([sys.executable, "-m", "alpha_gym", "serve", "--port", str(port), "--config", str(toml),
                              "--set", sets[0]], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
