@@ -117,7 +117,8 @@ def test_the_trl_reward_functions_and_the_loop_score_with_the_brief_channel_on(s
     pytest.importorskip("trl")
     from trainers.trl_adapter import GroupScorer, reward_funcs, reward_weights
     v = Verifier(small_synthetic, on)
-    assert reward_weights(v) == [on.priorities[c] for c in CHANNELS] and reward_weights(v)[CHANNELS.index("brief")] == 1.0
+    assert reward_weights(v) == [on.priorities[c] for c in CHANNELS]
+    assert reward_weights(v)[CHANNELS.index("brief")] == 1.0
     got = GroupScorer(v, group_size=len(ANSWERS), briefs=[BRIEF]).scores(ANSWERS, brief_ids=[BRIEF.id] * len(ANSWERS))
     assert [s.reward for s in got] == want.rewards.tolist()
     columns = [f(prompts=["p0"] * len(ANSWERS), completions=ANSWERS, brief_id=[BRIEF.id] * len(ANSWERS))

@@ -251,7 +251,7 @@ def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
         fired:      min(-1, -rest / priority)    so that  rest + priority * R10 = min(rest - priority, 0)
 
     `rest` is the priority-weighted sum of the other channels. A guarded answer's scalar reward is
-    therefore never positive, and any library that weights the 13 channels reproduces it. Priority 0
+    therefore never positive, and any library that weights the 14 channels reproduces it. Priority 0
     switches the guard off (nothing could carry its effect).
     """
     if not fired:
