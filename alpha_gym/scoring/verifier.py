@@ -383,6 +383,7 @@ class Verifier:
                 diag["diversity_gate"] = m.gate
             if gains is not None:  # only with R14 on: the book before and after the answer was offered
                 g = gains[k]
+                state["book"] = self._book_state(g, ev.cpcv)
                 diag["book_gain"] = {"gain": g.gain, "before": g.before, "after": g.after, "admitted": g.admitted,
                                      "members": len(g.members), "left": list(g.left), "joined": list(g.joined)}
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
@@ -438,6 +439,16 @@ class Verifier:
         floor = self.config.archive_min_core  # below it an answer never joins the archive, so never the run's book
         unchanged = Gain(gain=0.0, before=rule.before, after=rule.before, admitted=False, members=rule.member_names)
         return [rule.gain(Candidate.from_evaluated(ev)) if ev.cpcv > floor else unchanged for ev in evs]
+
+    def _book_state(self, g: Gain, cpcv: float) -> str:
+        """R14's line in the score report: what the answer did to the run's book."""
+        book = f"the run's book ({len(g.members) - len(g.joined) + len(g.left)} members, train CPCV {g.before:.3f})"
+        if cpcv <= self.config.archive_min_core:
+            return f"0: CPCV {cpcv:.3f} <= {self.config.archive_min_core:g}, never joins {book}"
+        if not g.admitted:
+            return f"0: refused by {book}: a better member's P&L correlates >= 0.5 with it, or it trades < 2% a day"
+        swap = f", replacing {', '.join(g.left)}" if g.left else ""
+        return f"joins {book}{swap}: CPCV -> {g.after:.3f}"
 
     def _book_of_archive(self) -> BookGain:
         """The `BookGain` of the archive's learned entries (cached for one archive state). An entry's P&L is the
