@@ -88,6 +88,8 @@ def test_a_better_near_copy_replaces_its_member_and_adds_the_difference(market):
     one = _grown(market, [SLOW])                      # a one-member book: the difference of the two CPCVs
     s = one.score(_answer(FAST))
     assert s.diagnostics["book_gain"]["left"] == [SLOW] and s.diagnostics["book_gain"]["joined"] == [FAST]
+    assert s.diagnostics["channel_state"]["book"].startswith(f"joins the run's book (1 members, train CPCV 0.80")
+    assert f"replacing {SLOW}" in s.diagnostics["channel_state"]["book"]  # the score report's line for R14
     assert s.channels["book"] > 0
     assert s.channels["book"] == pytest.approx(one.evaluate(FAST).cpcv - one.evaluate(SLOW).cpcv, abs=1e-12)
     two = _grown(market, [FAST, LONG])                # in a bigger book: the difference between the two books
