@@ -186,7 +186,8 @@ def test_every_in_process_path_gives_the_same_reward_with_the_book_on(market):
     from trainers.trl_adapter import GroupScorer, reward_funcs, reward_weights
     assert reward_weights(v)[CHANNELS.index("book")] == 3.0
     fresh = _grown(market, [SLOW], config)  # TRL's scorer grows its verifier's archive after a batch: one each
-    got = GroupScorer(fresh, group_size=len(answers), briefs=[brief]).scores(answers, brief_ids=[brief.id] * len(answers))
+    scorer = GroupScorer(fresh, group_size=len(answers), briefs=[brief])
+    got = scorer.scores(answers, brief_ids=[brief.id] * len(answers))
     assert [s.reward for s in got] == want.rewards.tolist()
     fresh = _grown(market, [SLOW], config)
     columns = [f(prompts=[""] * len(answers), completions=answers, brief_id=[brief.id] * len(answers))
