@@ -47,7 +47,7 @@ class AlphaFormulaEnv(gym.Env):
     characters). The formula must sit in exactly one `<alpha>...</alpha>` block.
 
     Reward: the verifier's scalar reward, `score_group([answer])`'s: the
-    priority-weighted sum of the 13 reward channels, for every answer. Invalid
+    priority-weighted sum of the 14 reward channels, for every answer. Invalid
     answers (no `<alpha>` block, a formula that does not parse or breaks a
     limit, a book that trades less than 2% a day, in that order) score below
     every valid answer (`VerifierConfig.invalid_rewards`).

@@ -78,9 +78,11 @@ def small_synthetic():
 
 
 #: A non-default setting for the integrations' parity tests: changed priorities and a changed threshold. R13
-#: (`brief`, priority 0 by default) is on, so a path that scores without its brief (or with another) differs.
-CHANGED_SETTINGS = "[verifier]\nturnover_cap = 0.4\n\n[verifier.priorities]\ncpcv = 1.0\nbrief = 1.0\n"
-CHANGED_SETS = ("verifier.turnover_cap=0.4", "verifier.priorities.cpcv=1.0", "verifier.priorities.brief=1.0")
+#: (`brief`, priority 0 by default) is on, so a path that scores without its brief (or with another) differs; R14
+#: (`book`, priority 0 by default) is on, so every path also computes what an answer adds to the run's book.
+CHANGED_SETTINGS = "[verifier]\nturnover_cap = 0.4\n\n[verifier.priorities]\ncpcv = 1.0\nbrief = 1.0\nbook = 3.0\n"
+CHANGED_SETS = ("verifier.turnover_cap=0.4", "verifier.priorities.cpcv=1.0", "verifier.priorities.brief=1.0",
+                "verifier.priorities.book=3.0")
 
 
 @pytest.fixture(scope="session")

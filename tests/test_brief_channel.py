@@ -51,7 +51,7 @@ def test_the_new_extended_checks_can_fail():
 
 
 def test_the_recipe_turns_the_channel_on_over_the_default_priorities():
-    assert DEFAULT_PRIORITIES["brief"] == 0.0 and CHANNELS[-1] == "brief"
+    assert DEFAULT_PRIORITIES["brief"] == 0.0 and CHANNELS[12] == "brief"  # R13 (R14 `book` follows it)
     assert VerifierConfig.recipe("reference") == VerifierConfig()
     on = VerifierConfig.recipe("brief")
     assert on.priorities == {**DEFAULT_PRIORITIES, "brief": 1.0} and REWARD_RECIPES["brief"] == {
@@ -59,7 +59,8 @@ def test_the_recipe_turns_the_channel_on_over_the_default_priorities():
     assert on == VerifierConfig.reference().recipe("brief")  # a recipe starts from the defaults, not from `self`
     changed = VerifierConfig.recipe("brief", priorities={"cpcv": 1.0}, turnover_cap=0.4)
     assert changed.priorities == {**DEFAULT_PRIORITIES, "brief": 1.0, "cpcv": 1.0} and changed.turnover_cap == 0.4
-    with pytest.raises(ConfigError, match=r"unknown reward recipe 'brif'; choose from \['brief', 'reference'\]"):
+    with pytest.raises(ConfigError, match=r"unknown reward recipe 'brif'; choose from \['book', 'brief', "
+                                          r"'brief_book', 'reference'\]"):
         VerifierConfig.recipe("brif")
     # the settings file says the same: --set verifier.priorities.brief=1
     from alpha_gym.settings import load
@@ -116,7 +117,8 @@ def test_the_trl_reward_functions_and_the_loop_score_with_the_brief_channel_on(s
     pytest.importorskip("trl")
     from trainers.trl_adapter import GroupScorer, reward_funcs, reward_weights
     v = Verifier(small_synthetic, on)
-    assert reward_weights(v) == [on.priorities[c] for c in CHANNELS] and reward_weights(v)[-1] == 1.0
+    assert reward_weights(v) == [on.priorities[c] for c in CHANNELS]
+    assert reward_weights(v)[CHANNELS.index("brief")] == 1.0
     got = GroupScorer(v, group_size=len(ANSWERS), briefs=[BRIEF]).scores(ANSWERS, brief_ids=[BRIEF.id] * len(ANSWERS))
     assert [s.reward for s in got] == want.rewards.tolist()
     columns = [f(prompts=["p0"] * len(ANSWERS), completions=ANSWERS, brief_id=[BRIEF.id] * len(ANSWERS))

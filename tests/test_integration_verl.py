@@ -57,8 +57,8 @@ def test_compute_score_through_verls_loader_equals_the_verifier(market):
         guarded = want.valid and want.channels["motif_guard"] < 0
         assert got == {"score": want.reward, "valid": want.valid, **want.channels,
                        "may_win": want.valid and not guarded}
-        assert list(got)[2:15] == av.GDPO_KEYS == list(CHANNELS)
-    assert av.gdpo_weights()[0] == 3.0 and len(av.gdpo_weights()) == 13 and av.gdpo_weights()[-1] == 0.0
+        assert list(got)[2:2 + len(CHANNELS)] == av.GDPO_KEYS == list(CHANNELS)
+    assert av.gdpo_weights()[0] == 3.0 and len(av.gdpo_weights()) == 14 and av.gdpo_weights()[-1] == 0.0
 
 
 def test_dataset_rows_carry_the_briefs():

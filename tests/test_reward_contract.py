@@ -345,8 +345,9 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
         w = direct.score(a, brief=brief_by_id(info["brief_id"]))
         _, reward, _, _, info = env.step(a)
         assert reward == w.reward and info["channels"] == w.channels and w.channels["brief"] > 0
+    table = {"verifier": {"turnover_cap": 0.4, "priorities": {"cpcv": 1.0, "brief": 1.0, "book": 3.0}}}
     for v in (shared_verifier(small_synthetic, str(toml)), shared_verifier(small_synthetic, settings=sets),
-              shared_verifier(small_synthetic, {"verifier": {"turnover_cap": 0.4, "priorities": {"cpcv": 1.0}}})):
+              shared_verifier(small_synthetic, table)):
         assert [v.score(a).reward for a in answers] == [w.reward for w in want]
     pool = tmp_path / "pool.txt"
     pool.write_text("\n".join(a.removeprefix("<alpha>").removesuffix("</alpha>") for a in answers) + "\n")

@@ -57,7 +57,7 @@ def test_valid_score_has_the_documented_fields(verifier):
     for key in ("turnover", "ic", "sharpe"):
         assert np.isfinite(s.diagnostics[key])
     assert s.reward == weighted_sum(s.channels, VerifierConfig().priorities)
-    assert set(s.channels) == set(VerifierConfig().priorities) and len(s.channels) == 13
+    assert set(s.channels) == set(VerifierConfig().priorities) and len(s.channels) == 14
     assert json.loads(json.dumps(s.to_dict()))["valid"] is True
 
 

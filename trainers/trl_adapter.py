@@ -10,7 +10,7 @@
                       bf16=False, ...)                      # bf16=False on CPU: TRL turns bf16 on by default
     trainer = AlphaGRPOTrainer(model, v, args=args, train_dataset=dataset, processing_class=tokenizer)
 
-`reward_funcs(v)` gives one function per reward channel (R1..R13, named after the channel) and
+`reward_funcs(v)` gives one function per reward channel (R1..R14, named after the channel) and
 `reward_weights(v)` the verifier's priorities in the same order: their weighted sum is the verifier's
 scalar reward for every answer, valid or not. The functions score each prompt's answers together as one
 group (`GroupScorer`), as `Verifier.score_group` and our loop do, and grow the novelty archive after

@@ -10,7 +10,7 @@ book maps onto BRAIN's are in docs/alpha_tests.md):
     weight         the largest single-stock |weight| on any day (gross 1)        pass: < 10%
     turnover       mean daily turnover                                            pass: 1% < turnover < 70%
 
-They are reported, never rewarded: no channel reads them, so the 13 channels and the scalar reward are
+They are reported, never rewarded: no channel reads them, so the 14 channels and the scalar reward are
 unchanged. The sub-universe test trades the formula a second time, so they are computed only where a
 report is written (`alpha-gym score`, the holdout report), not in the training reward.
 """

@@ -21,7 +21,7 @@ holdout-*.json   the same format, e.g. one per checkpoint: their books are added
 log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training section of
                  `report_training`: diagnostics per step (reward, valid share, families, non-zero
                  advantages, KL, entropy, zeta, clip/cap share), every channel's mean per step, and the
-                 best and worst answers of each checkpoint with their 13 channels.
+                 best and worst answers of each checkpoint with their 14 channels.
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.

@@ -7,7 +7,7 @@ This page puts those beside each other, per step, from the files a training run 
 log.jsonl          one object per step (trainers/run_log.py `LOG_FIELDS`): the diagnostics grid, the
                    mean of each reward channel ("rewards/<channel>") over steps, and the world model R3
                    used ("world_model": a content hash, or "off");
-completions.jsonl  every answer with its reward, advantage and 13 channels (`log_completions`, on by
+completions.jsonl  every answer with its reward, advantage and 14 channels (`log_completions`, on by
                    default): the best and worst answers of each checkpoint's steps;
 settings.toml      the run's settings: the recipe shown on top, and the channel priorities.
 """
@@ -141,7 +141,7 @@ def _formula(answer: str) -> str:
 
 
 def answers_table(rows: list[dict]) -> str:
-    """Answers with reward, advantage and the 13 channels (R1..R13); invalid rows greyed with their reason."""
+    """Answers with reward, advantage and the 14 channels (R1..R14); invalid rows greyed with their reason."""
     headers = ["step", "answer (formula)", "reward", "adv.", *[f"R{k}" for k in range(1, len(CHANNELS) + 1)]]
     body, classes = [], []
     for r in rows:

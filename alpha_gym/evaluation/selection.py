@@ -34,6 +34,7 @@ import numpy as np
 
 from alpha_gym.book import metrics
 from alpha_gym.jsonable import finite_or_none, json_dumps
+from alpha_gym.scoring.book_gain import Candidate  # a formula offered to a book; scoring's book gain reads it too
 
 CHECKPOINTS_FORMAT = "alpha-gym/checkpoints/v1"
 BOOKS_FORMAT = "alpha-gym/books/v1"
@@ -136,23 +137,6 @@ def save_checkpoints(run_dir, table: Mapping[str, Any]) -> Path:
 
 
 # ------------------------------------------------------------------------------ books
-@dataclass(frozen=True, eq=False)
-class Candidate:
-    """A formula offered to a book: train-window CPCV, mean daily turnover and daily net P&L."""
-
-    name: str
-    cpcv: float
-    turnover: float
-    pnl: np.ndarray = field(repr=False)
-    reward: float | None = None
-
-    @classmethod
-    def from_evaluated(cls, ev, reward: float | None = None) -> "Candidate":
-        """From a `Verifier.evaluate(...)` result (`alpha_gym.scoring.verifier.Evaluated`)."""
-        return cls(name=ev.text, cpcv=float(ev.cpcv), turnover=float(ev.turnover), pnl=np.asarray(ev.net),
-                   reward=reward)
-
-
 def _corr_matrix(pnls: np.ndarray) -> np.ndarray:
     """Pearson correlation of rows; a constant row correlates 0 with everything but itself."""
     x = np.asarray(pnls, dtype=np.float64)

@@ -12,7 +12,7 @@ takes the process's shared one (`cache.shared_verifier`), so a new env costs mic
 
 `env_config` may hold `data`, `universe`, `start`, `end` (as `--data`), `config` (a settings TOML's path,
 or a mapping of its tables) and `settings` (--set items), as `alpha-gym score --config F --set K=V`; one answer per episode
-(done after the step); `metadata` carries valid, reason, formula and the 13 channels.
+(done after the step); `metadata` carries valid, reason, formula and the 14 channels.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""verifiers (`verifiers.v1`): the briefs as a taskset, the 13 reward channels as weighted async rewards.
+"""verifiers (`verifiers.v1`): the briefs as a taskset, the 14 reward channels as weighted async rewards.
 
     from alpha_gym.integrations.verifiers import load_environment
     taskset = load_environment(briefs="train")            # an AlphaTaskset (a verifiers.v1 Taskset)

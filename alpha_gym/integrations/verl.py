@@ -9,7 +9,7 @@ Reward function (verl config):
     +reward.custom_reward_function.reward_kwargs.config=/path/run.toml               # optional settings file
     "+reward.custom_reward_function.reward_kwargs.settings=[verifier.priorities.cpcv=1]"   # optional --set items
 
-`compute_score` returns {"score": reward, "valid": bool, <the 13 channels>}: verl puts every key in
+`compute_score` returns {"score": reward, "valid": bool, <the 14 channels>}: verl puts every key in
 `reward_extra_info`, so its GDPO estimator can normalise each channel on its own:
 
     algorithm.adv_estimator=gdpo
@@ -39,7 +39,7 @@ from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
 from alpha_gym.tasks.task import render_prompt
 
 DATA_SOURCE = "alpha_gym"
-#: The keys of `compute_score`'s result that GDPO should normalise: the 13 reward channels.
+#: The keys of `compute_score`'s result that GDPO should normalise: the 14 reward channels.
 GDPO_KEYS = list(CHANNELS)
 
 

@@ -3,7 +3,7 @@
 The verifier measures each tradable answer once (`Measures`: its CPCV score, Sharpe, turnover,
 IC, correlation with the archive, ...); a channel turns some of those measurements and some
 `VerifierConfig` fields into one raw value. `CHANNEL_TABLE` is the one list of channels, in
-order R1..R13: the config's default priorities (`DEFAULT_PRIORITIES`), the channel order of
+order R1..R14: the config's default priorities (`DEFAULT_PRIORITIES`), the channel order of
 every reward matrix (`CHANNELS`), the lowest valid value of each channel
 (`VerifierConfig.channel_minima`) and the verifier's channel loop (`channels.channel_values`)
 all read it. Adding a channel is one entry here, its function in `channels.py` and its tests.
@@ -40,6 +40,7 @@ class Measures:
     stress_state: str           # which world model, or why R3 is off
     gate: dict | None           # the diversity gate's verdict (`refused`, by which entry), None while it is off
     brief: Any = None           # the brief the answer was written for (None: not given); R13 reads it (priority 0)
+    book_gain: float = 0.0      # R14: what the answer adds to the run's book (`Verifier._book_gains`; 0 while R14 is 0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +100,7 @@ class Channel:
 
 _INF = float("inf")
 
-#: R1..R13, in the order of every reward matrix and of the weighted sum.
+#: R1..R14, in the order of every reward matrix and of the weighted sum.
 CHANNEL_TABLE: tuple[Channel, ...] = (
     Channel("cpcv", 3.0, "cpcv_channel", ("cpcv",), ("cpcv_clip",),
             lambda c: -c.cpcv_clip if c.cpcv_clip is not None else -_INF,
@@ -145,9 +146,15 @@ CHANNEL_TABLE: tuple[Channel, ...] = (
     # priority 0: the reference's reward stays the default; the `brief` reward recipe turns it on
     Channel("brief", 0.0, "brief_channel", ("brief", "node"), (), lambda c: 0.0,
             "the share of the brief's checkable constraints met (0 without a brief): closes ignoring the brief"),
+    # priority 0: the reference's reward stays the default, and the verifier computes nothing for it (0); the
+    # `book` and `brief_book` reward recipes turn it on. Clipped like R1, so its minimum is -cpcv_clip when on.
+    Channel("book", 0.0, "book_channel", ("book_gain",), ("cpcv_clip",),
+            lambda c: (-c.cpcv_clip if c.cpcv_clip is not None else -_INF) if c.priorities["book"] else 0.0,
+            "the change in the train CPCV of the run's correlation-capped book when it is offered the answer: "
+            "closes one idea shipped again and again"),
 )
 
-#: Channel names R1..R13.
+#: Channel names R1..R14.
 CHANNELS: tuple[str, ...] = tuple(c.name for c in CHANNEL_TABLE)
-#: GDPO priorities of the reference's best run, in channel order R1..R13 (R13 brief: 0, off).
+#: GDPO priorities of the reference's best run, in channel order R1..R14 (R13 brief, R14 book: 0, off).
 DEFAULT_PRIORITIES: dict[str, float] = {c.name: c.priority for c in CHANNEL_TABLE}

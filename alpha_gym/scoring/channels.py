@@ -251,7 +251,7 @@ def motif_guard_value(fired: bool, rest: float, priority: float) -> float:
         fired:      min(-1, -rest / priority)    so that  rest + priority * R10 = min(rest - priority, 0)
 
     `rest` is the priority-weighted sum of the other channels. A guarded answer's scalar reward is
-    therefore never positive, and any library that weights the 13 channels reproduces it. Priority 0
+    therefore never positive, and any library that weights the 14 channels reproduces it. Priority 0
     switches the guard off (nothing could carry its effect).
     """
     if not fired:
@@ -295,6 +295,23 @@ def brief_channel(brief, node: Node) -> float:
     return float(got["share"]) if got["n"] else 0.0
 
 
+def book_channel(book_gain: float, clip: float | None = None) -> float:
+    """R14 (priority 0, off by default): what the answer adds to the run's correlation-capped book.
+
+        R14 = clip(M(select(archive + [answer])) - M(select(archive)), -clip, clip)
+
+    select: seed section 8's selector (by train CPCV; |P&L corr| < 0.5 with every member; turnover >= 2% a day),
+    over the run's learned archive entries as they stand when the group is scored; M: the CPCV of the
+    equal-weight book on the train window (`alpha_gym.scoring.book_gain`: the rule, its properties and sources).
+    The verifier measures `book_gain` (`Verifier._book_gains`) only while R14's priority is not 0; at 0 it is 0.
+    A copy of a member, or an answer the selector refuses, adds 0; an uncorrelated profitable answer adds what it
+    diversifies; a better near-copy of a member adds the difference between the two books; an answer that enters
+    and drags the book down is negative. Invalid answers get 0 (their penalty is in R1). Clipped to +-cpcv_clip,
+    as R1 (CPCV units). Closes: one formula shipped to every brief, a book of one bet (issue 39).
+    """
+    return float(np.clip(book_gain, -clip, clip)) if clip is not None else float(book_gain)
+
+
 def motif_guard_settle(raw: float, rest: float, priority: float) -> float:
     """R10's final value from its raw value (below 0: fired) and the rest of the reward (`motif_guard_value`)."""
     return motif_guard_value(raw < 0, rest, priority)
@@ -325,7 +342,7 @@ def _raw(channel: Channel, group: GroupMeasures, config) -> list[float]:
 
 
 def channel_values(group: GroupMeasures, config) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
-    """The channels of each answer of a group, R1..R13, and the notes of the channels that fired.
+    """The channels of each answer of a group, R1..R14, and the notes of the channels that fired.
 
     Each channel's function runs on the measures (`config`, the verifier's `VerifierConfig`, gives its
     fields); then the settling channels (R10) get their final value from the weighted rest of the reward,

@@ -28,11 +28,15 @@ REWARD_RECIPES: dict[str, dict[str, Any]] = {
     "reference": {},
     # R13 on (issue 39): the share of the brief's checkable constraints met, at the weight of R5 or R12
     "brief": {"priorities": {"brief": 1.0}},
+    # R14 on (issue 39): what an answer adds to the run's correlation-capped book, in CPCV units at R1's weight (a
+    # CPCV point added to the book pays what a point of the answer's own CPCV does)
+    "book": {"priorities": {"book": 3.0}},
+    "brief_book": {"priorities": {"brief": 1.0, "book": 3.0}},
 }
 
 
 def weighted_sum(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
-    """The scalar reward: sum over the channels (R1..R13) of priority x value, in CHANNELS order.
+    """The scalar reward: sum over the channels (R1..R14) of priority x value, in CHANNELS order.
 
     The one place the sum is taken, so the verifier, the loop, GRPO mode and every adapter agree bit for bit.
     """

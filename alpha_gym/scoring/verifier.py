@@ -29,6 +29,7 @@ from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
 from alpha_gym.scoring.archive import Archive, ArchiveError, standardise
+from alpha_gym.scoring.book_gain import BookGain, Candidate, Gain
 from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
@@ -47,7 +48,7 @@ class Score:
     valid: the answer is a tradable formula; reason: "ok" or why not; reward:
     the scalar reward, for EVERY answer exactly `weighted_sum(channels, priorities)`
     (an invalid answer's penalty sits in R1, R10's clamp in R10, so a library that
-    weights the channels reproduces it); channels: the 12 channel values, before
+    weights the channels reproduces it); channels: the channel values (R1..R14), before
     priorities; diagnostics: everything else worth reading (slices, turnover, IC, Sharpe...);
     world_model: the world model R3 used (its content hash, or "off"), so a reward names what it depends on.
     """
@@ -142,6 +143,8 @@ class Verifier:
         self.market = metrics.equal_weight_market(self._returns)
         self._factors: np.ndarray | None = None
         self._archive = archive
+        self._book_entries: dict[str, Candidate | None] = {}  # R14: an archive entry's text -> its train-window book
+        self._book_rule: tuple[tuple, BookGain] | None = None  # R14: the run's book, for one state of the archive
         if archive is not None and archive.fingerprint != panel.fingerprint():
             raise ArchiveError("the archive was computed on other data than this verifier's panel")
         self.stress = None  # R3 provider; see alpha_gym.stress (off until a fitted world model is configured)
@@ -185,6 +188,9 @@ class Verifier:
         offered = sorted((ev for ev, s in zip(group.evaluated, group.scores)
                           if ev is not None and s.valid and ev.cpcv > self.config.archive_min_core),
                          key=lambda ev: (ev.form, ev.text))
+        if self.config.priorities["book"]:  # R14 reads the P&L of the entries; the archive keeps them standardised
+            for ev in offered:
+                self._book_entries.setdefault(ev.text, Candidate.from_evaluated(ev))
         if self.config.self_corr_gate is None:
             return sum(self.archive.add(ev.form, ev.text, ev.net, ev.cpcv, ev.train_sharpes, ev.test_sharpes)
                        for ev in offered)
@@ -205,6 +211,7 @@ class Verifier:
         archive: runs that must not see each other's answers (the rungs of a comparison) each take one."""
         twin = copy.copy(self)
         twin._archive = self.archive.copy()
+        twin._book_entries, twin._book_rule = dict(self._book_entries), None
         return twin
 
     def save_archive(self, path, merge: bool = False) -> None:
@@ -356,13 +363,14 @@ class Verifier:
 
     # -------------------------------------------------------------- channels
     def _channel_scores(self, evs: list[Evaluated], brief=None) -> list[Score]:
-        """The 13 channels of the tradable answers of one group (invalid ones are already scored): this measures
+        """The 14 channels of the tradable answers of one group (invalid ones are already scored): this measures
         each answer once, and the channel table (`channel_table.CHANNEL_TABLE`) turns measures into channels."""
         cfg = self.config
-        group = self._measures(evs, brief)
+        gains = self._book_gains(evs) if cfg.priorities["book"] else None  # R14: nothing to compute while it is 0
+        group = self._measures(evs, brief, gains)
         values, notes = channels.channel_values(group, cfg)
         out = []
-        for ev, m, ch, fired in zip(evs, group.answers, values, notes):
+        for k, (ev, m, ch, fired) in enumerate(zip(evs, group.answers, values, notes)):
             diag = self._diagnostics(ev)
             state = {"jepa_stress": m.stress_state, **fired}
             if m.gate is not None and m.gate["refused"]:
@@ -373,13 +381,18 @@ class Verifier:
                         form_duplicates=m.form_duplicates, channel_state=state, has_reasoning=ev.has_reasoning)
             if m.gate is not None:  # only with the gate on: the default diagnostics do not change
                 diag["diversity_gate"] = m.gate
+            if gains is not None:  # only with R14 on: the book before and after the answer was offered
+                g = gains[k]
+                state["book"] = self._book_state(g, ev.cpcv)
+                diag["book_gain"] = {"gain": g.gain, "before": g.before, "after": g.after, "admitted": g.admitted,
+                                     "members": len(g.members), "left": list(g.left), "joined": list(g.joined)}
             out.append(Score(valid=True, reason="ok", reward=weighted_sum(ch, cfg.priorities), channels=ch,
                              diagnostics=diag, formula=ev.text, world_model=self.world_model))
         return out
 
-    def _measures(self, evs: list[Evaluated], brief=None) -> GroupMeasures:
-        """What the channels read of a group's tradable answers: each against the archive and the others, and the
-        brief they answer (`Measures.brief`)."""
+    def _measures(self, evs: list[Evaluated], brief=None, gains: list[Gain] | None = None) -> GroupMeasures:
+        """What the channels read of a group's tradable answers: each against the archive and the others, the
+        brief they answer (`Measures.brief`) and, with R14 on, what each adds to the run's book (`gains`)."""
         archive = self.archive
         # R2: rank stability within the group; with fewer than two tradable answers there is nothing to rank
         # against inside the group, so the answer is ranked among the archive's books instead
@@ -403,10 +416,60 @@ class Verifier:
                 max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
                 form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
                 has_reasoning=ev.has_reasoning, stress=stress, stress_state=stress_state,
-                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None, brief=brief))
+                gate=self._gate_verdict(gate_corrs[:, k], ev.cpcv) if gate_corrs is not None else None, brief=brief,
+                book_gain=gains[k].gain if gains is not None else 0.0))
         return GroupMeasures(answers=tuple(answers), train_sharpes=np.array([ev.train_sharpes for ev in evs]),
                              test_sharpes=np.array([ev.test_sharpes for ev in evs]),
                              reference_train_sharpes=ref_in, reference_test_sharpes=ref_out)
+
+    # ------------------------------------------------------------------ R14
+    def _book_gains(self, evs: list[Evaluated]) -> list[Gain]:
+        """What each answer adds to the run's book (R14; `alpha_gym.scoring.book_gain`), each offered ALONE.
+
+        The candidates are the archive's learned entries as they stand now (the seeds are the known library, not
+        the run's book: `trainers/run_book.py` builds the run's book from the same entries), so group-mates do not
+        count: a group's answers are scored against the same book and the result does not depend on their order.
+        An answer whose CPCV is not above `archive_min_core` would not join the archive, so it cannot join the run's
+        book: it adds 0 (R1 already charges a losing answer; R14 does not charge it twice).
+        The archive changes only in `update_archive`, after scoring, so deterministic given the archive (and, where
+        groups are scored one after another with updates between them, the group order). The book is built once
+        per archive state and reused by every group scored against it.
+        """
+        rule = self._book_of_archive()
+        floor = self.config.archive_min_core  # below it an answer never joins the archive, so never the run's book
+        unchanged = Gain(gain=0.0, before=rule.before, after=rule.before, admitted=False, members=rule.member_names)
+        return [rule.gain(Candidate.from_evaluated(ev)) if ev.cpcv > floor else unchanged for ev in evs]
+
+    def _book_state(self, g: Gain, cpcv: float) -> str:
+        """R14's line in the score report: what the answer did to the run's book."""
+        book = f"the run's book ({len(g.members) - len(g.joined) + len(g.left)} members, train CPCV {g.before:.3f})"
+        if cpcv <= self.config.archive_min_core:
+            return f"0: CPCV {cpcv:.3f} <= {self.config.archive_min_core:g}, never joins {book}"
+        if not g.admitted:
+            return f"0: refused by {book}: a better member's P&L correlates >= 0.5 with it, or it trades < 2% a day"
+        swap = f", replacing {', '.join(g.left)}" if g.left else ""
+        return f"joins {book}{swap}: CPCV -> {g.after:.3f}"
+
+    def _book_of_archive(self) -> BookGain:
+        """The `BookGain` of the archive's learned entries (cached for one archive state). An entry's P&L is the
+        book of its formula: kept when `update_archive` offered it, else traded again from its text (an archive
+        loaded from a file keeps standardised books only); an entry that no longer trades valid here is left out."""
+        archive = self.archive
+        learned = [i for i in range(len(archive)) if not archive.seed[i]]
+        key = tuple((archive.forms[i], archive.added[i]) for i in learned)
+        if self._book_rule is not None and self._book_rule[0] == key:
+            return self._book_rule[1]
+        for i in learned:
+            text = archive.texts[i]
+            if text not in self._book_entries:
+                out = self.admit(text)
+                self._book_entries[text] = None if isinstance(out, Score) else Candidate.from_evaluated(out)
+        texts = {archive.texts[i] for i in learned}
+        self._book_entries = {t: c for t, c in self._book_entries.items() if t in texts}  # evicted entries go
+        rule = BookGain([c for c in (self._book_entries[archive.texts[i]] for i in learned) if c is not None],
+                        cpcv_config=self.config.cpcv)
+        self._book_rule = (key, rule)
+        return rule
 
     def _gate_verdict(self, abs_corrs: np.ndarray, cpcv: float) -> dict[str, Any]:
         """The diversity gate's verdict on one book, for the diagnostics: refused, and by which entry."""
