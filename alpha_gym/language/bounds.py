@@ -353,8 +353,8 @@ def _window_max(e, d: int):
 
 
 def _spread(x, d: int) -> np.ndarray:
-    """Each window's range `ts_max - ts_min`."""
-    return ops.ts_max(x, d) - ops.ts_min(x, d)
+    """Each window's range `ts_max - ts_min` (one pass)."""
+    return ops.window_range(x, d)
 
 
 @reads_relative
@@ -509,8 +509,10 @@ def _order(limit, rounding: float):
         d = node.window
         with np.errstate(invalid="ignore"):
             room = 2.0 * _window_max(ex, d)
-            size = np.maximum(np.abs(ops.ts_max(x, d)), np.abs(ops.ts_min(x, d)))
-            flat = (_spread(x, d) <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
+            hi, lo = ops.ts_max(x, d), ops.ts_min(x, d)
+            spread = hi - lo
+            size = np.maximum(np.abs(hi), np.abs(lo))
+            flat = (spread <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
         return np.where(flat, float(limit(d)), e)
     return rule
 
