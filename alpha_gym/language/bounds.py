@@ -100,6 +100,22 @@ def _array(e, shape) -> np.ndarray:
     return e if isinstance(e, np.ndarray) else np.full(shape, float(e))
 
 
+#: cells per block of rows in the row-wise tests below: their temporaries stay in cache
+_BLOCK_CELLS = 1 << 16
+
+
+def _row_blocks(shape) -> list[slice]:
+    """Cache-sized blocks of rows of a (T, N) panel: row-wise tests give the same answer block by block."""
+    T, N = shape
+    rows = max(1, _BLOCK_CELLS // max(N, 1))
+    return [slice(r0, r0 + rows) for r0 in range(0, T, rows)]
+
+
+def _rows_of(e, s: slice):
+    """Rows `s` of a bound (an array, or a number for the whole panel)."""
+    return e[s] if isinstance(e, np.ndarray) and e.ndim == 2 else e
+
+
 # ----------------------------------------------------------------------------------------- leaves
 def constant(value: float) -> float:
     """A constant of the formula: exact when its shortest decimal spelling is its binary value (`0.5`,
@@ -283,16 +299,27 @@ def _beyond_ties(x, ex) -> bool:
     with np.errstate(invalid="ignore"):
         if not isinstance(ex, np.ndarray):
             return bool(ex > (TIE_REL / 2) * np.nanmin(np.abs(x), initial=np.inf))
-        return bool(np.any(ex > (TIE_REL / 2) * np.abs(x)))
+        if ex.shape != np.shape(x) or ex.ndim != 2:
+            return bool(np.any(ex > (TIE_REL / 2) * np.abs(x)))
+        for s in _row_blocks(ex.shape):  # block by block, stopping at the first
+            size = np.abs(x[s])
+            size *= TIE_REL / 2
+            if np.any(ex[s] > size):
+                return True
+        return False
 
 
 def constant_rows(values: np.ndarray, e) -> np.ndarray:
     """(T,) rows whose valid cells fit one constant within their bounds: the intervals `[v - e, v + e]`
     share a point (`max(v - e) <= min(v + e)`; a row without a valid cell is one, and has nothing to trade)."""
+    out = np.empty(values.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        lo = np.fmax.reduce(values - e, axis=1, initial=-np.inf)  # fmax skips NaN cells
-        hi = np.fmin.reduce(values + e, axis=1, initial=np.inf)
-    return lo <= hi
+        for s in _row_blocks(values.shape):
+            v, es = values[s], _rows_of(e, s)
+            lo = np.fmax.reduce(v - es, axis=1, initial=-np.inf)  # fmax skips NaN cells
+            hi = np.fmin.reduce(v + es, axis=1, initial=np.inf)
+            np.less_equal(lo, hi, out=out[s])
+    return out
 
 
 @reads_relative
@@ -304,14 +331,18 @@ def rank(args, errs, out, node):
     if _exact(ex) or isinstance(ex, Relative) and ex.k <= TIE_REL / 2:
         return Relative(ROUND)  # one division (0 and 1 exact: a comparison of exact ranks stays decided)
     ex = absolute(ex, x)
-    e = ROUND * np.abs(out)
+    e = np.abs(out)
+    e *= ROUND
     if not _beyond_ties(x, ex):
         return e
     ex = _array(ex, x.shape)
+    wide = np.empty(x.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
-            TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
-    return np.where((constant_rows(x, ex) & wide)[:, None], 1.0, e)
+        for s in _row_blocks(x.shape):
+            wide[s] = np.nanmax(np.where(np.isnan(x[s]), 0.0, ex[s]), axis=1, initial=0.0) > \
+                TIE_REL * np.nanmax(np.abs(x[s]), axis=1, initial=0.0)
+    e[constant_rows(x, ex) & wide] = 1.0
+    return e
 
 
 def scale(args, errs, out, node):
@@ -355,6 +386,24 @@ def _window_max(e, d: int):
 def _spread(x, d: int) -> np.ndarray:
     """Each window's range `ts_max - ts_min` (one pass)."""
     return ops.window_range(x, d)
+
+
+def _extent(x, e, d: int):
+    """(each window's range, the window's largest bound) of `x` with bound `e` (any form). A relative bound
+    `k |x|` (k < 1: no overflow) gives `k` times the window's largest `|x|`, read off the pass of the range:
+    rounding is monotone, so the largest of `fl(k |x_i|)` is `fl(k max |x_i|)`, bit for bit."""
+    if isinstance(e, Relative) and 0.0 <= e.k < 1.0:
+        spread, size = ops.window_extent(x, d)
+        size *= e.k
+        return spread, size
+    return _spread(x, d), _window_max(absolute(e, x), d)
+
+
+def _window_max_of(x, e, d: int):
+    """The window's largest bound of `x` with bound `e` (any form; see `_extent`)."""
+    if isinstance(e, Relative) and 0.0 <= e.k < 1.0:
+        return _extent(x, e, d)[1]
+    return _window_max(absolute(e, x), d)
 
 
 @reads_relative
@@ -412,9 +461,10 @@ def window_mean(args, errs, out, node):
     return _window_max(ex + ROUND * (4 * d + 4) * np.abs(x), d)
 
 
+@reads_relative
 def window_extremum(args, errs, out, node):
     """`ts_max`, `ts_min`: exact; off by at most the window's largest bound."""
-    return _window_max(errs[0], node.window)
+    return _window_max_of(args[0], errs[0], node.window)
 
 
 def ts_product(args, errs, out, node):
@@ -434,6 +484,7 @@ def ts_product(args, errs, out, node):
     return _clean(e + part)
 
 
+@reads_relative
 def ts_std(args, errs, out, node):
     """`ts_std`: a standard deviation moves by at most the largest input change (`std(x + v) - std(x) <= max |v|`),
     plus the algorithm's rounding: on values centred on a window member the variance is off by about d ulps of
@@ -442,7 +493,7 @@ def ts_std(args, errs, out, node):
     d = node.window
     e = ROUND * 16 * d * d * out
     if not _exact(ex):
-        e += _window_max(ex, d)
+        e += _window_max_of(x, ex, d)
     return e
 
 
@@ -450,22 +501,23 @@ def _relative_change(x, ex, d: int):
     """Largest input change over the window's standard deviation, which is at least range / sqrt(2d): how far
     a scale-free statistic (correlation, skewness, kurtosis) can move, up to a factor; inf on a window that
     may be constant."""
-    r = _spread(x, d)
+    r, vm = _extent(x, ex, d)
     with np.errstate(all="ignore"):
-        return (_window_max(ex, d) * np.sqrt(2.0 * d)) / np.where(r > 0, r, np.nan)
+        return (vm * np.sqrt(2.0 * d)) / np.where(r > 0, r, np.nan)
 
 
+@reads_relative
 def ts_cov(args, errs, out, node):
     """`ts_cov`: bilinear, so `cov(x + v, y + w) - cov(x, y)` is at most `V sd(y) + (sd(x) + V) W` with
     `V`, `W` the windows' largest bounds and `sd <= range / 2`, plus the rounding of centred products."""
     (x, y), (ex, ey) = args, errs
     d = node.window
-    rx, ry = _spread(x, d), _spread(y, d)
-    vx, vy = _window_max(ex, d), _window_max(ey, d)
+    (rx, vx), (ry, vy) = _extent(x, ex, d), _extent(y, ey, d)
     return _clean(vx * ry / 2 + (rx / 2 + vx) * vy + ROUND * 4 * (d + 2) * rx * ry)
 
 
 def _scale_free(limit: float):
+    @reads_relative
     def rule(args, errs, out, node):
         d = node.window
         change = sum(_relative_change(x, e, d) for x, e in zip(args, errs) if not _exact(e))
@@ -481,23 +533,27 @@ def _scale_free(limit: float):
 ts_corr = _scale_free(2.0)
 
 
+@reads_relative
 def ts_skew(args, errs, out, node):
     """`ts_skew`: at most sqrt(d) in size; see `_scale_free`."""
     return _scale_free(2.0 * np.sqrt(node.window))(args, errs, out, node)
 
 
+@reads_relative
 def ts_kurt(args, errs, out, node):
     """`ts_kurt`: in [-2, d]; see `_scale_free`."""
     return _scale_free(node.window + 2.0)(args, errs, out, node)
 
 
+@reads_relative
 def ts_slope(args, errs, out, node):
     """`ts_slope` = cov(x, t) / var(t): moves by at most the largest input change over sd(t) = sqrt((d^2-1)/12),
     plus the rounding of the centred sums (d ulps of the window's range, over sd(t))."""
     (x,), (ex,) = args, errs
     d = node.window
     sd_t = np.sqrt(max(d * d - 1, 1) / 12.0)
-    return _clean((_window_max(ex, d) + ROUND * 4 * (d + 2) * _spread(x, d)) / sd_t)
+    spread, vm = _extent(x, ex, d)
+    return _clean((vm + ROUND * 4 * (d + 2) * spread) / sd_t)
 
 
 def _order(limit, rounding: float):
@@ -534,7 +590,11 @@ def noise_days(values: np.ndarray, e) -> np.ndarray:
     if _exact(e) or isinstance(e, Relative) and e.k < TIE_REL / 4:
         # within 2k of each other a day's values are tied by rule 1: the book is flat there, never noise
         return np.zeros(values.shape[0], dtype=bool)
-    e = absolute(e, values)
-    spread = np.fmax.reduce(values, axis=1, initial=-np.inf) - np.fmin.reduce(values, axis=1, initial=np.inf)
+    out = np.empty(values.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        return (spread > 0) & constant_rows(values, e)
+        for s in _row_blocks(values.shape):  # block by block: the temporaries stay in cache
+            v = values[s]
+            es = absolute(_rows_of(e, s), v)
+            spread = np.fmax.reduce(v, axis=1, initial=-np.inf) - np.fmin.reduce(v, axis=1, initial=np.inf)
+            out[s] = (spread > 0) & constant_rows(v, es)
+    return out
