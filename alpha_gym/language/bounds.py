@@ -61,7 +61,13 @@ class Relative:
 
 def absolute(e, value):
     """A bound as an array or a float: `k |value|` for a `Relative` one."""
-    return e.k * _abs(value) if isinstance(e, Relative) else e
+    if not isinstance(e, Relative):
+        return e
+    if isinstance(value, np.ndarray):
+        out = np.abs(value)
+        out *= e.k  # k |value| cell by cell, in the array abs made
+        return out
+    return e.k * _abs(value)
 
 
 def reads_relative(rule):
@@ -388,23 +394,6 @@ def _spread(x, d: int) -> np.ndarray:
     return ops.window_range(x, d)
 
 
-def _extent(x, e, d: int):
-    """(each window's range, the window's largest bound) of `x` with bound `e` (any form). A relative bound
-    `k |x|` (k < 1: no overflow) gives `k` times the window's largest `|x|`, read off the pass of the range:
-    rounding is monotone, so the largest of `fl(k |x_i|)` is `fl(k max |x_i|)`, bit for bit."""
-    if isinstance(e, Relative) and 0.0 <= e.k < 1.0:
-        spread, size = ops.window_extent(x, d)
-        size *= e.k
-        return spread, size
-    return _spread(x, d), _window_max(absolute(e, x), d)
-
-
-def _window_max_of(x, e, d: int):
-    """The window's largest bound of `x` with bound `e` (any form; see `_extent`)."""
-    if isinstance(e, Relative) and 0.0 <= e.k < 1.0:
-        return _extent(x, e, d)[1]
-    return _window_max(absolute(e, x), d)
-
 
 @reads_relative
 def delay(args, errs, out, node):
@@ -461,10 +450,9 @@ def window_mean(args, errs, out, node):
     return _window_max(ex + ROUND * (4 * d + 4) * np.abs(x), d)
 
 
-@reads_relative
 def window_extremum(args, errs, out, node):
     """`ts_max`, `ts_min`: exact; off by at most the window's largest bound."""
-    return _window_max_of(args[0], errs[0], node.window)
+    return _window_max(errs[0], node.window)
 
 
 def ts_product(args, errs, out, node):
@@ -484,7 +472,6 @@ def ts_product(args, errs, out, node):
     return _clean(e + part)
 
 
-@reads_relative
 def ts_std(args, errs, out, node):
     """`ts_std`: a standard deviation moves by at most the largest input change (`std(x + v) - std(x) <= max |v|`),
     plus the algorithm's rounding: on values centred on a window member the variance is off by about d ulps of
@@ -493,7 +480,7 @@ def ts_std(args, errs, out, node):
     d = node.window
     e = ROUND * 16 * d * d * out
     if not _exact(ex):
-        e += _window_max_of(x, ex, d)
+        e += _window_max(ex, d)
     return e
 
 
@@ -501,23 +488,22 @@ def _relative_change(x, ex, d: int):
     """Largest input change over the window's standard deviation, which is at least range / sqrt(2d): how far
     a scale-free statistic (correlation, skewness, kurtosis) can move, up to a factor; inf on a window that
     may be constant."""
-    r, vm = _extent(x, ex, d)
+    r = _spread(x, d)
     with np.errstate(all="ignore"):
-        return (vm * np.sqrt(2.0 * d)) / np.where(r > 0, r, np.nan)
+        return (_window_max(ex, d) * np.sqrt(2.0 * d)) / np.where(r > 0, r, np.nan)
 
 
-@reads_relative
 def ts_cov(args, errs, out, node):
     """`ts_cov`: bilinear, so `cov(x + v, y + w) - cov(x, y)` is at most `V sd(y) + (sd(x) + V) W` with
     `V`, `W` the windows' largest bounds and `sd <= range / 2`, plus the rounding of centred products."""
     (x, y), (ex, ey) = args, errs
     d = node.window
-    (rx, vx), (ry, vy) = _extent(x, ex, d), _extent(y, ey, d)
+    rx, ry = _spread(x, d), _spread(y, d)
+    vx, vy = _window_max(ex, d), _window_max(ey, d)
     return _clean(vx * ry / 2 + (rx / 2 + vx) * vy + ROUND * 4 * (d + 2) * rx * ry)
 
 
 def _scale_free(limit: float):
-    @reads_relative
     def rule(args, errs, out, node):
         d = node.window
         change = sum(_relative_change(x, e, d) for x, e in zip(args, errs) if not _exact(e))
@@ -533,27 +519,23 @@ def _scale_free(limit: float):
 ts_corr = _scale_free(2.0)
 
 
-@reads_relative
 def ts_skew(args, errs, out, node):
     """`ts_skew`: at most sqrt(d) in size; see `_scale_free`."""
     return _scale_free(2.0 * np.sqrt(node.window))(args, errs, out, node)
 
 
-@reads_relative
 def ts_kurt(args, errs, out, node):
     """`ts_kurt`: in [-2, d]; see `_scale_free`."""
     return _scale_free(node.window + 2.0)(args, errs, out, node)
 
 
-@reads_relative
 def ts_slope(args, errs, out, node):
     """`ts_slope` = cov(x, t) / var(t): moves by at most the largest input change over sd(t) = sqrt((d^2-1)/12),
     plus the rounding of the centred sums (d ulps of the window's range, over sd(t))."""
     (x,), (ex,) = args, errs
     d = node.window
     sd_t = np.sqrt(max(d * d - 1, 1) / 12.0)
-    spread, vm = _extent(x, ex, d)
-    return _clean((vm + ROUND * 4 * (d + 2) * spread) / sd_t)
+    return _clean((_window_max(ex, d) + ROUND * 4 * (d + 2) * _spread(x, d)) / sd_t)
 
 
 def _order(limit, rounding: float):

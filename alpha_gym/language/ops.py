@@ -263,23 +263,16 @@ _MAX_CORE = _sliding_core(np.maximum, False)
 _MIN_CORE = _sliding_core(np.minimum, False)
 
 
-def _extremes(a: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """Blocked ``ts_max`` and ``ts_min`` of ``a`` from one block copy."""
+def _range_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    """``ts_max - ts_min`` from one block copy: both scans, one subtraction, one write back."""
     y = _blocks(a, d)
     hi = _scan(y, np.maximum, out=np.empty_like(y))
     lo = _scan(y, np.minimum, out=np.empty_like(y))
     suf = y[:, :-1]
     suf_lo = _scan(suf, np.minimum, reverse=True, out=np.empty_like(suf))
     _scan(suf, np.maximum, reverse=True)
-    return _combine(hi, suf, np.maximum), _combine(lo, suf_lo, np.minimum)
-
-
-def _range_core(a: np.ndarray, d: int, dest: np.ndarray, size: np.ndarray | None = None) -> None:
-    """``ts_max - ts_min`` into ``dest`` and, given ``size``, ``max(|ts_max|, |ts_min|)`` into it."""
-    hi, lo = _extremes(a, d)
-    if size is not None:
-        big = np.maximum(np.abs(hi), np.abs(lo))
-        _unblock(big, size, sweep_inf=False)
+    _combine(hi, suf, np.maximum)
+    _combine(lo, suf_lo, np.minimum)
     np.subtract(hi, lo, out=hi)
     _unblock(hi, dest, sweep_inf=False)
 
@@ -622,22 +615,6 @@ def window_range(x, d):
     """``ts_max(x, d) - ts_min(x, d)`` bit for bit (inf where it overflows), in one pass: the spread that the
     rounding-error bounds (`bounds.py`) read; not an operator of the language."""
     return _by_columns(_range_core, (_panel(x, clean=False),), _window(d), k=4)
-
-
-def window_extent(x, d) -> tuple[np.ndarray, np.ndarray]:
-    """``(window_range(x, d), max(|ts_max(x, d)|, |ts_min(x, d)|))`` bit for bit, from one pass: the spread
-    and the largest magnitude of each window (`bounds.py`); not an operator of the language."""
-    a, d = _panel(x, clean=False), _window(d)
-    size = np.full(a.shape, np.nan)
-    with np.errstate(all="ignore"):
-        T, N = a.shape
-        spread = np.full(a.shape, np.nan)
-        if T >= d and N:
-            nb = -(-T // d)
-            w = max(_MIN_CHUNK_COLS, _CHUNK_CELLS // (5 * T), -(-_MIN_STEP_CELLS // (5 * nb)))
-            for c0 in range(0, N, w):
-                _range_core(a[:, c0:c0 + w], d, spread[:, c0:c0 + w], size[:, c0:c0 + w])
-    return spread, size
 
 
 @_kernel(sweep_inf=False)
@@ -1303,9 +1280,11 @@ def _constant_up_to_rounding(value: Callable[[int], float]):
             *arrays, d = args
             out = f(*args)
             d = _window(d)
-            with np.errstate(all="ignore"):
-                near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
-            np.copyto(out, value(d), where=near)
+            arrays = [b for b in (_panel(a, clean=False) for a in arrays) if _may_be_near_constant(b, d)]
+            if arrays:  # else no window is constant up to rounding (the common case: one integer pass each)
+                with np.errstate(all="ignore"):
+                    near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
+                np.copyto(out, value(d), where=near)
             return out
         return wrapper
     return deco
