@@ -949,3 +949,57 @@ def test_elementwise_differences_from_alpha101v_are_exactly_the_documented_ones(
                | ((x < 0) & ~(np.floor(y) == y)))
     assert np.array_equal(ours[~special], theirs[~special], equal_nan=True)
     assert ((x == 0) & ~np.isnan(theirs)).sum() > 0 and np.all(theirs[x == 0] == 0.0)
+
+
+# ---------------------------------------------------------------------------
+# the shortcuts of the constant-window rule and of the bounds (issue 42.1)
+# ---------------------------------------------------------------------------
+
+
+def _near_windows_reference(a: np.ndarray, d: int) -> np.ndarray:
+    """Rule 4's windows from the two window scans, without the integer pre-pass."""
+    hi, lo = ops.ts_max(a, d), ops.ts_min(a, d)
+    with np.errstate(all="ignore"):
+        spread = hi - lo
+        size = np.maximum(np.abs(hi), np.abs(lo)) * (ops.TIE_ULPS * 2.0 ** -52)
+        return (spread > 0) & (spread <= size)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_integer_pass_misses_no_window_constant_up_to_rounding(seed):
+    """Panels a few ulps to 2^25 ulps around one value (tiny, subnormal, huge, zero, with NaN, inf and sign
+    flips): `_near_constant_windows` with its pre-pass flags exactly the windows the two scans flag."""
+    rng = np.random.default_rng(seed)
+    seen = 0
+    for trial in range(300):
+        T, N = int(rng.integers(2, 40)), int(rng.integers(1, 6))
+        base = float(rng.choice([1.0, -3.7, 1e-300, 2.2250738585072014e-308, 5e-324, 1e300, 0.0, 123.456]))
+        ulps = int(rng.choice([0, 1, 2**20, 2**22, 2**23, 2**23 + 2**21, 2**24, 2**25]))
+        bits = np.full((T, N), base).view(np.int64) + rng.integers(-ulps, ulps + 1, size=(T, N))
+        a = (np.abs(bits) if base == 0.0 else bits).view(np.float64).copy()
+        kind = trial % 4
+        if kind == 1:
+            a[rng.random((T, N)) < 0.1] = np.nan
+        elif kind == 2:
+            a[rng.random((T, N)) < 0.1] = np.inf
+        elif kind == 3:
+            a *= np.where(rng.random((T, N)) < 0.5, 1.0, -1.0)
+        d = int(rng.integers(1, min(T, 10) + 1))
+        ref = _near_windows_reference(a, d)
+        seen += int(ref.sum())
+        np.testing.assert_array_equal(ops._near_constant_windows(a, d), ref)
+    assert seen > 0  # the cases do reach windows constant up to rounding
+
+
+def test_window_range_is_ts_max_minus_ts_min_bit_for_bit():
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        T, N = int(rng.integers(1, 60)), int(rng.integers(1, 40))
+        a = rng.normal(size=(T, N)) * 10.0 ** rng.integers(-3, 3)
+        a[rng.random((T, N)) < 0.05] = np.nan
+        a[rng.random((T, N)) < 0.02] = np.inf
+        a[rng.random((T, N)) < 0.05] = 1.7e308 * rng.choice([-1.0, 1.0])  # ranges that overflow to inf
+        d = int(rng.integers(1, 30))
+        with np.errstate(all="ignore"):
+            ref = ops.ts_max(a, d) - ops.ts_min(a, d)
+        np.testing.assert_array_equal(ops.window_range(a, d), ref)

@@ -61,7 +61,13 @@ class Relative:
 
 def absolute(e, value):
     """A bound as an array or a float: `k |value|` for a `Relative` one."""
-    return e.k * _abs(value) if isinstance(e, Relative) else e
+    if not isinstance(e, Relative):
+        return e
+    if isinstance(value, np.ndarray):
+        out = np.abs(value)
+        out *= e.k  # k |value| cell by cell, in the array abs made
+        return out
+    return e.k * _abs(value)
 
 
 def reads_relative(rule):
@@ -98,6 +104,22 @@ def _clean(e, like=None):
 
 def _array(e, shape) -> np.ndarray:
     return e if isinstance(e, np.ndarray) else np.full(shape, float(e))
+
+
+#: cells per block of rows in the row-wise tests below: their temporaries stay in cache
+_BLOCK_CELLS = 1 << 16
+
+
+def _row_blocks(shape) -> list[slice]:
+    """Cache-sized blocks of rows of a (T, N) panel: row-wise tests give the same answer block by block."""
+    T, N = shape
+    rows = max(1, _BLOCK_CELLS // max(N, 1))
+    return [slice(r0, r0 + rows) for r0 in range(0, T, rows)]
+
+
+def _rows_of(e, s: slice):
+    """Rows `s` of a bound (an array, or a number for the whole panel)."""
+    return e[s] if isinstance(e, np.ndarray) and e.ndim == 2 else e
 
 
 # ----------------------------------------------------------------------------------------- leaves
@@ -283,16 +305,27 @@ def _beyond_ties(x, ex) -> bool:
     with np.errstate(invalid="ignore"):
         if not isinstance(ex, np.ndarray):
             return bool(ex > (TIE_REL / 2) * np.nanmin(np.abs(x), initial=np.inf))
-        return bool(np.any(ex > (TIE_REL / 2) * np.abs(x)))
+        if ex.shape != np.shape(x) or ex.ndim != 2:
+            return bool(np.any(ex > (TIE_REL / 2) * np.abs(x)))
+        for s in _row_blocks(ex.shape):  # block by block, stopping at the first
+            size = np.abs(x[s])
+            size *= TIE_REL / 2
+            if np.any(ex[s] > size):
+                return True
+        return False
 
 
 def constant_rows(values: np.ndarray, e) -> np.ndarray:
     """(T,) rows whose valid cells fit one constant within their bounds: the intervals `[v - e, v + e]`
     share a point (`max(v - e) <= min(v + e)`; a row without a valid cell is one, and has nothing to trade)."""
+    out = np.empty(values.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        lo = np.fmax.reduce(values - e, axis=1, initial=-np.inf)  # fmax skips NaN cells
-        hi = np.fmin.reduce(values + e, axis=1, initial=np.inf)
-    return lo <= hi
+        for s in _row_blocks(values.shape):
+            v, es = values[s], _rows_of(e, s)
+            lo = np.fmax.reduce(v - es, axis=1, initial=-np.inf)  # fmax skips NaN cells
+            hi = np.fmin.reduce(v + es, axis=1, initial=np.inf)
+            np.less_equal(lo, hi, out=out[s])
+    return out
 
 
 @reads_relative
@@ -304,14 +337,19 @@ def rank(args, errs, out, node):
     if _exact(ex) or isinstance(ex, Relative) and ex.k <= TIE_REL / 2:
         return Relative(ROUND)  # one division (0 and 1 exact: a comparison of exact ranks stays decided)
     ex = absolute(ex, x)
-    e = ROUND * np.abs(out)
+    e = np.abs(out)
+    e *= ROUND
     if not _beyond_ties(x, ex):
         return e
     ex = _array(ex, x.shape)
+    wide = np.empty(x.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        wide = np.nanmax(np.where(np.isnan(x), 0.0, ex), axis=1, initial=0.0) > \
-            TIE_REL * np.nanmax(np.abs(x), axis=1, initial=0.0)
-    return np.where((constant_rows(x, ex) & wide)[:, None], 1.0, e)
+        for s in _row_blocks(x.shape):
+            wide[s] = np.nanmax(np.where(np.isnan(x[s]), 0.0, ex[s]), axis=1, initial=0.0) > \
+                TIE_REL * np.nanmax(np.abs(x[s]), axis=1, initial=0.0)
+    rows = np.flatnonzero(wide)  # few: the fit test only where a row's bounds reach its tolerance
+    e[rows[constant_rows(x[rows], ex[rows])]] = 1.0
+    return e
 
 
 def scale(args, errs, out, node):
@@ -353,8 +391,9 @@ def _window_max(e, d: int):
 
 
 def _spread(x, d: int) -> np.ndarray:
-    """Each window's range `ts_max - ts_min`."""
-    return ops.ts_max(x, d) - ops.ts_min(x, d)
+    """Each window's range `ts_max - ts_min` (one pass)."""
+    return ops.window_range(x, d)
+
 
 
 @reads_relative
@@ -509,8 +548,10 @@ def _order(limit, rounding: float):
         d = node.window
         with np.errstate(invalid="ignore"):
             room = 2.0 * _window_max(ex, d)
-            size = np.maximum(np.abs(ops.ts_max(x, d)), np.abs(ops.ts_min(x, d)))
-            flat = (_spread(x, d) <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
+            hi, lo = ops.ts_max(x, d), ops.ts_min(x, d)
+            spread = hi - lo
+            size = np.maximum(np.abs(hi), np.abs(lo))
+            flat = (spread <= room) & (room > TIE_REL * size)  # rule 4 decides below its tolerance
         return np.where(flat, float(limit(d)), e)
     return rule
 
@@ -532,7 +573,11 @@ def noise_days(values: np.ndarray, e) -> np.ndarray:
     if _exact(e) or isinstance(e, Relative) and e.k < TIE_REL / 4:
         # within 2k of each other a day's values are tied by rule 1: the book is flat there, never noise
         return np.zeros(values.shape[0], dtype=bool)
-    e = absolute(e, values)
-    spread = np.fmax.reduce(values, axis=1, initial=-np.inf) - np.fmin.reduce(values, axis=1, initial=np.inf)
+    out = np.empty(values.shape[0], dtype=bool)
     with np.errstate(invalid="ignore"):
-        return (spread > 0) & constant_rows(values, e)
+        for s in _row_blocks(values.shape):  # block by block: the temporaries stay in cache
+            v = values[s]
+            es = absolute(_rows_of(e, s), v)
+            spread = np.fmax.reduce(v, axis=1, initial=-np.inf) - np.fmin.reduce(v, axis=1, initial=np.inf)
+            out[s] = (spread > 0) & constant_rows(v, es)
+    return out

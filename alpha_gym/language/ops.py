@@ -263,6 +263,20 @@ _MAX_CORE = _sliding_core(np.maximum, False)
 _MIN_CORE = _sliding_core(np.minimum, False)
 
 
+def _range_core(a: np.ndarray, d: int, dest: np.ndarray) -> None:
+    """``ts_max - ts_min`` from one block copy: both scans, one subtraction, one write back."""
+    y = _blocks(a, d)
+    hi = _scan(y, np.maximum, out=np.empty_like(y))
+    lo = _scan(y, np.minimum, out=np.empty_like(y))
+    suf = y[:, :-1]
+    suf_lo = _scan(suf, np.minimum, reverse=True, out=np.empty_like(suf))
+    _scan(suf, np.maximum, reverse=True)
+    _combine(hi, suf, np.maximum)
+    _combine(lo, suf_lo, np.minimum)
+    np.subtract(hi, lo, out=hi)
+    _unblock(hi, dest, sweep_inf=False)
+
+
 def _centred(arrays: tuple[np.ndarray, ...], d: int, k: int):
     """Stacks of block values centred on a block-local reference.
 
@@ -565,7 +579,7 @@ def ts_delta(x, d):
     out[:d] = np.nan
     now, then = a[d:], a[: max(a.shape[0] - d, 0)]
     np.subtract(now, then, out=out[d:])
-    np.copyto(out[d:], 0.0, where=_cancelled(now, then, out[d:]))
+    _fill_cancelled(out[d:], 0.0, now, then, out[d:])
     return out
 
 
@@ -594,6 +608,13 @@ def ts_max(x, d):
 def ts_min(x, d):
     """Minimum of the last ``d`` rows."""
     return _by_columns(_MIN_CORE, (_panel(x, clean=False),), _window(d))
+
+
+@_kernel(sweep_inf=False)
+def window_range(x, d):
+    """``ts_max(x, d) - ts_min(x, d)`` bit for bit (inf where it overflows), in one pass: the spread that the
+    rounding-error bounds (`bounds.py`) read; not an operator of the language."""
+    return _by_columns(_range_core, (_panel(x, clean=False),), _window(d), k=4)
 
 
 @_kernel(sweep_inf=False)
@@ -976,10 +997,25 @@ def _cancelled(xa: np.ndarray, ya: np.ndarray, diff: np.ndarray) -> np.ndarray:
     return np.abs(diff) < tol  # strict: +-inf operands (tol = inf) never cancel
 
 
+def _fill_cancelled(out: np.ndarray, fill: float, xa: np.ndarray, ya: np.ndarray,
+                    diff: np.ndarray | None = None) -> None:
+    """Write ``fill`` into ``out`` where ``diff`` (``xa - ya`` when None) cancelled (:func:`_cancelled`),
+    a cache-sized block of rows at a time: the same cells as one whole-panel pass, without its temporaries."""
+    if out.ndim != 2:
+        np.copyto(out, fill, where=_cancelled(xa, ya, np.subtract(xa, ya) if diff is None else diff))
+        return
+    xa, ya = np.broadcast_to(xa, out.shape), np.broadcast_to(ya, out.shape)
+    rows = max(1, _CS_CHUNK_CELLS // max(out.shape[1], 1))
+    for r0 in range(0, out.shape[0], rows):
+        s = slice(r0, r0 + rows)
+        d = np.subtract(xa[s], ya[s]) if diff is None else diff[s]
+        np.copyto(out[s], fill, where=_cancelled(xa[s], ya[s], d))
+
+
 def _exact_zero_where_cancelled(op: np.ufunc, x, y) -> np.ndarray:
     xa, ya = _scalar_or_array(x), _scalar_or_array(y)
     out = op(xa, ya, out=np.empty(np.broadcast_shapes(xa.shape, ya.shape)))
-    np.copyto(out, 0.0, where=_cancelled(xa, ya, out))
+    _fill_cancelled(out, 0.0, xa, ya, out)
     return out
 
 
@@ -1104,8 +1140,7 @@ def _compare(op: np.ufunc, x, y) -> np.ndarray:
     a comparison of rounding noise is not a signal."""
     xa, ya = _scalar_or_array(x), _scalar_or_array(y)
     out = _as_float_out(op, xa, ya)
-    near = _cancelled(xa, ya, np.subtract(xa, ya))
-    np.copyto(out, float(op(0.0, 0.0)), where=near)  # what op says of two equal values
+    _fill_cancelled(out, float(op(0.0, 0.0)), xa, ya)  # what op says of two equal values
     return out
 
 
@@ -1193,9 +1228,41 @@ def where(c, a, b):
 # windows constant up to rounding
 # ---------------------------------------------------------------------------
 
+#: Ulps between neighbouring days (float64 bits read as integers) at most which a step may lie inside a window
+#: constant up to rounding: such a window's values share a sign and lie within 2**-30 of its largest magnitude,
+#: and an ulp is at least 2**-53 of a value, so two of them are at most 2 TIE_ULPS ulps apart; twice that, as margin.
+_NEAR_STEP_ULPS = 4 * TIE_ULPS
+
+
+def _may_be_near_constant(a: np.ndarray, d: int) -> bool:
+    """Whether some window of ``a`` may be constant up to rounding: a False is a proof there is none.
+
+    Such a window holds no NaN or inf, is not bit-constant, and its neighbouring values are within
+    _NEAR_STEP_ULPS ulps: it has a step of 1 to _NEAR_STEP_ULPS ulps. Steps of real data are far larger
+    (a price tick, a share of volume) or exactly 0, so this integer pass over cache-sized row chunks,
+    stopping at the first such step, replaces the two window scans of `_near_constant_windows` on them."""
+    T, N = a.shape
+    if d < 2 or T < 2 or N == 0:
+        return False  # a window of one value is bit-constant
+    bits = a.view(np.int64)
+    rows = max(1, _CS_CHUNK_CELLS // N)
+    for r0 in range(1, T, rows):
+        r1 = min(T, r0 + rows)
+        step = np.subtract(bits[r0:r1], bits[r0 - 1:r1 - 1])  # wraps on sign changes: far, as it should be
+        step += _NEAR_STEP_ULPS
+        near = step.view(np.uint64) <= 2 * _NEAR_STEP_ULPS  # |step| <= _NEAR_STEP_ULPS
+        near &= step != _NEAR_STEP_ULPS  # ... and not 0
+        if near.any():
+            return True
+    return False
+
+
 def _near_constant_windows(a: np.ndarray, d: int) -> np.ndarray:
     """Windows whose values are one value up to rounding but not bit for bit: their spread is
     positive and at most _TIE_RTOL of their largest magnitude (as `rank` ties them)."""
+    a = _panel(a, clean=False)
+    if not _may_be_near_constant(a, d):
+        return np.zeros(a.shape, dtype=bool)
     hi, lo = ts_max(a, d), ts_min(a, d)
     spread = hi - lo
     np.maximum(np.abs(hi), np.abs(lo), out=hi)
@@ -1213,9 +1280,11 @@ def _constant_up_to_rounding(value: Callable[[int], float]):
             *arrays, d = args
             out = f(*args)
             d = _window(d)
-            with np.errstate(all="ignore"):
-                near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
-            np.copyto(out, value(d), where=near)
+            arrays = [b for b in (_panel(a, clean=False) for a in arrays) if _may_be_near_constant(b, d)]
+            if arrays:  # else no window is constant up to rounding (the common case: one integer pass each)
+                with np.errstate(all="ignore"):
+                    near = functools.reduce(np.logical_or, (_near_constant_windows(a, d) for a in arrays))
+                np.copyto(out, value(d), where=near)
             return out
         return wrapper
     return deco
