@@ -247,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_score_batch(sub)
     from alpha_gym.evaluation.cli import register_eval  # issue 30: a model behind an endpoint
     register_eval(sub)
+    from alpha_gym.search.evolve_command import register as register_evolve  # issue 40: evolution
+    register_evolve(sub)
     return parser
 
 
