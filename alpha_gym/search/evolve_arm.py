@@ -95,9 +95,9 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                       "panel": train.fingerprint(), "probe_briefs": [b.id for b in probe],
                       "brief": None if brief is None else brief.id, "seed_formulas": seed_formulas,
                       "verifier": to_dict(verifier.config), **(about or {})})
-    claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
     grown = verifier.fork()
     built = [make_mutator(s, verifier=grown, limits=grown.config.limits, brief=brief, seed=seed) for s in specs]
+    claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
     clock = _Clock(out)
     t0 = time.perf_counter()
 

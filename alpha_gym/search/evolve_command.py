@@ -29,7 +29,7 @@ from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
 from alpha_gym.search.evolve_arm import EvolveRunError, keep_evolve, run_evolve
-from alpha_gym.search.mutators import kinds_line
+from alpha_gym.search.mutators import kinds_line, parse_spec
 
 #: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
 MAX_BUDGET = 10_000_000
@@ -92,6 +92,11 @@ def main(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set, require_brief
     mutators = args.mutators or ["tree"]
+    for spec in mutators:                      # a bad spec is named before any data is read
+        parse_spec(spec)
+    if len(set(mutators)) != len(mutators):
+        raise EvolveRunError(f"--mutator names {sorted(m for m in set(mutators) if mutators.count(m) > 1)[0]!r} "
+                             "twice: give each mutator once")
     database = DatabaseConfig(n_islands=args.islands, parents_per_prompt=args.parents, temperature=args.temperature,
                               cells=args.cells, cell_capacity=args.cell_capacity, refresh=args.refresh,
                               refresh_interval=args.refresh_interval)

@@ -53,12 +53,18 @@ def kinds_line() -> str:
     return " | ".join(row.spec for row in MUTATORS.values())
 
 
-def make_mutator(spec: str, *, verifier, limits, brief=None, seed: int = 0) -> Mutator:
-    """The mutator a spec names (see the module docstring); `MutatorSpecError` for an unknown kind."""
+def parse_spec(spec: str) -> tuple[MutatorKind, str | None]:
+    """(the kind's row, the text after "kind:" or None): checks a spec before anything is loaded."""
     if not isinstance(spec, str) or not spec.strip():
         raise MutatorSpecError(f"--mutator {spec!r}: empty; the kinds are {kinds_line()}")
     kind, sep, argument = spec.strip().partition(":")
     row = MUTATORS.get(kind)
     if row is None:
         raise MutatorSpecError(f"--mutator {spec[:80]!r}: unknown kind {kind[:40]!r}; the kinds are {kinds_line()}")
-    return row.build(argument if sep else None, verifier=verifier, limits=limits, brief=brief, seed=seed)
+    return row, (argument if sep else None)
+
+
+def make_mutator(spec: str, *, verifier, limits, brief=None, seed: int = 0) -> Mutator:
+    """The mutator a spec names (see the module docstring); `MutatorSpecError` for an unknown kind."""
+    row, argument = parse_spec(spec)
+    return row.build(argument, verifier=verifier, limits=limits, brief=brief, seed=seed)
