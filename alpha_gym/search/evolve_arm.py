@@ -39,7 +39,7 @@ from alpha_gym.evaluation.selection import Candidate, select_correlation_capped
 from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.jsonable import json_dumps, jsonable
 from alpha_gym.search.database import DatabaseConfig, ProgramDatabase
-from alpha_gym.search.evolution import STATE_FILE, evolve, print_progress
+from alpha_gym.search.evolution import BOOK_FILE, STATE_FILE, evolve, print_progress
 from alpha_gym.search.mutators import make_mutator
 
 STAMP_FILE = "evolve-settings.json"
@@ -111,6 +111,20 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
     return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
                        config={"mutators": specs, "database": database.to_dict(), "group_size": group_size})
+
+
+def check_run_folder(out, train, probe: Sequence) -> dict:
+    """The stamp of the run in `out`, when it was made on this train panel for these probe briefs (EvolveRunError
+    if not: kept files read on other data would be another experiment's)."""
+    path = Path(out) / STAMP_FILE
+    if not path.exists():
+        raise EvolveRunError(f"{out} holds no evolve run ({STAMP_FILE} is missing)")
+    stamp = json.loads(path.read_text(encoding="utf-8"))
+    if stamp.get("panel") != train.fingerprint():
+        raise EvolveRunError(f"{out} was evolved on another panel than the data given (or another --pseudo-holdout)")
+    if stamp.get("probe_briefs") != [b.id for b in probe]:
+        raise EvolveRunError(f"{out} kept its answers for other probe briefs: give its --probe")
+    return stamp
 
 
 class _Clock:
@@ -209,8 +223,14 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
                       key=lambda p: (-p.reward, p.id))
     step = at["group"] if step is None else int(step)
     rows, formulas, cpcvs, complied = [], [], [], 0
+    trees: dict[int, object] = {}
+
+    def tree(p):                              # parsed once, for every brief that looks at it
+        if p.id not in trees:
+            trees[p.id] = p.tree(limits)
+        return trees[p.id]
     for brief in probe:
-        hit = next((p for p in programs if all(check_compliance(brief, p.tree(limits)).values())), None)
+        hit = next((p for p in programs if all(check_compliance(brief, tree(p)).values())), None)
         pick = hit if hit is not None else (programs[0] if programs else None)
         complied += hit is not None
         formulas.append(None if pick is None else pick.text)
@@ -221,7 +241,11 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
                                origin=None if pick is None else pick.origin, call=None if pick is None else pick.call))
     checkpoint = checkpoint_row(step, cpcvs, train, holdout, verifier, formulas, run_dir, label=name)
     admitted = [line for line in _archive_lines(state) if line["step"] <= at["group"]]
-    book = _book(admitted, verifier, state["settings"]["book"])
+    finished = run_dir / BOOK_FILE
+    if at["group"] == state["groups"] and state["calls"] >= state["budget"] and finished.exists():
+        book = _finished_book(finished)       # the book the run chose at its end: no formula traded again
+    else:
+        book = _book(admitted, verifier, state["settings"]["book"])
     scored = [r for r in _proposals(run_dir) if r.get("status") == "scored" and r["call"] <= at["calls"]]
     numbers = control_numbers(
         name, "evolve", seed, at["seconds"] or 0.0, step, checkpoint,
@@ -253,6 +277,12 @@ def _origins(scored: Sequence[dict]) -> dict[str, int]:
     for r in scored:
         out[r["origin"]] = out.get(r["origin"], 0) + 1
     return dict(sorted(out.items()))
+
+
+def _finished_book(path: Path) -> dict:
+    d = json.loads(path.read_text(encoding="utf-8"))
+    return {"n_admitted": d["n_admitted"], "n_members": d["n_members"], "effective_bets": d["effective_bets"],
+            "members": d["members"], "unscored": [], "selection": d["selection"]}
 
 
 def _book(admitted: Sequence[dict], verifier, settings: dict) -> dict:

@@ -28,7 +28,7 @@ import sys
 from alpha_gym.cli_args import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
-from alpha_gym.search.evolve_arm import EvolveRunError, keep_evolve, run_evolve
+from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
 from alpha_gym.search.mutators import kinds_line, parse_spec
 
 #: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
@@ -108,6 +108,7 @@ def main(args) -> int:
     train, holdout = split_panel(panel_from_args(args), args.pseudo_holdout)
     verifier = Verifier(train, settings_from_args(args).verifier)
     if args.keep_at is not None:
+        check_run_folder(args.out, train, probe)
         keep_evolve(args.out, verifier, train, holdout, probe, args.results or f"{args.out}/results", args.seed,
                     calls=args.keep_at)
         print(f"kept the run in {args.out} at {args.keep_at} calls into {args.results or args.out + '/results'}")
