@@ -95,3 +95,30 @@ def test_an_arm_of_another_kind_is_refused_when_declared():
     """A kind outside KINDS would be run but shown nowhere in the table: the row is refused at once."""
     with pytest.raises(ValueError, match="kind 'baseline'"):
         arms.Arm("x", "baseline", tiny)
+
+
+def test_the_evolve_arm_writes_kept_files_the_report_reads(tmp_path, capsys):
+    """The `evolve` row of the table (issue 40): run at the smoke scale's budget for one seed, its kept files
+    rebuild the table with --report-only, and its curve reads the run at a smaller budget."""
+    from alpha_gym.evaluation.kept import read_object, read_rows
+    from alpha_gym.search.evolve_arm import curve_at
+    from alpha_gym.tasks.sets import brief_set
+    results, out = tmp_path / "results", tmp_path / "out"
+    probe = list(brief_set("probe"))[: SCALES["smoke"].probe]
+    write_rows(results / "step-0.jsonl", [answer_row(b.id, 0, "<alpha>rank(close)</alpha>", "rank(close)", 0.0)
+                                          for b in probe])
+    assert main(["compare", "--scale", "smoke", "--rungs", "evolve", "--seeds", "42", "--out", str(out),
+                 "--results", str(results)]) == 0
+    captured = capsys.readouterr()
+    budget = SCALES["smoke"].steps * 1 * 2
+    assert "=== seed 42, control evolve" in captured.out and f"calls {budget}/{budget}" in captured.err
+    rows = read_rows(results / "seed-42" / "evolve.jsonl")
+    numbers = read_object(results / "seed-42" / "evolve.json")
+    assert [r["brief_id"] for r in rows] == [b.id for b in probe] and all(r["formula"] for r in rows)
+    assert numbers["verifier_calls"] == budget and numbers["selected_step"] == SCALES["smoke"].steps
+    assert curve_at(numbers["curve"], budget)["calls"] == budget
+    assert read_object(results / "seed-42" / "evolve.book.json")["rung"] == "evolve"
+    assert main(["compare", "--scale", "smoke", "--report-only", "--out", str(tmp_path / "report"),
+                 "--results", str(results)]) == 0
+    row = json.loads((tmp_path / "report" / "report.json").read_text())["rows"]["evolve"]
+    assert row["kind"] == "control" and row["seeds"] == [42] and row["valid"] == len(probe)

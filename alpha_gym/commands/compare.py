@@ -16,7 +16,8 @@ Arms (trainers/compare/arms.py, ARMS: one row each, run by `run.run_comparison`;
 the flags): the rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
 prompts; DoRA instead of LoRA; CISPO + REPO-R trained against the diversity gate (verifier
 self_corr_gate 0.7). Controls (CONTROLS): `best_of_n` (the start model's best of k samples per probe brief)
-and `search` (model-free evolutionary search), each spending a rung's verifier calls (steps x
+`search` (model-free evolutionary search) and `evolve` (evolution from a program database with the tree
+mutator, `alpha-gym evolve`), each spending a rung's verifier calls (steps x
 prompts_per_step x num_generations) and no weight update; every rung is paired against each. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
 every checkpoint answer the probe briefs greedily; score the answers on the TRAIN window (the selection
 rule: best mean train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the last
@@ -100,7 +101,7 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
                                      "default: OUT/results")
     p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(arm_names()) +
-                   " (the last two are the controls: no training, the same verifier calls)")
+                   " (the last three are the controls: no training, the same verifier calls)")
     p.add_argument("--seeds", type=seeds_flag,
                    help=f"comma-separated training seeds, at most {MAX_SEEDS} (default: the scale's, cpu: 42,43,44)")
     p.add_argument("--steps", type=flag(ints(1, MAX_STEPS)), help="override the scale's steps per rung")

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_score_batch(sub)
     from alpha_gym.commands.evaluation import register_eval  # issue 30: a model behind an endpoint
     register_eval(sub)
+    from alpha_gym.commands.evolve import register as register_evolve  # issue 40: evolution
+    register_evolve(sub)
     return parser
 
 

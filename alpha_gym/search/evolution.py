@@ -27,7 +27,8 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
                 the one that matches it; each file is written atomically), so a run
                 killed at any point resumes from its last group to the same result as an uninterrupted
                 one; `proposals.jsonl` logs every proposal (scored or rejected) and is cut back on resume
-    progress    one line per group: calls, best reward, members and effective bets of the run's book
+    progress    one line per group: calls, best reward, members and effective bets of the run's book; the
+                history row of the group adds the book's train-window CPCV (`book_cpcv`)
     the end     `archive.jsonl`: the formulas the verifier's novelty archive admitted (the run's archive,
                 in `trainers.run_book`'s line format: step is the group), and `book.json`: their
                 correlation-capped book (`alpha_gym.evaluation.selection.select_correlation_capped`, seed
@@ -184,6 +185,15 @@ def print_progress(row: dict) -> None:
           f"({row['effective_bets']:.1f} bets)  rejected {row['rejected']}", file=sys.stderr, flush=True)
 
 
+def book_cpcv(book: BookSelection, config) -> float | None:
+    """The CPCV score of the book's equal-weight daily net P&L on the train window (`alpha_gym.scoring.cpcv`,
+    the verifier's `config.cpcv`), as R1 scores one formula's; None for an empty book."""
+    if not book.n:
+        return None
+    from alpha_gym.scoring.cpcv import cpcv_score, slice_sharpes
+    return finite_or_none(cpcv_score(slice_sharpes(book.returns, config)[0], config.std_penalty))
+
+
 # ------------------------------------------------------------------------------------------ the run
 class _Run:
     """The state a checkpoint holds, and the steps of the loop."""
@@ -302,6 +312,7 @@ class _Run:
         return {"group": self.groups, "calls": self.calls, "budget": self.budget,
                 "best_reward": None if best is None else best.reward, "best": None if best is None else best.text,
                 "programs": len(self.db), "book_members": book.n, "effective_bets": book.effective_bets,
+                "book_cpcv": book_cpcv(book, self.verifier.config.cpcv),
                 "admitted": len(self.admitted), "rejected": self.rejected, "refresh": refreshed,
                 "arms": self.bandit.shares()}
 

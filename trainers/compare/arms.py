@@ -2,7 +2,7 @@
 
 An arm is what the comparison runs for one seed and keeps as a row of the table: an RL rung of the
 ladder (`ladder.LADDER`), a control that trains nothing and spends a rung's verifier calls (`best_of_n`,
-`search`), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
+`search`, `evolve`), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
 of seeds). Every arm is called the same way, `arm.run(context, seed) -> numbers`, with one `RunContext`
 (the scale, the verifier, the panels, the start model, the briefs, the folders); an RL or control arm
 writes the kept files (results/seed-S/NAME.jsonl and NAME.json, `alpha_gym.evaluation.kept.write_kept`),
@@ -52,6 +52,7 @@ class RunContext:
     update_results: bool = False  # with report_only: rewrite the table kept in `results` too
     step0_formulas: tuple | None = None
     brief_ids: tuple | None = None
+    evolve_mutators: tuple = ("tree",)  # the evolve arm's mutator specs (alpha_gym.search.mutators)
     _built: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -133,6 +134,19 @@ def search(context: RunContext, seed: int) -> dict:
                            context.step0_formulas, context.results, out=context.out)
 
 
+def evolve(context: RunContext, seed: int) -> dict:
+    """Evolution from a program database (alpha_gym/search/evolution.py), seeded as `search` is, with the context's
+    mutators; its curve in the kept NAME.json reads it at any smaller budget (`evolve_arm.curve_at`)."""
+    from alpha_gym.alpha101 import formulas as paper
+    from alpha_gym.search.evolve_arm import run_evolve
+    seeds = [f for f in (context.step0_formulas or ()) if isinstance(f, str)] + list(paper(industry_free=True).values())
+    return run_evolve(context.verifier(), context.train, context.holdout, context.probe,
+                      mutators=context.evolve_mutators, budget=context.budget, seed=seed,
+                      out=context.run_dir(seed, "evolve"), results=context.results,
+                      group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
+                      about={"scale": context.scale_name, "data": context.data, "universe": context.universe})
+
+
 def read_eval_folder(folder: Path, context: RunContext, seed: int | None = None) -> dict:
     """An `alpha-gym eval` folder's answers re-scored on the comparison's train window (`evaluated.read_eval`)."""
     from trainers.compare.evaluated import read_eval
@@ -155,6 +169,7 @@ ARMS = (
     *(rung_arm(*row) for row in LADDER),
     Arm("best_of_n", "control", best_of_n, _ABOUT["best_of_n"]),
     Arm("search", "control", search, _ABOUT["search"]),
+    Arm("evolve", "control", evolve, _ABOUT["evolve"]),
 )
 
 

@@ -36,6 +36,8 @@ CONTROLS = (
     ("best_of_n", "the start model's best of k samples per probe brief by train reward (trainers/best_of_n.py)"),
     ("search", "model-free evolutionary search over formula trees, seeded with Alpha101 and step 0 "
                "(alpha_gym/search/)"),
+    ("evolve", "evolution from a program database (islands, cells, parents by score) with the tree mutator, "
+               "seeded as search is (alpha-gym evolve, alpha_gym/search/evolution.py)"),
 )
 CONTROL_NAMES = tuple(name for name, _ in CONTROLS)
 

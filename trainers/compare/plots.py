@@ -82,7 +82,7 @@ def write_seed_plot(report, results: Path, folders) -> None:
             right.scatter([c], [s], color=colours[seed], marker=markers[x % len(markers)], s=45)
             cpcv.append(c)
             score.append(s)
-    lines = [("step 0", report["rows"]["step-0"]["score"], "grey")]
+    lines = [("step 0", report["rows"]["step-0"]["score"], "grey")] if "step-0" in report["rows"] else []
     motifs = best_baseline([b for b in report.get("baselines", []) if b["kind"] == "motif"])
     best = best_baseline(report.get("baselines", []))
     if motifs is not None:

@@ -131,8 +131,9 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
         write_plots(runs, out)
     brief_ids = kept_brief_ids(results)
     evals_arms = [a for a in arms if a.kind == "eval"]
-    if brief_ids is None and not evals_arms:
+    if brief_ids is None and not evals_arms and not kept_arms(results):
         raise CompareError(f"{results} holds no step-0.jsonl: nothing to report (train first, or give --eval DIR)")
+    # without step-0.jsonl (a control run on its own, e.g. `alpha-gym evolve`) the rows answer the scale's probe
     context = replace(context, brief_ids=None if brief_ids is None else tuple(brief_ids))
     evals = [a.run(context, None) for a in evals_arms]
     named, kept = {a.name for a in arms}, kept_arms(results)

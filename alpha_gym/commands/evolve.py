@@ -1,0 +1,131 @@
+"""`alpha-gym evolve`: evolution from a program database under an exact verifier-call budget (issue 40).
+
+    alpha-gym evolve --budget 1600 --out runs/evolve-tree                      # the synthetic market
+    alpha-gym evolve --data ../shared/data/us_equities/us_daily_train.csv.gz \\
+        --universe ../shared/data/us_equities/universe_us46.txt --budget 10000 --out runs/evolve-us46
+    alpha-gym evolve ... --mutator tree --mutator endpoint:http://127.0.0.1:8000/v1#NAME   # the bandit shares
+    alpha-gym compare --scale cpu --report-only --results runs/evolve-tree/results --out runs/table
+    alpha-gym holdout-formulas --formulas runs/evolve-tree/results/seed-0/evolve.jsonl ...
+
+The last `--pseudo-holdout` sessions of the data are cut off before the run (the comparison's pseudo-holdout:
+252 at its cpu and gpu scales, 120 at smoke), and only the kept answers are scored on them. The run writes
+into --out its checkpoint (state.json: a rerun of the same command resumes from the last group; a larger
+--budget goes on; other settings are refused), proposals.jsonl, the run's archive (archive.jsonl), its
+correlation-capped book (book.json) and its curve (curve.jsonl: calls, best train reward, book members,
+effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
+comparison's `evolve` arm for `--probe` probe briefs (`alpha_gym.search.evolve_arm`). `--keep-at CALLS`
+rewrites those kept files as the run stood at CALLS calls, without a new call. One progress line per group
+on stderr. Exit status 0; 2 for bad input; 130 after Ctrl-C (rerun the same command to resume).
+
+`add_arguments(parser)` declares the flags, `main(args)` runs the command, `register(subparsers)` adds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
+from alpha_gym.ranges import flag, ints
+from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
+from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
+from alpha_gym.search.mutators import kinds_line, parse_spec
+
+#: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
+MAX_BUDGET = 10_000_000
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add `evolve` to `subparsers` (what `ArgumentParser.add_subparsers()` returns)."""
+    p = subparsers.add_parser("evolve", help="evolve formulas from a program database under an exact verifier-call "
+                                             "budget (model-free tree operators, a model, or a bandit over several)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=main)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=flag(ints(1, MAX_BUDGET)), default=1600,
+                   help="verifier calls, exactly (e.g. 1600, 4800, 10000; default 1600)")
+    p.add_argument("--mutator", action="append", metavar="SPEC", dest="mutators",
+                   help=f"a mutation operator, repeatable (more than one: a bandit shares the calls): {kinds_line()} "
+                        "(default: tree)")
+    p.add_argument("--out", required=True, help="the run folder (checkpoint, logs, archive, book, curve)")
+    p.add_argument("--results", help="folder for the kept files of the comparison arm (default: OUT/results)")
+    p.add_argument("--seed", type=flag(ints(0, 2**32 - 1)), default=0)
+    p.add_argument("--islands", type=flag(DATABASE_RANGES["n_islands"]), default=DatabaseConfig.n_islands)
+    p.add_argument("--parents", type=flag(DATABASE_RANGES["parents_per_prompt"]),
+                   default=DatabaseConfig.parents_per_prompt, help="parents per proposal")
+    p.add_argument("--temperature", type=flag(DATABASE_RANGES["temperature"]), default=DatabaseConfig.temperature,
+                   help="of the parent draw, on rewards scaled by the island's median absolute deviation")
+    p.add_argument("--cells", action=argparse.BooleanOptionalAction, default=DatabaseConfig.cells,
+                   help="cap each (family, horizon) cell of an island so one idea cannot fill it")
+    p.add_argument("--cell-capacity", type=flag(DATABASE_RANGES["cell_capacity"]), default=DatabaseConfig.cell_capacity)
+    p.add_argument("--refresh", choices=REFRESH_MODES, default=DatabaseConfig.refresh,
+                   help="what happens to the islands every --refresh-interval calls")
+    p.add_argument("--refresh-interval", type=flag(DATABASE_RANGES["refresh_interval"]),
+                   default=DatabaseConfig.refresh_interval, metavar="CALLS")
+    p.add_argument("--group-size", type=flag(ints(1, 4096)), default=8, help="answers scored together (a "
+                   "training step's group; the cpu comparison: 8)")
+    p.add_argument("--pseudo-holdout", type=flag(ints(1, 100_000)), default=252, metavar="SESSIONS",
+                   help="sessions at the end of the data held out of the run (the comparison's: 252; smoke: 120)")
+    p.add_argument("--probe", type=flag(ints(1, 10_000)), default=50,
+                   help="probe briefs the kept answers are for (the comparison's: 50; smoke: 2)")
+    p.add_argument("--brief", metavar="ID", help="a brief the model mutators' prompts carry (seeded or fixed id)")
+    p.add_argument("--keep-at", type=flag(ints(1, MAX_BUDGET)), metavar="CALLS",
+                   help="no new call: rewrite the kept files as the run in --out stood at CALLS calls")
+    add_data_args(p)
+    add_settings_args(p)
+
+
+def split_panel(full, pseudo_holdout: int):
+    """(train, pseudo-holdout): the last `pseudo_holdout` sessions cut off, as the comparison cuts them."""
+    cut = full.n_days - pseudo_holdout
+    if cut < 120:
+        raise EvolveRunError(f"--pseudo-holdout {pseudo_holdout} leaves {max(cut, 0)} of the data's {full.n_days} "
+                             "sessions to evolve on: at least 120 are needed")
+    return full.window(end=full.dates[cut - 1]), full.window(start=full.dates[cut])
+
+
+def main(args) -> int:
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set, require_brief
+    mutators = args.mutators or ["tree"]
+    for spec in mutators:                      # a bad spec is named before any data is read
+        parse_spec(spec)
+    if len(set(mutators)) != len(mutators):
+        raise EvolveRunError(f"--mutator names {sorted(m for m in set(mutators) if mutators.count(m) > 1)[0]!r} "
+                             "twice: give each mutator once")
+    database = DatabaseConfig(n_islands=args.islands, parents_per_prompt=args.parents, temperature=args.temperature,
+                              cells=args.cells, cell_capacity=args.cell_capacity, refresh=args.refresh,
+                              refresh_interval=args.refresh_interval)
+    brief = require_brief(args.brief) if args.brief else None
+    probe = list(brief_set("probe"))
+    if args.probe > len(probe):
+        raise EvolveRunError(f"--probe {args.probe}: there are {len(probe)} probe briefs")
+    probe = probe[: args.probe]
+    train, holdout = split_panel(panel_from_args(args), args.pseudo_holdout)
+    verifier = Verifier(train, settings_from_args(args).verifier)
+    if args.keep_at is not None:
+        check_run_folder(args.out, train, probe)
+        keep_evolve(args.out, verifier, train, holdout, probe, args.results or f"{args.out}/results", args.seed,
+                    calls=args.keep_at)
+        print(f"kept the run in {args.out} at {args.keep_at} calls into {args.results or args.out + '/results'}")
+        return 0
+    universe = universe_arg(args.universe)
+    about = {"data": args.data, "universe": universe}
+    try:
+        numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
+                             out=args.out, results=args.results, database=database, group_size=args.group_size,
+                             brief=brief, about=about)
+    except KeyboardInterrupt:
+        print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last group: rerun the same "
+              "command", file=sys.stderr)
+        return 130
+    c = numbers["curve"][-1]
+    best = "-" if c["best_reward"] is None else f"{c['best_reward']:+.3f}"
+    print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
+          f"{c['book_members']} members ({c['effective_bets']:.1f} effective bets), kept answers valid "
+          f"{numbers['checkpoints'][0]['train_valid']}/{len(probe)}; run folder {args.out}")
+    return 0
