@@ -1,0 +1,160 @@
+"""The mutation operators of `evolve`, one row each, and the spec strings that name them.
+
+    tree        the model-free one: the search's tree operators on the parents (`evolution.TreeMutator`)
+    endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client (`EndpointMutator`)
+    model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
+                samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
+
+`make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
+"endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
+built-in start model). Adding an operator is one row of `MUTATORS`.
+
+The model-driven mutators write through the improve task (`alpha_gym.tasks.improve`): one prompt per parent
+set, rendered by `render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")`, the
+whole group's prompts asked together (the endpoint: concurrent requests; the model: one batch), the answers
+returned unparsed for `evolve` to read, reject or score.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from alpha_gym.errors import InputError
+from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, EndpointFailure, redact_url
+from alpha_gym.language import DEFAULT_LIMITS, Limits
+from alpha_gym.ranges import check_fields, ints
+from alpha_gym.search.database import Program
+from alpha_gym.search.evolution import Mutator, TreeMutator
+from alpha_gym.tasks.task import render_prompt
+
+
+class MutatorSpecError(InputError):
+    """A mutator spec string that names no row, or a row's argument it cannot use."""
+
+
+# ------------------------------------------------------------------------------------------ prompts
+def parents_context(parents: Sequence[Program]) -> list[dict[str, Any]]:
+    """The improve task's `parents` context of database programs: each formula with its train-window numbers."""
+    return [{"formula": p.text, "reward": p.reward, "cpcv": p.cpcv, "turnover": p.turnover, "ic": p.ic,
+             "max_corr": p.max_corr} for p in parents]
+
+
+def improve_prompts(parent_sets: Sequence[Sequence[Program]], limits: Limits = DEFAULT_LIMITS,
+                    brief=None) -> list[str]:
+    """One improve-task prompt per parent set (the brief, when given, in each)."""
+    return [render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")
+            for parents in parent_sets]
+
+
+# ------------------------------------------------------------------------------------------ the endpoint
+@dataclass
+class EndpointMutator:
+    """A model behind an OpenAI-compatible chat endpoint as a mutator: one improve-task prompt per parent set,
+    sent as `concurrency` requests at a time (`EndpointClient.complete`: retries, deadlines, no redirects).
+
+    Each request's `seed` is drawn from the run's generator (`config.seed` + the draw), one per prompt whatever
+    the replies, so a run is as repeatable as the server's sampling. A request that fails after its retries
+    gives "" (the run rejects it without a verifier call); an error that would fail every request (nothing
+    listening, 401/403/404, ...) raises `EndpointFailure` in one line naming the URL. `stats` counts prompts,
+    answers, failures and seconds (proposals per second = answered / seconds).
+    """
+
+    config: EndpointConfig
+    limits: Limits = DEFAULT_LIMITS
+    brief: Any = None
+    concurrency: int = 4
+    name: str = "endpoint"
+    stats: dict = field(default_factory=lambda: {"prompts": 0, "answered": 0, "failed": 0, "seconds": 0.0})
+
+    def __post_init__(self):
+        check_fields(self, {"concurrency": ints(1, 256)})
+        if self.config.seed is None:
+            raise InputError("EndpointMutator needs config.seed (an integer): each request's seed is drawn from it")
+        self.client = EndpointClient(self.config)
+
+    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
+        prompts = improve_prompts(parent_sets, self.limits, self.brief)
+        samples = [int(s) for s in rng.integers(0, 2**30, size=len(prompts))]
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as pool:
+            done = list(pool.map(lambda job: self.client.complete([{"role": "user", "content": job[0]}],
+                                                                 sample=job[1]), zip(prompts, samples)))
+        self.stats["seconds"] += time.perf_counter() - t0
+        self.stats["prompts"] += len(prompts)
+        fatal = next((c for c in done if c.fatal), None)
+        if fatal is not None:
+            raise EndpointFailure(f"{redact_url(self.config.url())}: {fatal.error}: {fatal.detail}")
+        self.stats["answered"] += sum(c.ok for c in done)
+        self.stats["failed"] += sum(not c.ok for c in done)
+        return [c.text if c.ok and isinstance(c.text, str) else "" for c in done]
+
+
+# ------------------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class MutatorRow:
+    """One mutation operator.
+
+    name  the spec's prefix ("tree", "endpoint:...", "model:...")
+    make  `make(arg, *, verifier, limits, brief, seed) -> Mutator`, arg the spec after the first ":" ("" for
+          none); a "module:function" string is imported on use (a row whose code needs the trainers' extra)
+    spec  the spec's shape, for messages
+    doc   one line: what proposes the children
+    """
+
+    name: str
+    make: Callable[..., Mutator] | str
+    spec: str
+    doc: str = ""
+
+
+def _tree(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> TreeMutator:
+    if arg:
+        raise MutatorSpecError(f"the tree mutator takes no argument, got 'tree:{arg}'")
+    return TreeMutator(limits=limits)
+
+
+def _endpoint(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> EndpointMutator:
+    url, _, model = arg.rpartition("#")
+    if not url.startswith(("http://", "https://")) or not model:
+        raise MutatorSpecError(f"an endpoint mutator is 'endpoint:URL#MODEL' (e.g. "
+                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2'), got {redact_url('endpoint:' + arg)!r}")
+    config = EndpointConfig(base_url=url, model=model, max_tokens=128, temperature=1.0, timeout_s=120.0,
+                            seed=int(seed))
+    return EndpointMutator(config, limits=limits, brief=brief)
+
+
+MUTATORS: tuple[MutatorRow, ...] = (
+    MutatorRow("tree", _tree, "tree", doc="the search's tree operators on the parents (no model)"),
+    MutatorRow("endpoint", _endpoint, "endpoint:URL#MODEL",
+               doc="any OpenAI-compatible chat endpoint, asked with improve-task prompts"),
+    MutatorRow("model", "trainers.mutator:from_spec", "model:PATH",
+               doc="a local Hugging Face model folder ('model' alone: the start model), improve-task prompts "
+                   "sampled in one batch as the training loop samples (needs the train extra)"),
+)
+MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
+
+
+def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int) -> Mutator:
+    """The mutator a spec string names (see the module docstring); MutatorSpecError for a spec no row reads."""
+    if not isinstance(spec, str):
+        raise MutatorSpecError(f"a mutator spec is a string, got {type(spec).__name__}")
+    name, _, arg = spec.partition(":")
+    if name not in MUTATOR_ROWS:
+        raise MutatorSpecError(f"unknown mutator {spec!r}; known: " + ", ".join(r.spec for r in MUTATORS))
+    make = MUTATOR_ROWS[name].make
+    if isinstance(make, str):
+        module, _, function = make.partition(":")
+        try:
+            make = getattr(importlib.import_module(module), function)
+        except ImportError as err:
+            raise MutatorSpecError(f"the {name} mutator needs the train extra (pip install 'alpha-gym[train]'): "
+                                   f"{err}") from None
+    return make(arg, verifier=verifier, limits=limits, brief=brief, seed=seed)
