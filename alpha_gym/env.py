@@ -78,8 +78,9 @@ class AlphaFormulaEnv(gym.Env):
     episode, so next-step autoreset would discard every second batch of
     answers). `gym.make_vec("AlphaFormula-v0", num_envs=N)` builds a
     `SyncVectorEnv` in that mode (`vectorization_mode="async"` an
-    `AsyncVectorEnv`); building `SyncVectorEnv` or `AsyncVectorEnv` by hand, pass
-    `autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"]`.
+    `AsyncVectorEnv`, its prompts sent by pipe: Gymnasium's shared memory garbles Text observations);
+    building `SyncVectorEnv` or `AsyncVectorEnv` by hand, pass
+    `autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"]` (and `shared_memory=False` to the async one).
 
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
@@ -395,5 +396,7 @@ def _vector_env(cls, num_envs: int, vectorization_mode: str, kwargs: dict) -> gy
     fns = [one] * int(num_envs)
     if first is not None and vectorization_mode == "sync" and fns:
         fns[0] = lambda: first
-    vector = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
-    return vector(fns, autoreset_mode=cls.metadata["autoreset_mode"])
+    if vectorization_mode == "sync":
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=cls.metadata["autoreset_mode"])
+    # Gymnasium's shared memory reads a Text observation back as a run of "0"s (1.4.0): the prompts go by pipe
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=cls.metadata["autoreset_mode"], shared_memory=False)

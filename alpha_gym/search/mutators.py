@@ -125,7 +125,7 @@ def _endpoint(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) 
     url, _, model = arg.rpartition("#")
     if not url.startswith(("http://", "https://")) or not model:
         raise MutatorSpecError(f"an endpoint mutator is 'endpoint:URL#MODEL' (e.g. "
-                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2'), got {redact_url('endpoint:' + arg)!r}")
+                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2'), got {'endpoint:' + redact_url(arg)!r}")
     config = EndpointConfig(base_url=url, model=model, max_tokens=128, temperature=1.0, timeout_s=120.0,
                             seed=int(seed))
     return EndpointMutator(config, limits=limits, brief=brief)
