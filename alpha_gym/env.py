@@ -312,12 +312,16 @@ def program_database(source, verifier: Verifier, config: DatabaseConfig = Databa
         if not path.is_file():
             raise ValueError(f"database {str(source)!r}: no such file (an evolve run folder, its state.json, "
                              "or a JSONL file of lines with a 'formula')")
-        if path.suffix == ".jsonl":
-            source = [json.loads(line)["formula"] for line in path.read_text(encoding="utf-8").splitlines()
-                      if line.strip()]
-        else:
-            state = json.loads(path.read_text(encoding="utf-8"))
-            return ProgramDatabase.from_dict(state.get("database", state))
+        try:
+            if path.suffix == ".jsonl":
+                source = [json.loads(line)["formula"] for line in path.read_text(encoding="utf-8").splitlines()
+                          if line.strip()]
+            else:
+                state = json.loads(path.read_text(encoding="utf-8"))
+                return ProgramDatabase.from_dict(state.get("database", state) if isinstance(state, dict) else {})
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise ValueError(f"database {str(path)!r} is neither an evolve state nor JSONL lines with a 'formula' "
+                             f"({type(err).__name__}: {err})") from None
     limits = verifier.config.limits
     read, forms = [], set()
     for f in source:

@@ -203,6 +203,14 @@ def test_the_database_comes_from_formulas_a_run_folder_or_an_archive(small_synth
     assert len(listed.database) == len(SEEDS)       # the unparseable one and the repeat are left out
     with pytest.raises(ValueError, match="holds no valid formula"):
         AlphaFormulaEvolveEnv(panel=small_synthetic, database=["rank(close -)"])
+    (tmp_path / "bad.jsonl").write_text('{"answer": "rank(close)"}\n')
+    (tmp_path / "bad.json").write_text("[1, 2")
+    for bad in ("bad.jsonl", "bad.json"):
+        with pytest.raises(ValueError, match="neither an evolve state nor JSONL"):
+            AlphaFormulaEvolveEnv(panel=small_synthetic, database=tmp_path / bad)
+    (tmp_path / "other.json").write_text('{"format": "something else"}')
+    with pytest.raises(InputError, match="not a program database"):
+        AlphaFormulaEvolveEnv(panel=small_synthetic, database=tmp_path / "other.json")
     with pytest.raises(ValueError, match="no such file"):
         AlphaFormulaEvolveEnv(panel=small_synthetic, database=tmp_path / "nowhere")
     with pytest.raises(ValueError, match="parents_per_prompt"):
