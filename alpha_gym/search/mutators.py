@@ -143,7 +143,11 @@ MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
 
 
 def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int) -> Mutator:
-    """The mutator a spec string names (see the module docstring); MutatorSpecError for a spec no row reads."""
+    """The mutator a spec string names (see the module docstring); MutatorSpecError for a spec no row reads.
+
+    verifier: the run's (a row may read its config; these three read `limits` only); limits: the Limits the
+    prompts state and answers are held to; brief: shown in every prompt of a model-driven mutator (None: none);
+    seed: the endpoint's base request seed (the tree and model mutators draw from the run's generator)."""
     if not isinstance(spec, str):
         raise MutatorSpecError(f"a mutator spec is a string, got {type(spec).__name__}")
     name, _, arg = spec.partition(":")
