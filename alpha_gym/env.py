@@ -1,10 +1,13 @@
-"""AlphaFormula-v0: one brief in, one formula out, one deterministic score back."""
+"""AlphaFormula-v0: one brief in, one formula out, one deterministic score back. AlphaFormulaEvolve-v0: the same
+with k parent formulas and their numbers in the prompt (the improve task)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import string
+from pathlib import Path
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -13,13 +16,18 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
+from alpha_gym.language import canonical
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
 from alpha_gym.market import Panel
 from alpha_gym.market.resolve import resolve_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
+from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
+from alpha_gym.search.evolution import read_answer
+from alpha_gym.search.mutators import parents_context
 from alpha_gym.tasks.briefs import Brief
+from alpha_gym.tasks.improve import improvement
 from alpha_gym.tasks.sets import brief_set
 from alpha_gym.tasks.task import render_prompt
 
@@ -70,8 +78,9 @@ class AlphaFormulaEnv(gym.Env):
     episode, so next-step autoreset would discard every second batch of
     answers). `gym.make_vec("AlphaFormula-v0", num_envs=N)` builds a
     `SyncVectorEnv` in that mode (`vectorization_mode="async"` an
-    `AsyncVectorEnv`); building `SyncVectorEnv` or `AsyncVectorEnv` by hand, pass
-    `autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"]`.
+    `AsyncVectorEnv`, its prompts sent by pipe: Gymnasium's shared memory garbles Text observations);
+    building `SyncVectorEnv` or `AsyncVectorEnv` by hand, pass
+    `autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"]` (and `shared_memory=False` to the async one).
 
     Options (keyword arguments of `gym.make`): `panel` (a Panel) or `data` (a
     CSV/Parquet path in the long format), `universe` (list or ticker file),
@@ -118,29 +127,32 @@ class AlphaFormulaEnv(gym.Env):
         self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_ANSWER_CHARS, min_length=0, charset=CHARSET)
         self._brief: Brief | None = None
+        self._prompt = ""
         self._last: Score | None = None
         self._over = True  # no episode until reset()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "brief_id" in options:
-            matches = [b for b in self.briefs if b.id == options["brief_id"]]
-            if not matches:
-                raise ValueError(f"no brief with id {options['brief_id']!r}")
-            self._brief = matches[0]
-        elif "brief_index" in options:
-            self._brief = self.briefs[int(options["brief_index"]) % len(self.briefs)]
-        else:
-            self._brief = self.briefs[int(self.np_random.integers(len(self.briefs)))]
+        self._brief = self._draw_brief(options or {})
         self._last = None
         self._over = False
-        prompt = render_prompt(self._brief, self.verifier.config.limits)
-        return prompt, {"brief_id": self._brief.id, "family": self._brief.family}
+        self._prompt = render_prompt(self._brief, self.verifier.config.limits)
+        return self._prompt, {"brief_id": self._brief.id, "family": self._brief.family}
+
+    def _draw_brief(self, options: dict[str, Any]):
+        """The brief `options` names (`brief_id`, `brief_index`), else one drawn with the env's generator."""
+        if "brief_id" in options:
+            matches = [b for b in self.briefs if b is not None and b.id == options["brief_id"]]
+            if not matches:
+                raise ValueError(f"no brief with id {options['brief_id']!r}")
+            return matches[0]
+        if "brief_index" in options:
+            return self.briefs[int(options["brief_index"]) % len(self.briefs)]
+        return self.briefs[int(self.np_random.integers(len(self.briefs)))]
 
     def step(self, action: str):
         if self._over:
-            raise EpisodeOverError("call reset() before step()" if self._brief is None else
+            raise EpisodeOverError("call reset() before step()" if not self._prompt else
                                    "the episode is over (terminated=True after its one answer): call reset() "
                                    "before the next step")
         group = self.verifier.score_group([action], brief=self._brief)
@@ -150,9 +162,10 @@ class AlphaFormulaEnv(gym.Env):
             self.verifier.update_archive(group)
         self._last = score
         info = {"valid": score.valid, "reason": score.reason, "channels": dict(score.channels),
-                "diagnostics": score.diagnostics, "formula": score.formula, "brief_id": self._brief.id,
+                "diagnostics": score.diagnostics, "formula": score.formula,
+                "brief_id": None if self._brief is None else self._brief.id,
                 "archive_size": len(self.verifier.archive), "world_model": score.world_model}
-        return render_prompt(self._brief, self.verifier.config.limits), float(score.reward), True, False, info
+        return self._prompt, float(score.reward), True, False, info
 
     def render(self):
         if self.render_mode == "ansi":
@@ -160,6 +173,176 @@ class AlphaFormulaEnv(gym.Env):
                 return "(no answer scored yet)"
             return format_score(self._last, self.verifier.config.priorities)
         return None
+
+
+class AlphaFormulaEvolveEnv(AlphaFormulaEnv):
+    """The improve task: a language model writes one formula better than k earlier ones; the verifier scores it.
+
+    Observation: the improve task's prompt (`spaces.Text`, printable ASCII, at most 4096 + k x
+    (limits.max_chars + 200) characters): the brief's request (or a generic one with `briefs=None`), k parent
+    formulas, each with its train-window reward, CPCV, daily turnover, IC and max |corr| with the book, the
+    instruction, the answer contract and the DSL reference, rendered by `render_prompt(..., task="improve")`.
+
+    Action: the model's raw answer text, as in `AlphaFormula-v0`: one `<alpha>...</alpha>` block.
+
+    Reward: the verifier's scalar reward of the answer, exactly as `AlphaFormula-v0` gives it
+    (`score_group([answer], brief=)`'s: the priority-weighted sum of the reward channels; invalid answers
+    below every valid one). The parents change the prompt, never the scoring.
+
+    Termination: every episode is one step (`terminated=True`); no truncation; a step before `reset()` or
+    after the episode raises `EpisodeOverError`.
+
+    Info: at reset, `brief_id` (None without a brief), `family`, `parent_ids`, `parents` (their formulas),
+    `parent_rewards`, `island`; after `step`, those of `AlphaFormula-v0` plus `improvement` (the reward less
+    the best parent's reward, also in `diagnostics`), `best_parent_reward` and `parent_ids`.
+
+    Parents: each reset draws an island of the program database (uniformly among the non-empty ones) and
+    `parents_per_prompt` distinct programs of it with the database's weights (`ProgramDatabase.weights`:
+    softmax of the standardised reward, fewer for programs with many offspring), best first, with the env's
+    generator; the database is read, never changed, so a seed gives the same episode. `database`: None (the
+    Alpha101 formulas that need no sector labels or market cap, scored by this env's verifier), a
+    `ProgramDatabase`, a sequence of formulas (scored), an `evolve` run folder or its state.json (the run's
+    database), or a JSONL file whose lines hold a `formula` (a run's archive.jsonl: scored). Formulas that do
+    not parse or score invalid are left out; an empty database is refused. The verifier's archive grows
+    with the answers as in `AlphaFormula-v0` (`archive=`); the database does not.
+
+    Options of reset: those of `AlphaFormula-v0` (`brief_id`, `brief_index`) and `parents` (a sequence of
+    `Program`s or formulas, which are scored: these parents instead of a draw). Keyword arguments: those of
+    `AlphaFormula-v0`, `briefs=None` (no brief), `database` and `parents_per_prompt` (k, 1..16, default 2).
+
+    Vectorised as `AlphaFormula-v0` (SAME_STEP autoreset): `gym.make_vec("AlphaFormulaEvolve-v0", num_envs=N)`
+    builds the database once and gives it to every sub-environment.
+    """
+
+    def __init__(self, panel: Panel | None = None, data: str | None = None, universe=None,
+                 train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
+                 config: VerifierConfig | str | None = None, briefs: str | Sequence[Brief] | None = "train",
+                 verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow",
+                 database=None, parents_per_prompt: int = 2):
+        if not isinstance(parents_per_prompt, int) or isinstance(parents_per_prompt, bool) \
+                or not 1 <= parents_per_prompt <= 16:
+            raise ValueError(f"parents_per_prompt must be an integer in 1..16, got {parents_per_prompt!r}")
+        super().__init__(panel, data, universe, train_start, train_end, cost_model, config,
+                         "fixed" if briefs is None else briefs, verifier, render_mode, archive)
+        if briefs is None:
+            self.briefs = (None,)
+        self.parents_per_prompt = parents_per_prompt
+        self.database = program_database(database, self.verifier, DatabaseConfig(parents_per_prompt=parents_per_prompt))
+        if not self.database.programs:
+            raise ValueError("the program database holds no valid formula: the improve task needs parents")
+        self.max_prompt_chars = MAX_PROMPT_CHARS + parents_per_prompt * (self.verifier.config.limits.max_chars + 200)
+        self.observation_space = spaces.Text(max_length=self.max_prompt_chars, min_length=1, charset=CHARSET)
+        self._parents: tuple[Program, ...] = ()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        gym.Env.reset(self, seed=seed)
+        options = options or {}
+        self._brief = self._draw_brief(options)
+        if "parents" in options:
+            self._parents = tuple(sorted(_programs(options["parents"], self.verifier), key=lambda p: (-p.reward, p.id)))
+            island = None
+        else:
+            island, self._parents = self._draw_parents()
+        self._last = None
+        self._over = False
+        self._prompt = render_prompt(self._brief, self.verifier.config.limits,
+                                     {"parents": parents_context(self._parents)}, task="improve")
+        if len(self._prompt) > self.max_prompt_chars or set(self._prompt) - set(CHARSET):
+            raise ValueError(f"the improve prompt is longer than {self.max_prompt_chars} characters or holds "
+                             "characters outside printable ASCII: its parents' formulas are too long")
+        return self._prompt, {"brief_id": None if self._brief is None else self._brief.id,
+                              "family": None if self._brief is None else self._brief.family,
+                              "parent_ids": [p.id for p in self._parents], "parents": [p.text for p in self._parents],
+                              "parent_rewards": [p.reward for p in self._parents], "island": island}
+
+    def _draw_parents(self) -> tuple[int, tuple[Program, ...]]:
+        db, rng = self.database, self.np_random
+        islands = [i for i, members in enumerate(db.islands) if members]
+        island = islands[int(rng.integers(len(islands)))]
+        ids, p = db.weights(island)
+        k = min(self.parents_per_prompt, len(ids))
+        if int((p > 0).sum()) >= k:
+            picks = [ids[int(j)] for j in rng.choice(len(ids), size=k, replace=False, p=p)]
+        else:  # temperature 0: the best k
+            picks = [q.id for q in db.island_programs(island)[:k]]
+        return island, tuple(sorted((db.programs[i] for i in picks), key=lambda q: (-q.reward, q.id)))
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = super().step(action)
+        rewards = [p.reward for p in self._parents]
+        gain = improvement(reward, rewards)
+        info.update(improvement=gain, best_parent_reward=max(rewards) if rewards else None,
+                    parent_ids=[p.id for p in self._parents], diagnostics={**info["diagnostics"], "improvement": gain})
+        return obs, reward, terminated, truncated, info
+
+
+def _programs(formulas, verifier: Verifier, config: DatabaseConfig = DatabaseConfig()) -> list[Program]:
+    """Programs as given, and formulas scored as one group (the archive untouched); ValueError for a formula
+    that does not parse or scores invalid."""
+    given = list(formulas)
+    texts = [f for f in given if isinstance(f, str)]
+    db = program_database(texts, verifier, config, strict=True) if texts else None
+    out, k = [], 0
+    for f in given:
+        if isinstance(f, Program):
+            out.append(f)
+        elif isinstance(f, str):
+            out.append(db.programs[k])
+            k += 1
+        else:
+            raise ValueError(f"a parent is a Program or a formula string, got {type(f).__name__}")
+    return out
+
+
+def program_database(source, verifier: Verifier, config: DatabaseConfig = DatabaseConfig(),
+                     strict: bool = False) -> ProgramDatabase:
+    """The program database `AlphaFormulaEvolveEnv(database=)` names (see its docstring). Formulas are parsed
+    under the verifier's limits, scored as one group without touching its archive, and the valid ones dealt
+    to the islands in turn; strict: a formula that does not parse, repeats another or scores invalid is a
+    ValueError instead of being left out."""
+    if isinstance(source, ProgramDatabase):
+        return source
+    if source is None:
+        from alpha_gym.alpha101 import formulas as paper
+        source = list(paper(industry_free=True).values())
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            path = path / "state.json"
+        if not path.is_file():
+            raise ValueError(f"database {str(source)!r}: no such file (an evolve run folder, its state.json, "
+                             "or a JSONL file of lines with a 'formula')")
+        try:
+            if path.suffix == ".jsonl":
+                source = [json.loads(line)["formula"] for line in path.read_text(encoding="utf-8").splitlines()
+                          if line.strip()]
+            else:
+                state = json.loads(path.read_text(encoding="utf-8"))
+                return ProgramDatabase.from_dict(state.get("database", state) if isinstance(state, dict) else {})
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise ValueError(f"database {str(path)!r} is neither an evolve state nor JSONL lines with a 'formula' "
+                             f"({type(err).__name__}: {err})") from None
+    limits = verifier.config.limits
+    read, forms = [], set()
+    for f in source:
+        r = read_answer(f, limits)
+        if isinstance(r, str) or canonical(r[2]) in forms:
+            if strict:
+                raise ValueError(f"parent {f!r:.80}: " + (r if isinstance(r, str) else "repeats another parent"))
+            continue
+        forms.add(canonical(r[2]))
+        read.append(r)
+    db = ProgramDatabase(config)
+    group = verifier.score_group([r[0] for r in read]) if read else None
+    for (answer, text, node), s in zip(read, group.scores if group else ()):
+        if not s.valid:
+            if strict:
+                raise ValueError(f"parent {text!r:.80} scores invalid ({s.reason}): it has no numbers to show")
+            continue
+        d = s.diagnostics
+        db.add(text, node, s.reward, s.channels["cpcv"], d.get("cpcv"), d.get("turnover"), d.get("ic"),
+               d.get("max_pnl_corr"), origin="seed")
+    return db
 
 
 def announce_world_model(verifier: Verifier, auto: bool = False) -> str:
@@ -190,15 +373,34 @@ def make_vector_env(num_envs: int = 1, vectorization_mode: str = "sync", **kwarg
     vectorization_mode: "sync" (`SyncVectorEnv`, default) or "async" (`AsyncVectorEnv`, one process each).
     The other keywords go to every `AlphaFormulaEnv`. A synchronous vector shares one panel build.
     """
+    return _vector_env(AlphaFormulaEnv, num_envs, vectorization_mode, kwargs)
+
+
+def make_evolve_vector_env(num_envs: int = 1, vectorization_mode: str = "sync", **kwargs) -> gym.vector.VectorEnv:
+    """`gym.make_vec("AlphaFormulaEvolve-v0", num_envs=N, ...)`: as `make_vector_env`, the program database
+    built once (by the first sub-environment) and given to every other."""
+    return _vector_env(AlphaFormulaEvolveEnv, num_envs, vectorization_mode, kwargs)
+
+
+def _vector_env(cls, num_envs: int, vectorization_mode: str, kwargs: dict) -> gym.vector.VectorEnv:
     if vectorization_mode not in ("sync", "async"):
         raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
     kwargs.pop("max_episode_steps", None)  # Gymnasium passes the spec's value; every episode is one step anyway
     if vectorization_mode == "sync" and kwargs.get("verifier") is None:  # load the data once, not once per env
         kwargs["panel"] = resolve_panel(*(kwargs.pop(k, None) for k in ("panel", "data", "universe", "train_start",
                                                                         "train_end")))
+    first = None
+    if cls is AlphaFormulaEvolveEnv and not isinstance(kwargs.get("database"), ProgramDatabase):
+        first = cls(**kwargs)                       # scores the database's formulas once
+        kwargs["database"] = first.database
 
     def one():
-        return AlphaFormulaEnv(**kwargs)
+        return cls(**kwargs)
 
-    cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
-    return cls([one] * int(num_envs), autoreset_mode=AlphaFormulaEnv.metadata["autoreset_mode"])
+    fns = [one] * int(num_envs)
+    if first is not None and vectorization_mode == "sync" and fns:
+        fns[0] = lambda: first
+    if vectorization_mode == "sync":
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=cls.metadata["autoreset_mode"])
+    # Gymnasium's shared memory reads a Text observation back as a run of "0"s (1.4.0): the prompts go by pipe
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=cls.metadata["autoreset_mode"], shared_memory=False)

@@ -17,7 +17,7 @@ import pytest
 
 from alpha_gym import CHANNELS, Verifier, VerifierConfig
 from alpha_gym.alpha101 import formulas as alpha101_formulas
-from alpha_gym.env import AlphaFormulaEnv
+from alpha_gym.env import AlphaFormulaEnv, AlphaFormulaEvolveEnv, make_vector_env
 from alpha_gym.language.sample import random_formula
 from alpha_gym.scoring import channels as ch
 from alpha_gym.scoring.archive import Archive, ArchiveError
@@ -135,8 +135,14 @@ def test_guarded_answers_never_get_a_positive_reward_or_advantage(verifier):
 
 
 # ------------------------------------------------------------------------------------ parity
-def test_env_step_equals_a_group_of_one(small_synthetic):
-    env = AlphaFormulaEnv(panel=small_synthetic, archive="frozen")
+EVOLVE_DATABASE = ["rank(-ts_delta(close, 5))", "rank(ts_std(volume, 20) / ts_mean(volume, 20))", "rank(-returns)"]
+
+
+@pytest.mark.parametrize("task", ["write", "improve"])
+def test_env_step_equals_a_group_of_one(small_synthetic, task):
+    """AlphaFormula-v0 and AlphaFormulaEvolve-v0 (parents in the prompt): the reward of score_group([answer])."""
+    env = (AlphaFormulaEnv(panel=small_synthetic, archive="frozen") if task == "write" else
+           AlphaFormulaEvolveEnv(panel=small_synthetic, archive="frozen", database=EVOLVE_DATABASE))
     reference = Verifier(small_synthetic)
     for answer in INVALID[:4] + _random_answers(8, seed=5):
         _, start = env.reset(seed=0)
@@ -315,6 +321,11 @@ def test_sync_and_async_vector_envs_score_every_step(small_synthetic):
     assert (sync == sync[0]).all()  # frozen archive: the same answers score the same every step
     made = _run_vector(gym.make_vec("AlphaFormula-v0", num_envs=3, **kwargs))
     np.testing.assert_array_equal(made, sync)
+    evolve = _run_vector(gym.make_vec("AlphaFormulaEvolve-v0", num_envs=3, database=EVOLVE_DATABASE, **kwargs))
+    np.testing.assert_array_equal(evolve, sync)  # the parents change the prompt, never the reward
+    envs = make_vector_env(2, "async", **kwargs)  # the prompts arrive whole (not through shared memory)
+    assert [o.startswith("Market:") for o in envs.reset(seed=0)[0]] == [True, True]
+    envs.close()
 
 
 def test_no_render_fps_warning(small_synthetic):
@@ -340,11 +351,14 @@ def test_a_changed_setting_gives_the_same_changed_reward_on_every_in_process_pat
     for w in want:  # the contract holds under the changed priorities too
         assert w.reward == weighted_sum(w.channels, config.priorities)
     env = AlphaFormulaEnv(panel=small_synthetic, config=str(toml), archive="frozen")
+    evolve_env = AlphaFormulaEvolveEnv(panel=small_synthetic, config=str(toml), archive="frozen",
+                                       database=EVOLVE_DATABASE)
     for a in answers:  # the env scores with its episode's brief: R13 (on in the changed settings) reads it
-        _, info = env.reset(seed=0)
-        w = direct.score(a, brief=brief_by_id(info["brief_id"]))
-        _, reward, _, _, info = env.step(a)
-        assert reward == w.reward and info["channels"] == w.channels and w.channels["brief"] > 0
+        for e in (env, evolve_env):
+            _, info = e.reset(seed=0)
+            w = direct.score(a, brief=brief_by_id(info["brief_id"]))
+            _, reward, _, _, info = e.step(a)
+            assert reward == w.reward and info["channels"] == w.channels and w.channels["brief"] > 0
     table = {"verifier": {"turnover_cap": 0.4, "priorities": {"cpcv": 1.0, "brief": 1.0, "book": 3.0}}}
     for v in (shared_verifier(small_synthetic, str(toml)), shared_verifier(small_synthetic, settings=sets),
               shared_verifier(small_synthetic, table)):

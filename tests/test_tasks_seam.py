@@ -59,8 +59,8 @@ def test_the_write_row_names_its_contract_and_reads_no_context():
 
 
 def test_bad_task_and_context_are_refused_by_name():
-    with pytest.raises(InputError, match="unknown task 'improve'; known tasks: write"):
-        render_prompt(FIXED_BRIEFS[0], task="improve")
+    with pytest.raises(InputError, match="unknown task 'rewrite'; known tasks: write, improve"):
+        render_prompt(FIXED_BRIEFS[0], task="rewrite")
     with pytest.raises(InputError, match=r"task 'write' reads no context \['parents'\]"):
         render_prompt(FIXED_BRIEFS[0], context={"parents": []})
 

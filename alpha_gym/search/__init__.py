@@ -6,7 +6,7 @@
     database   the program database of an evolution run: islands, cells, parents drawn by score (FunSearch shape)
     bandit     shares an evolution run's proposals among its mutation operators (UCB1 or Thompson)
     evolution  `evolve`: mutators propose children of the database's parents, under an exact call budget, resumable
-    mutators   the mutator table: one row per kind of mutation operator, built from a spec (`tree`, ...)
+    mutators   the mutation operators as a table (tree, an OpenAI-compatible endpoint, a local model) and their specs
     evolve_arm an evolution run in a stamped folder: its curve, the kept files of the comparison's `evolve` arm
 
 Importable without torch; nothing here evaluates a formula itself (the verifier does).

@@ -1,70 +1,175 @@
-"""The mutation operators an evolution run can use: one row per kind, and one way to build one from its spec.
-
-A spec is what `alpha-gym evolve --mutator SPEC` takes (repeatable: with more than one, the bandit shares
-the calls, `alpha_gym.search.bandit`). Its kind is the text before the first ":" (all of it where there is
-none), and the row of that kind builds the mutator:
+"""The mutation operators of `evolve`, one row each, and the spec strings that name them.
 
     tree        the model-free one: the search's tree operators on the parents (`evolution.TreeMutator`)
+    endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client (`EndpointMutator`)
+    model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
+                samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
 
-The mutators that a language model drives (an OpenAI-compatible endpoint, a local model folder) are rows of
-the same table, built by the improve task's module. An unknown kind, or a spec its row cannot read, is a
-`MutatorSpecError` naming the kinds.
+`make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
+"endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
+built-in start model). Adding an operator is one row of `MUTATORS`.
+
+The model-driven mutators write through the improve task (`alpha_gym.tasks.improve`): one prompt per parent
+set, rendered by `render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")`, the
+whole group's prompts asked together (the endpoint: concurrent requests; the model: one batch), the answers
+returned unparsed for `evolve` to read, reject or score.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import importlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from alpha_gym.errors import InputError
+from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, EndpointFailure, redact_url
+from alpha_gym.language import DEFAULT_LIMITS, Limits
+from alpha_gym.ranges import check_fields, ints
+from alpha_gym.search.database import Program
 from alpha_gym.search.evolution import Mutator, TreeMutator
+from alpha_gym.tasks.task import render_prompt
 
 
 class MutatorSpecError(InputError):
-    """A --mutator spec of no known kind, or one its kind cannot read."""
+    """A mutator spec string that names no row, or a row's argument it cannot use."""
 
 
+# ------------------------------------------------------------------------------------------ prompts
+def parents_context(parents: Sequence[Program]) -> list[dict[str, Any]]:
+    """The improve task's `parents` context of database programs: each formula with its train-window numbers."""
+    return [{"formula": p.text, "reward": p.reward, "cpcv": p.cpcv, "turnover": p.turnover, "ic": p.ic,
+             "max_corr": p.max_corr} for p in parents]
+
+
+def improve_prompts(parent_sets: Sequence[Sequence[Program]], limits: Limits = DEFAULT_LIMITS,
+                    brief=None) -> list[str]:
+    """One improve-task prompt per parent set (the brief, when given, in each)."""
+    return [render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")
+            for parents in parent_sets]
+
+
+# ------------------------------------------------------------------------------------------ the endpoint
+@dataclass
+class EndpointMutator:
+    """A model behind an OpenAI-compatible chat endpoint as a mutator: one improve-task prompt per parent set,
+    sent as `concurrency` requests at a time (`EndpointClient.complete`: retries, deadlines, no redirects).
+
+    Each request's `seed` is drawn from the run's generator (`config.seed` + the draw), one per prompt whatever
+    the replies, so a run is as repeatable as the server's sampling. A request that fails after its retries
+    gives "" (the run rejects it without a verifier call); an error that would fail every request (nothing
+    listening, 401/403/404, ...) raises `EndpointFailure` in one line naming the URL. `stats` counts prompts,
+    answers, failures and seconds (proposals per second = answered / seconds).
+    """
+
+    config: EndpointConfig
+    limits: Limits = DEFAULT_LIMITS
+    brief: Any = None
+    concurrency: int = 4
+    name: str = "endpoint"
+    stats: dict = field(default_factory=lambda: {"prompts": 0, "answered": 0, "failed": 0, "seconds": 0.0})
+
+    def __post_init__(self):
+        check_fields(self, {"concurrency": ints(1, 256)})
+        if self.config.seed is None:
+            raise InputError("EndpointMutator needs config.seed (an integer): each request's seed is drawn from it")
+        self.client = EndpointClient(self.config)
+
+    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
+        prompts = improve_prompts(parent_sets, self.limits, self.brief)
+        samples = [int(s) for s in rng.integers(0, 2**30, size=len(prompts))]
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as pool:
+            done = list(pool.map(lambda job: self.client.complete([{"role": "user", "content": job[0]}],
+                                                                 sample=job[1]), zip(prompts, samples)))
+        self.stats["seconds"] += time.perf_counter() - t0
+        self.stats["prompts"] += len(prompts)
+        fatal = next((c for c in done if c.fatal), None)
+        if fatal is not None:
+            raise EndpointFailure(f"{redact_url(self.config.url())}: {fatal.error}: {fatal.detail}")
+        self.stats["answered"] += sum(c.ok for c in done)
+        self.stats["failed"] += sum(not c.ok for c in done)
+        return [c.text if c.ok and isinstance(c.text, str) else "" for c in done]
+
+
+# ------------------------------------------------------------------------------------------ the table
 @dataclass(frozen=True)
-class MutatorKind:
-    """One row: the kind's name, how its spec is written, what it is, and how it is built.
+class MutatorRow:
+    """One mutation operator.
 
-    `build(argument, verifier=, limits=, brief=, seed=)` gets the spec's text after "kind:" (None where
-    the spec is the bare kind) and returns a `Mutator`."""
+    name  the spec's prefix ("tree", "endpoint:...", "model:...")
+    make  `make(arg, *, verifier, limits, brief, seed) -> Mutator`, arg the spec after the first ":" ("" for
+          none); a "module:function" string is imported on use (a row whose code needs the trainers' extra)
+    spec  the spec's shape, for messages
+    doc   one line: what proposes the children
+    """
 
     name: str
-    spec: str                   # how the spec is written, for the help and the errors
-    about: str
-    build: Callable[..., Mutator]
+    make: Callable[..., Mutator] | str
+    spec: str
+    doc: str = ""
 
 
-def _tree(argument: str | None, *, verifier, limits, brief=None, seed: int = 0) -> Mutator:
-    if argument is not None:
-        raise MutatorSpecError(f"--mutator tree takes no argument, got 'tree:{argument[:60]}'")
-    return TreeMutator(limits)
+def _tree(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> TreeMutator:
+    if arg:
+        raise MutatorSpecError(f"the tree mutator takes no argument, got 'tree:{arg}'")
+    return TreeMutator(limits=limits)
 
 
-MUTATORS: dict[str, MutatorKind] = {row.name: row for row in (
-    MutatorKind("tree", "tree", "the model-free search's tree operators on the parents (no model)", _tree),
-)}
+def _endpoint(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> EndpointMutator:
+    url, _, model = arg.rpartition("#")
+    if not url.startswith(("http://", "https://")) or not model:
+        raise MutatorSpecError(f"an endpoint mutator is 'endpoint:URL#MODEL' (e.g. "
+                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2'), got {'endpoint:' + redact_url(arg)!r}")
+    config = EndpointConfig(base_url=url, model=model, max_tokens=128, temperature=1.0, timeout_s=120.0,
+                            seed=int(seed))
+    return EndpointMutator(config, limits=limits, brief=brief)
+
+
+MUTATORS: tuple[MutatorRow, ...] = (
+    MutatorRow("tree", _tree, "tree", doc="the search's tree operators on the parents (no model)"),
+    MutatorRow("endpoint", _endpoint, "endpoint:URL#MODEL",
+               doc="any OpenAI-compatible chat endpoint, asked with improve-task prompts"),
+    MutatorRow("model", "trainers.mutator:from_spec", "model:PATH",
+               doc="a local Hugging Face model folder ('model' alone: the start model), improve-task prompts "
+                   "sampled in one batch as the training loop samples (needs the train extra)"),
+)
+MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
 
 
 def kinds_line() -> str:
-    """The kinds and how each is written, for a help text or an error: "tree | endpoint:URL#MODEL | ..."."""
-    return " | ".join(row.spec for row in MUTATORS.values())
+    """The specs' shapes, for a help text or an error: "tree, endpoint:URL#MODEL, model:PATH"."""
+    return ", ".join(row.spec for row in MUTATORS)
 
 
-def parse_spec(spec: str) -> tuple[MutatorKind, str | None]:
-    """(the kind's row, the text after "kind:" or None): checks a spec before anything is loaded."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise MutatorSpecError(f"--mutator {spec!r}: empty; the kinds are {kinds_line()}")
-    kind, sep, argument = spec.strip().partition(":")
-    row = MUTATORS.get(kind)
-    if row is None:
-        raise MutatorSpecError(f"--mutator {spec[:80]!r}: unknown kind {kind[:40]!r}; the kinds are {kinds_line()}")
-    return row, (argument if sep else None)
+def parse_spec(spec: str) -> tuple[MutatorRow, str]:
+    """(the row a spec names, the text after its first ":"; "" for none): checks a spec before anything loads."""
+    if not isinstance(spec, str):
+        raise MutatorSpecError(f"a mutator spec is a string, got {type(spec).__name__}")
+    name, _, arg = spec.partition(":")
+    if name not in MUTATOR_ROWS:
+        raise MutatorSpecError(f"unknown mutator {spec[:80]!r}; known: {kinds_line()}")
+    return MUTATOR_ROWS[name], arg
 
 
-def make_mutator(spec: str, *, verifier, limits, brief=None, seed: int = 0) -> Mutator:
-    """The mutator a spec names (see the module docstring); `MutatorSpecError` for an unknown kind."""
-    row, argument = parse_spec(spec)
-    return row.build(argument, verifier=verifier, limits=limits, brief=brief, seed=seed)
+def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> Mutator:
+    """The mutator a spec string names (see the module docstring); MutatorSpecError for a spec no row reads.
+
+    verifier: the run's (a row may read its config; these three read `limits` only); limits: the Limits the
+    prompts state and answers are held to; brief: shown in every prompt of a model-driven mutator (None: none);
+    seed: the endpoint's base request seed (the tree and model mutators draw from the run's generator)."""
+    row, arg = parse_spec(spec)
+    make = row.make
+    if isinstance(make, str):
+        module, _, function = make.partition(":")
+        try:
+            make = getattr(importlib.import_module(module), function)
+        except ImportError as err:
+            raise MutatorSpecError(f"the {row.name} mutator needs the train extra (pip install 'alpha-gym[train]'): "
+                                   f"{err}") from None
+    return make(arg, verifier=verifier, limits=limits, brief=brief, seed=seed)

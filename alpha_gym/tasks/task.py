@@ -7,18 +7,9 @@ holds one row per task type, as `SPECS` does per operator and `CHANNEL_TABLE` pe
 evaluation, the integrations, serve) renders prompts with. Scoring takes the brief beside the answers
 (`Verifier.score_group(answers, brief=...)`; a channel reads it as `Measures.brief`).
 
-Adding a task type is one module and one row. For an "improve these formulas" task:
-
-    # alpha_gym/tasks/improve.py
-    def render(brief, limits, context):
-        parents = "\\n".join(f"{p['formula']}  (CPCV {p['cpcv']:.2f})" for p in context["parents"])
-        return f"{brief.request}\\n\\nImprove on:\\n{parents}\\n\\n{ANSWER_CONTRACT}\\n\\n{dsl_reference(limits)}"
-
-    # here, in TASK_TABLE
-    Task("improve", improve.render, ANSWER_CONTRACT, context=("parents",),
-         doc="one better formula from a brief and parent formulas with their numbers"),
-
-and callers pass `task="improve", context={"parents": [...]}` to `render_prompt`.
+Adding a task type is one module and one row, as the improve task was: `alpha_gym/tasks/improve.py` (its
+`render(brief, limits, context)`), its row below, and callers passing `task="improve",
+context={"parents": [...]}` to `render_prompt`.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from alpha_gym.errors import InputError
 from alpha_gym.language.parser import DEFAULT_LIMITS, Limits
-from alpha_gym.tasks import write
+from alpha_gym.tasks import improve, write
 from alpha_gym.tasks.dsl import ANSWER_CONTRACT
 
 
@@ -52,6 +43,9 @@ class Task:
 
 TASK_TABLE: tuple[Task, ...] = (
     Task("write", write.render, ANSWER_CONTRACT, doc="one formula from a design brief alone (AlphaFormula-v0)"),
+    Task("improve", improve.render, ANSWER_CONTRACT, context=("parents",),
+         doc="one better formula from parent formulas and their train-window numbers, with or without a brief "
+             "(AlphaFormulaEvolve-v0, the model mutators of evolve)"),
 )
 TASKS: dict[str, Task] = {t.name: t for t in TASK_TABLE}
 DEFAULT_TASK = "write"
