@@ -16,6 +16,8 @@ import pytest
 
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.endpoint import read_raw
+from alpha_gym.tasks.compliance import compliance_record
+from alpha_gym.tasks.sets import brief_by_id
 from conftest import REAL_DATA_DIR, _require_real_data
 from test_kept_results import _assert_same_numbers
 
@@ -56,6 +58,15 @@ def test_the_kept_numbers_agree_with_the_kept_answers(name):
         assert r["answer"] == completion and r["formula"] == formula_or_none(completion)
     holdout = json.loads((folder / "holdout.json").read_text())
     assert holdout["summary"]["n_answers"] == len(rows) and holdout["summary"] == summary["holdout"]
+    # compliance with each answer's brief (what R13 pays), from the rows alone: the train summary counts an answer
+    # invalid on train as meeting nothing, the holdout an answer invalid there
+    records = [compliance_record(brief_by_id(r["brief_id"]), r["formula"], r["train_valid"]) for r in rows]
+    assert summary["train"]["n_briefs"] == len(rows)
+    assert summary["train"]["brief_share"] == pytest.approx(sum(c["share"] for c in records) / len(rows), abs=1e-12)
+    assert summary["train"]["brief_met_all"] == sum(c["met_all"] for c in records)
+    assert [a["brief"]["id"] for a in holdout["answers"]] == [r["brief_id"] for r in rows]
+    assert holdout["summary"]["brief_met_all"] == sum(a["brief"]["met_all"] for a in holdout["answers"])
+    assert all(a["brief"]["share"] == 0.0 for a in holdout["answers"] if not a["valid"])
     assert run["export"]["outtype"] == "f32" and run["export"]["sha256"].startswith("sha256:")
     command = run["eval_command"]
     for flag, key in (("--samples", "samples"), ("--temperature", "temperature"), ("--max-tokens", "max_tokens")):

@@ -51,7 +51,9 @@ from alpha_gym.commands.flags import add_data_args, add_settings_args, iso_date,
 from alpha_gym.errors import InputError
 from alpha_gym.evaluation.answers_file import (answers_universe, read_briefs, read_formulas, universe_record,
                                                universe_warning)
-from alpha_gym.evaluation.eval_folder import claim_eval_dir, error_counts, eval_stamp, mean, score_rows
+from alpha_gym.evaluation.eval_folder import (answered_briefs, claim_eval_dir, error_counts, eval_stamp, mean,
+                                             score_rows)
+from alpha_gym.tasks.compliance import compliance_record, compliance_summary
 from alpha_gym.jsonable import json_dumps
 
 
@@ -386,6 +388,7 @@ def _eval(args, out: Path) -> int:
     attempts, failed = error_counts(raw, keys)
     missing = sum(k not in raw for k in keys)
     valid = [r for r in rows if r["train_valid"]]
+    row_briefs = answered_briefs(rows, briefs)
     summary = {
         "format": EVAL_FORMAT, "model": args.model, "base_url": stamp.get("endpoint"),
         "api_key_env": args.api_key_env, "served_models": served,
@@ -399,13 +402,15 @@ def _eval(args, out: Path) -> int:
                   "valid_share": len(valid) / len(rows) if rows else None,
                   "mean_cpcv": mean([r["train_cpcv"] for r in valid]),
                   "mean_reward": mean([r["reward"] for r in rows]),
-                  "world_model": verifier.world_model},  # what R3 used: a content hash, or "off"
+                  "world_model": verifier.world_model,  # what R3 used: a content hash, or "off"
+                  **(compliance_summary(compliance_record(b, r["formula"], r["train_valid"])
+                                        for b, r in zip(row_briefs, rows)) or {})},
     }
     if holdout is not None:
         from alpha_gym.evaluation.holdout import evaluate_holdout
         report = evaluate_holdout([r["formula"] for r in rows], train, holdout, costs=settings.holdout.costs,
                                   config=settings.holdout.rules, train_verifier=verifier, label=args.model,
-                                  baselines=not args.no_baselines)
+                                  baselines=not args.no_baselines, briefs=row_briefs)
         report.save(out)
         summary["holdout"] = report.summary()
     (out / "eval.json").write_text(json_dumps(summary, indent=1, default=str), encoding="utf-8")
@@ -429,6 +434,9 @@ def _print_eval(s: dict, out: Path) -> None:
             print(f"the last failed item's error: {s['last_error']}")
     print(f"train window {t['start']}..{t['end']}: valid {t['n_valid']}/{s['answered']}  mean CPCV of valid "
           f"{_eval_fmt(t['mean_cpcv'], '+.3f')}  mean reward {_eval_fmt(t['mean_reward'], '+.3f')}")
+    if "brief_share" in t:  # the answers' briefs (the extended checks R13 pays; an invalid answer meets none)
+        print(f"brief compliance: mean share {t['brief_share']:.2f}  every check met {t['brief_met_all']}/"
+              f"{t['n_briefs']}")
     h = s.get("holdout")
     if h:
         print(f"holdout: mean score {_eval_fmt(h.get('mean_score'), '+.3f')}  valid {h['n_valid']}/{h['n_answers']}  "

@@ -125,6 +125,12 @@ def score_rows(raw: dict, briefs, samples: int, verifier) -> list[dict]:
     return rows
 
 
+def answered_briefs(rows, briefs) -> list:
+    """The brief of each scored row (`score_rows`' order), for compliance in the summary and the holdout."""
+    by_id = {b.id: b for b in briefs}
+    return [by_id[r["brief_id"]] for r in rows]
+
+
 def error_counts(raw: dict, keys) -> tuple[Counter, Counter]:
     """(failed attempts by kind over every item, failed items by their last error)."""
     attempts, items = Counter(), Counter()

@@ -81,7 +81,9 @@ def eval_section(run_dir, holdout: dict | None = None) -> list[str]:
                  (f"train window {t.get('start')} .. {t.get('end')}: valid",
                   f"{t.get('n_valid')} / {s.get('answered')}"),
                  ("mean train CPCV (valid) / mean reward", f"{fmt(t.get('mean_cpcv'))} / {fmt(t.get('mean_reward'))}"),
-             ])]
+             ] + ([("brief compliance: mean share / every check met",  # an invalid answer meets none (as R13 pays)
+                    f"{fmt(t.get('brief_share'))} / {t.get('brief_met_all')} of {t.get('n_briefs')}")]
+                  if "brief_share" in t else []))]
     held = holdout.get("answers") if holdout else None
     if not isinstance(held, list) or len(held) != len(rows):
         held = None
