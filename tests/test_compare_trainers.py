@@ -5,8 +5,6 @@ real SmolLM2-135M, tiny settings), its statistics, the seed plot, the floor-trap
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,8 @@ from alpha_gym.evaluation.kept import write_object, write_rows
 from alpha_gym.jsonable import json_dumps
 from trainers.compare import floor_trap, runner, stats as st
 from trainers.compare.ladder import LADDER
+
+from chat_endpoint import ChatEndpoint  # a real chat server on 127.0.0.1
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -198,39 +198,6 @@ def test_one_bootstrap_and_one_standardisation_for_the_package():
 
 
 # ------------------------------------------------------------------------------ an eval folder as a row
-class _Endpoint:
-    """A minimal OpenAI-compatible chat-completions server on 127.0.0.1: each prompt gets its fixed answer."""
-
-    def __init__(self, answers: dict[str, str]):
-        outer = self
-        self.asked = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.asked += 1
-                text = answers.get(body["messages"][-1]["content"], "no idea")
-                reply = json.dumps({"id": "x", "object": "chat.completion", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def _eval(url, out, *more):
     """`alpha-gym eval` on the embedded market's early years (the comparison re-scores on its own windows)."""
     return main(["eval", "--base-url", url, "--model", "tiny-model", "--out", str(out), "--no-progress",
@@ -248,10 +215,10 @@ def test_an_eval_folder_is_a_row_of_the_comparison(tmp_path, capsys):
     probe = list(brief_set("probe"))[:2]               # the smoke scale's probe briefs
     answers = {probe[0].prompt(): "<alpha>rank(-ts_delta(close, 5))</alpha>",
                probe[1].prompt(): "momentum, I think: rank(returns)"}   # no tag: invalid
-    server = _Endpoint(answers)
+    server = ChatEndpoint(lambda body: answers.get(body["messages"][-1]["content"], "no idea"))
     try:
         assert _eval(server.url, tmp_path / "eval", "--limit", "2", "--samples", "2") == 0
-        assert server.asked == 4
+        assert len(server.requests) == 4
         assert _eval(server.url, tmp_path / "eval-short", "--limit", "1") == 0
     finally:
         server.close()

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +33,7 @@ from alpha_gym.search.mutators import (MUTATORS, EndpointMutator, MutatorSpecErr
 from alpha_gym.tasks import ANSWER_CONTRACT, FIXED_BRIEFS, TASKS, dsl_reference, render_prompt
 from alpha_gym.tasks.improve import INSTRUCTION, NO_BRIEF_REQUEST, improvement
 from alpha_gym.tasks.sets import brief_by_id
+from chat_endpoint import ChatEndpoint  # a real chat server on 127.0.0.1
 from test_controls import CountingVerifier  # the real verifier, counting every answer it scores
 
 NARROW = Limits(max_window=60, max_lookback=120, max_tokens=64, max_depth=9)
@@ -249,40 +248,11 @@ def test_a_dead_endpoint_stops_the_run_in_one_line(small_synthetic):
 
 
 # ------------------------------------------------------------------------------------------ real servers
-class EchoServer:
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 that answers from the prompt: the first parent's formula
-    minus a momentum term whose window is the request's seed; it records every request."""
-
-    def __init__(self):
-        self.requests, outer = [], self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                prompt = body["messages"][0]["content"]
-                first = re.search(r"^1\. (.+)$", prompt, re.M)
-                formula = first.group(1) if first else "rank(close)"
-                text = f"<alpha>rank({formula}) - rank(ts_delta(close, {1 + body['seed'] % 20}))</alpha>"
-                reply = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                                 "finish_reason": "stop"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def echo_reply(body: dict) -> str:
+    """The first parent's formula minus a momentum term whose window is the request's seed."""
+    first = re.search(r"^1\. (.+)$", body["messages"][0]["content"], re.M)
+    formula = first.group(1) if first else "rank(close)"
+    return f"<alpha>rank({formula}) - rank(ts_delta(close, {1 + body['seed'] % 20}))</alpha>"
 
 
 def _log(out) -> list[dict]:
@@ -290,7 +260,7 @@ def _log(out) -> list[dict]:
 
 
 def test_an_endpoints_answers_are_scored_by_evolve_within_the_exact_budget(small_synthetic, tmp_path):
-    server = EchoServer()
+    server = ChatEndpoint(echo_reply)
     try:
         v = CountingVerifier(small_synthetic)
         brief = FIXED_BRIEFS[2]
