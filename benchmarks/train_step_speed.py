@@ -41,6 +41,7 @@ import math
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -302,10 +303,13 @@ class _Clocks:
         self.wall += wall
 
 
-def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: float = 0.2) -> dict:
+def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: float = 0.2,
+          profile: bool = False) -> dict:
     """One step of trainers.loop.train from fresh adapters, timed by part on both clocks, with every forward
     call's shape (`Call`); then the GEMMs at those shapes (`time_gemms`). Returns the model's `Dims`, the calls,
-    each part's clocks, the whole step's, the GEMM rates and the LoRA rank: what `part_rows` reads.
+    each part's clocks, the whole step's, the GEMM rates and the LoRA rank: what `part_rows` reads. profile:
+    the step runs under torch.profiler too (which slows it), each part a `record_function` range, and the
+    result holds {part: {kind: seconds}} of the ops' own time (`op_kind`) under "ops".
 
     The parts are found by wrapping what the loop calls: `sample_groups` (generation), `_score` (scoring),
     `group_logps` without gradients (the reference pass, adapters off), and each optimizer step: from its
@@ -329,7 +333,8 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
             outer, state["part"] = state["part"], name
             c, t = time.process_time(), time.perf_counter()
             try:
-                return fn(*args, **kwargs)
+                with _labelled(name, profile):
+                    return fn(*args, **kwargs)
             finally:
                 clocks.setdefault(state["part"], _Clocks()).add(time.process_time() - c, time.perf_counter() - t)
                 state["part"] = outer
@@ -339,13 +344,17 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
         if not torch.is_grad_enabled():
             return span("reference pass", real_logps)(*args, **kwargs)
         if state["open"] is None:  # the optimizer step's first forward: its span starts here
+            state["part"] = _update_name(config, state["step"])
+            state["label"] = _labelled(state["part"], profile)
+            state["label"].__enter__()  # closed by step_done: the range holds the backward and the step too
             state["open"] = (time.process_time(), time.perf_counter())
-        state["part"] = _update_name(config, state["step"])
         return real_logps(*args, **kwargs)
 
     def step_done(optimizer, args, kwargs):
         c, t = state["open"] or (time.process_time(), time.perf_counter())
         clocks.setdefault(state["part"], _Clocks()).add(time.process_time() - c, time.perf_counter() - t)
+        if state.get("label") is not None:
+            state.pop("label").__exit__(None, None, None)
         state["step"], state["part"], state["open"] = state["step"] + 1, "other", None
 
     def record(module, args, kwargs):
@@ -367,8 +376,9 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
              register_optimizer_step_post_hook(step_done)]
     loop.sample_groups, loop._score = span("generation", real_sample), span("scoring", real_score)
     loop.group_logps = logps
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
     try:
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as out, (profiler or _nothing()):
             c, t = time.process_time(), time.perf_counter()
             loop.train(config, verifier.fork(), briefs, out, model=(policy, tokenizer), steps=1, progress=False)
             total = _Clocks()
@@ -383,7 +393,79 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
     head = base.lm_head.weight.detach()
     rows = {gemm_rows(r) for c in calls for r in (c.tokens, c.logits) if r}
     gemm = time_gemms([*weights, head], rows, gemm_seconds)
-    return {"dims": dims, "calls": calls, "clocks": clocks, "total": total, "gemm": gemm, "lora_r": config.lora_r}
+    ops = op_seconds(_part_events(profiler.events())) if profile else None
+    return {"dims": dims, "calls": calls, "clocks": clocks, "total": total, "gemm": gemm, "lora_r": config.lora_r,
+            "ops": ops}
+
+
+PART_LABEL = "part: "
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def _labelled(name: str, profile: bool):
+    """A profiler range named after the part (a no-op context when not profiling)."""
+    return torch.profiler.record_function(PART_LABEL + name) if profile else _nothing()
+
+
+def _part_events(events):
+    """(op name, own seconds, part) of every profiled op inside a part's range; a part's range itself counts as
+    the op "(outside torch ops)": its own time is the Python between the ops (the loop, hooks, PEFT's glue)."""
+    out = []
+    for e in events:
+        if e.name.startswith(PART_LABEL):
+            out.append(("(outside torch ops)", e.self_cpu_time_total / 1e6, e.name[len(PART_LABEL):]))
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith(PART_LABEL):
+            parent = parent.cpu_parent
+        if parent is not None:
+            out.append((e.name, e.self_cpu_time_total / 1e6, parent.name[len(PART_LABEL):]))
+    return out
+
+
+#: What an op's own time is spent on, by its profiler name (first match wins); the rest is "elementwise".
+OP_KINDS = (("outside torch ops", ("(outside torch ops)",)),
+            ("attention", ("scaled_dot_product", "flash_attention")),
+            ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")),
+            ("softmax", ("softmax",)),
+            ("autograd engine", ("autograd::", "Backward", "AccumulateGrad")))
+OP_KIND_NAMES = ("matmul", "attention", "softmax", "elementwise", "autograd engine", "outside torch ops")
+
+
+def op_kind(name: str) -> str:
+    """The kind of a profiled op (`OP_KINDS`): matmul, attention (SDPA, forward and backward), softmax and
+    log-softmax (the sampler's and the loss's, over the 49152-word vocabulary), the autograd engine's own
+    bookkeeping, time outside any torch op, or "elementwise" (norms, activations, copies, indexing, AdamW)."""
+    for kind, needles in OP_KINDS:
+        if any(n in name for n in needles):
+            return kind
+    return "elementwise"
+
+
+def op_seconds(events) -> dict[str, dict[str, float]]:
+    """{part: {kind: own seconds}} from (op name, own seconds, part) triples."""
+    out: dict[str, dict[str, float]] = {}
+    for name, seconds, part in events:
+        kinds = out.setdefault(part, dict.fromkeys(OP_KIND_NAMES, 0.0))
+        kinds[op_kind(name)] += seconds
+    return out
+
+
+def ops_table(ops: dict[str, dict[str, float]]) -> str:
+    """Markdown: each part's profiled seconds and the share of each kind of op (`op_kind`)."""
+    lines = ["| part (profiled) | s | " + " | ".join(OP_KIND_NAMES) + " |",
+             "|---|---:|" + "---:|" * len(OP_KIND_NAMES)]
+    for part, kinds in ops.items():
+        total = sum(kinds.values())
+        if total <= 0:
+            continue
+        lines.append(f"| {part} | {total:.2f} | " + " | ".join(f"{kinds[k] / total:.0%}" for k in OP_KIND_NAMES)
+                     + " |")
+    return "\n".join(lines)
 
 
 def _update_name(config, k: int) -> str:
@@ -485,6 +567,8 @@ def main(argv=None) -> int:
                                                          "utilisation against GEMMs of the same shapes")
     ap.add_argument("--recipe", help=f"--parts only: the recipe (default {DEFAULT_RECIPE}, the ladder's)")
     ap.add_argument("--gemm-seconds", type=float, default=0.2, help="--parts: least seconds per GEMM row count")
+    ap.add_argument("--profile", action="store_true", help="--parts: also profile the step's ops by kind (slower: "
+                                                           "time the table without it)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     if a.parts:
@@ -530,12 +614,12 @@ def _main_parts(a) -> int:
     config = recipe(name, **preset)
     config = config.with_(steps_per_generation=min(config.steps_per_generation, config.num_generations))
     verifier, panel = build_verifier(a.data)
-    result = parts(config, verifier, list(FIXED_BRIEFS), a.model, a.gemm_seconds)
+    result = parts(config, verifier, list(FIXED_BRIEFS), a.model, a.gemm_seconds, a.profile)
     rows = part_rows(result)
     d = result["dims"]
     print(f"\nOne step, {config.prompts_per_step} prompts x {config.num_generations} answers, "
           f"{config.max_completion_length} new tokens at most, temperature {config.temperature}, recipe {name} "
-          f"({config.num_iterations} passes x {config.steps_per_generation} mini-batches, beta {config.beta}), "
+          f"({config.num_iterations} pass(es) x {config.steps_per_generation} mini-batches, beta {config.beta}), "
           f"model {a.model or 'built-in SmolLM2-135M-Instruct'} fp32 ({d.layers} layers, hidden {d.hidden}, "
           f"intermediate {d.intermediate}, {d.heads} heads / {d.kv_heads} kv, vocab {d.vocab}), "
           f"LoRA r{config.lora_r}, {torch.get_num_threads()} thread(s), panel: {panel}. Reference-pass answer chunks (rows x tokens): "
@@ -548,6 +632,9 @@ def _main_parts(a) -> int:
     print(f"\nGEMMs timed (torch.matmul over the model's own weights, fp32): "
           + ", ".join(f"{m} rows {v[0] / 1e9:.1f}" for m, v in sorted(result["gemm"].items()))
           + f" GFLOP/s by CPU s; best {peak[1][0] / 1e9:.1f} at {peak[0]} rows.")
+    if result["ops"]:
+        print("\nWhere each part's time goes (torch.profiler, the ops' own time, wall clock; under the profiler):\n")
+        print(ops_table(result["ops"]))
     return 0
 
 

@@ -16,7 +16,7 @@ import torch
 from alpha_gym.threads import torch_threads
 from benchmarks.train_step_speed import (BACKWARD_PER_FORWARD, Call, Dims, attention_flops, backward_flops,
                                          call_flops, forward_flops, gemm_equivalent, gemm_rows, linear_flops, main,
-                                         parts_table, utilisation)
+                                         op_kind, op_seconds, ops_table, parts_table, utilisation)
 
 TINY = Dims(layers=2, hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4, vocab=10)
 
@@ -130,13 +130,29 @@ def test_the_table_formats_rates_and_utilisations():
     assert lines[3] == "| scoring | 2.00 | 4.00 | 0.0 | - | - | - | - | - |"
 
 
+def test_profiled_ops_are_sorted_into_kinds():
+    assert op_kind("aten::addmm") == op_kind("aten::mm") == op_kind("aten::bmm") == "matmul"
+    assert op_kind("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert op_kind("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == "attention"
+    assert op_kind("aten::_log_softmax") == op_kind("aten::_softmax_backward_data") == "softmax"
+    assert op_kind("autograd::engine::evaluate_function: MmBackward0") == "autograd engine"
+    assert op_kind("aten::mul") == op_kind("aten::copy_") == op_kind("aten::_foreach_addcdiv_") == "elementwise"
+    ops = op_seconds([("aten::mm", 3.0, "u"), ("aten::mul", 1.0, "u"), ("(outside torch ops)", 1.0, "u"),
+                      ("aten::addmm", 2.0, "g")])
+    assert ops["u"]["matmul"] == 3.0 and ops["u"]["elementwise"] == 1.0 and ops["u"]["outside torch ops"] == 1.0
+    assert ops["g"]["matmul"] == 2.0 and sum(ops["g"].values()) == 2.0
+    table = ops_table(ops).splitlines()
+    assert table[2] == "| u | 5.00 | 60% | 0% | 0% | 20% | 0% | 20% |"
+    assert table[3] == "| g | 2.00 | 100% | 0% | 0% | 0% | 0% | 0% |"
+
+
 @pytest.mark.slow
 def test_parts_runs_one_real_step_and_prints_every_part(capsys, tmp_path):
     """SmolLM2-135M, 1 prompt x 2 answers of at most 2 tokens, cispo (one pass, 2 mini-batches), the synthetic
-    market (tmp_path holds no panel): seconds, not minutes."""
+    market (tmp_path holds no panel), profiled: seconds, not minutes."""
     with torch_threads(1):
         assert main(["--parts", "--prompts", "1", "--generations", "2", "--tokens", "2", "--recipe", "cispo",
-                     "--gemm-seconds", "0.01", "--data", str(tmp_path)]) == 0
+                     "--gemm-seconds", "0.01", "--data", str(tmp_path), "--profile"]) == 0
     out = capsys.readouterr().out
     assert "(30 layers, hidden 576, intermediate 1536, 9 heads / 3 kv, vocab 49152)" in out  # Dims.of, as SMOLLM2
     table = {}
@@ -157,3 +173,5 @@ def test_parts_runs_one_real_step_and_prints_every_part(capsys, tmp_path):
         share = table[p][6]
         assert re.fullmatch(r"\d+%", share) and 0 < int(share[:-1]) < 300, (p, share)
     assert "GEMMs timed" in out and "best" in out
+    profiled = [line for line in out.splitlines() if line.startswith("| update 1 (pass 1, mini-batch 1) |")][-1]
+    assert profiled.count("%") == 6 and int(profiled.split("|")[3].strip()[:-1]) > 30  # matmuls: most of it
