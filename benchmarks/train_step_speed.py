@@ -269,14 +269,17 @@ def gemm_equivalent(dims: Dims, calls, rates: dict[int, tuple[float, float]]) ->
     return flops, cpu, wall
 
 
-def time_gemms(weights, rows: set[int], min_seconds: float = 0.2) -> dict[int, tuple[float, float]]:
+def time_gemms(weights, rows: set[int], min_seconds: float = 0.2,
+               dtype: torch.dtype = torch.float32) -> dict[int, tuple[float, float]]:
     """{rows: (cpu FLOP/s, wall FLOP/s)} of torch.matmul(x, W.T) over every matrix in `weights` (the model's
     own: each layer's seven and the LM head, so a small-row GEMM streams every weight from memory as the
-    model does, instead of one matrix that stays in cache), fp32, the current thread count. Each sweep over
-    all weights repeats until `min_seconds` and at least twice; the fastest sweep counts, by each clock."""
+    model does, instead of one matrix that stays in cache), in `dtype` (the weights cast once, outside the
+    timing), the current thread count. Each sweep over all weights repeats until `min_seconds` and at least
+    twice; the fastest sweep counts, by each clock."""
     out = {}
+    weights = [w if w.dtype == dtype else w.to(dtype) for w in weights]
     for m in sorted(rows):
-        xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in weights}
+        xs = {w.shape[1]: torch.randn(m, w.shape[1], dtype=dtype) for w in weights}
         flops = sum(linear_flops(m, w.shape[1], w.shape[0]) for w in weights)
         best_cpu = best_wall = math.inf
         start, n = time.perf_counter(), 0
@@ -304,12 +307,13 @@ class _Clocks:
 
 
 def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: float = 0.2,
-          profile: bool = False) -> dict:
+          profile: bool = False, bf16_gemm: bool = False) -> dict:
     """One step of trainers.loop.train from fresh adapters, timed by part on both clocks, with every forward
     call's shape (`Call`); then the GEMMs at those shapes (`time_gemms`). Returns the model's `Dims`, the calls,
     each part's clocks, the whole step's, the GEMM rates and the LoRA rank: what `part_rows` reads. profile:
     the step runs under torch.profiler too (which slows it), each part a `record_function` range, and the
-    result holds {part: {kind: seconds}} of the ops' own time (`op_kind`) under "ops".
+    result holds {part: {kind: seconds}} of the ops' own time (`op_kind`) under "ops". bf16_gemm: the GEMMs are
+    timed in bfloat16 too, under "gemm_bf16" (the case for a bf16 base: measured, not built).
 
     The parts are found by wrapping what the loop calls: `sample_groups` (generation), `_score` (scoring),
     `group_logps` without gradients (the reference pass, adapters off), and each optimizer step: from its
@@ -393,9 +397,10 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
     head = base.lm_head.weight.detach()
     rows = {gemm_rows(r) for c in calls for r in (c.tokens, c.logits) if r}
     gemm = time_gemms([*weights, head], rows, gemm_seconds)
+    gemm_bf16 = time_gemms([*weights, head], rows, gemm_seconds, torch.bfloat16) if bf16_gemm else None
     ops = op_seconds(_part_events(profiler.events())) if profile else None
     return {"dims": dims, "calls": calls, "clocks": clocks, "total": total, "gemm": gemm, "lora_r": config.lora_r,
-            "ops": ops}
+            "ops": ops, "gemm_bf16": gemm_bf16}
 
 
 PART_LABEL = "part: "
@@ -453,6 +458,23 @@ def op_seconds(events) -> dict[str, dict[str, float]]:
         kinds = out.setdefault(part, dict.fromkeys(OP_KIND_NAMES, 0.0))
         kinds[op_kind(name)] += seconds
     return out
+
+
+def dtype_table(dims: Dims, calls, fp32: dict, bf16: dict, parts_in_order) -> str:
+    """Markdown: the GEMM rate at each timed row count in fp32 and bf16, then what each part's linear layers
+    (forward and input gradients) take as plain GEMMs in each (`gemm_equivalent`), by CPU seconds."""
+    lines = ["| rows | fp32 GFLOP/s (CPU s) | bf16 GFLOP/s (CPU s) | bf16 / fp32 |", "|---:|---:|---:|---:|"]
+    for m in sorted(fp32):
+        lines.append(f"| {m} | {fp32[m][0] / 1e9:.1f} | {bf16[m][0] / 1e9:.1f} | {bf16[m][0] / fp32[m][0]:.2f}x |")
+    lines += ["", "| part | linear GFLOP | as fp32 GEMMs, CPU s | as bf16 GEMMs, CPU s | bf16 / fp32 speed |",
+              "|---|---:|---:|---:|---:|"]
+    for name, names in parts_in_order:
+        mine = [c for c in calls if c.part in names]
+        flops, t32, _ = gemm_equivalent(dims, mine, fp32)
+        if flops:
+            t16 = gemm_equivalent(dims, mine, bf16)[1]
+            lines.append(f"| {name} | {flops / 1e9:.1f} | {t32:.2f} | {t16:.2f} | {t32 / t16:.2f}x |")
+    return "\n".join(lines)
 
 
 def ops_table(ops: dict[str, dict[str, float]]) -> str:
@@ -567,6 +589,7 @@ def main(argv=None) -> int:
                                                          "utilisation against GEMMs of the same shapes")
     ap.add_argument("--recipe", help=f"--parts only: the recipe (default {DEFAULT_RECIPE}, the ladder's)")
     ap.add_argument("--gemm-seconds", type=float, default=0.2, help="--parts: least seconds per GEMM row count")
+    ap.add_argument("--bf16-gemm", action="store_true", help="--parts: also time the GEMMs in bfloat16")
     ap.add_argument("--profile", action="store_true", help="--parts: also profile the step's ops by kind (slower: "
                                                            "time the table without it)")
     a = ap.parse_args(argv)
@@ -614,7 +637,7 @@ def _main_parts(a) -> int:
     config = recipe(name, **preset)
     config = config.with_(steps_per_generation=min(config.steps_per_generation, config.num_generations))
     verifier, panel = build_verifier(a.data)
-    result = parts(config, verifier, list(FIXED_BRIEFS), a.model, a.gemm_seconds, a.profile)
+    result = parts(config, verifier, list(FIXED_BRIEFS), a.model, a.gemm_seconds, a.profile, a.bf16_gemm)
     rows = part_rows(result)
     d = result["dims"]
     print(f"\nOne step, {config.prompts_per_step} prompts x {config.num_generations} answers, "
@@ -622,7 +645,8 @@ def _main_parts(a) -> int:
           f"({config.num_iterations} pass(es) x {config.steps_per_generation} mini-batches, beta {config.beta}), "
           f"model {a.model or 'built-in SmolLM2-135M-Instruct'} fp32 ({d.layers} layers, hidden {d.hidden}, "
           f"intermediate {d.intermediate}, {d.heads} heads / {d.kv_heads} kv, vocab {d.vocab}), "
-          f"LoRA r{config.lora_r}, {torch.get_num_threads()} thread(s), panel: {panel}. Reference-pass answer chunks (rows x tokens): "
+          f"LoRA r{config.lora_r}, {torch.get_num_threads()} thread(s), panel: {panel}. Reference-pass answer "
+          f"chunks (rows x tokens): "
           f"{[(c.batch, c.q) for c in result['calls'] if c.part == 'reference pass' and c.logits > 1]}; "
           f"prompt lengths {[c.q for c in result['calls'] if c.part == 'reference pass' and c.logits == 1]}.\n")
     print(parts_table(rows))
@@ -632,6 +656,13 @@ def _main_parts(a) -> int:
     print(f"\nGEMMs timed (torch.matmul over the model's own weights, fp32): "
           + ", ".join(f"{m} rows {v[0] / 1e9:.1f}" for m, v in sorted(result["gemm"].items()))
           + f" GFLOP/s by CPU s; best {peak[1][0] / 1e9:.1f} at {peak[0]} rows.")
+    if result["gemm_bf16"]:
+        updates = [r["part"] for r in rows if r["part"].startswith("update ") and "all" not in r["part"]]
+        named = [(p, {p}) for p in ("generation", "reference pass", *updates)]
+        print("\nThe same GEMMs in bfloat16 (weights and inputs cast; fp32 as above):\n")
+        print(dtype_table(result["dims"], result["calls"], result["gemm"], result["gemm_bf16"],
+                          [*named, (f"update, all {len(updates)} steps", set(updates)),
+                           ("step", {c.part for c in result["calls"]})]))
     if result["ops"]:
         print("\nWhere each part's time goes (torch.profiler, the ops' own time, wall clock; under the profiler):\n")
         print(ops_table(result["ops"]))

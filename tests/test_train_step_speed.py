@@ -15,7 +15,7 @@ import torch
 
 from alpha_gym.threads import torch_threads
 from benchmarks.train_step_speed import (BACKWARD_PER_FORWARD, Call, Dims, attention_flops, backward_flops,
-                                         call_flops, forward_flops, gemm_equivalent, gemm_rows, linear_flops, main,
+                                         call_flops, dtype_table, forward_flops, gemm_equivalent, gemm_rows, linear_flops, main,
                                          op_kind, op_seconds, ops_table, parts_table, utilisation)
 
 TINY = Dims(layers=2, hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4, vocab=10)
@@ -128,6 +128,18 @@ def test_the_table_formats_rates_and_utilisations():
     # 100 GFLOP in 2 CPU s = 50 GFLOP/s; the GEMM at its shapes 80 GFLOP/s: 62%; wall 25 of 80: 31%; best 100: 50%
     assert lines[2] == "| update 1 | 2.00 | 4.00 | 100.0 | 50.0 | 80.0 | 62% | 31% | 50% |"
     assert lines[3] == "| scoring | 2.00 | 4.00 | 0.0 | - | - | - | - | - |"
+
+
+def test_the_dtype_table_compares_rates_and_a_parts_gemm_seconds():
+    fp32, bf16 = {4: (1e9, 1e9), 8: (2e9, 2e9)}, {4: (2e9, 2e9), 8: (3e9, 3e9)}
+    calls = [Call("u", 1, 4, 0, 8, lora=True, grad=True), Call("g", 1, 4, 0, 8, lora=True, grad=False)]
+    lines = dtype_table(TINY, calls, fp32, bf16, [("u", {"u"}), ("none", {"x"})]).splitlines()
+    assert lines[2] == "| 4 | 1.0 | 2.0 | 2.00x |" and lines[3] == "| 8 | 2.0 | 3.0 | 1.50x |"
+    layer = sum(linear_flops(4, i, o) for _, i, o in TINY.linears()) * TINY.layers
+    head = linear_flops(8, TINY.hidden, TINY.vocab)
+    t32, t16 = 2 * (layer / 1e9 + head / 2e9), 2 * (layer / 2e9 + head / 3e9)  # forward + input gradients
+    assert lines[-1] == f"| u | {2 * (layer + head) / 1e9:.1f} | {t32:.2f} | {t16:.2f} | {t32 / t16:.2f}x |"
+    assert not any(line.startswith("| none") for line in lines)  # a part without calls has no row
 
 
 def test_profiled_ops_are_sorted_into_kinds():
