@@ -57,8 +57,10 @@ def _group(texts, T, seed):
 def test_swap_duplicates_adds_forms_from_fresh_answers():
     group = _group([A, A, A, JUNK], T=3, seed=1)
     fresh = _group([B, A, JUNK, C, C_SPELLED], T=5, seed=2)
+    before = {name: getattr(group, name).clone() for name in ("completion_ids", "mask", "old_logp", "entropy")}
     new, n = swap_duplicates(group, fresh, 3, PAD)
     assert n == 1 and distinct_forms(new.texts) == 3
+    assert group.texts == [A, A, A, JUNK] and all(torch.equal(getattr(group, k), v) for k, v in before.items())
     assert new.texts == [A, A, B, JUNK]  # the last copy of the most common form took the first new form
     assert new.completion_ids.shape == (4, 5)  # padded to the longer of the two groups
     for name in ("completion_ids", "mask", "old_logp", "entropy"):
@@ -163,13 +165,16 @@ def test_collapse_refill_in_the_loop(smollm, verifier, tmp_path):
     rec, rows, calls = _train(smollm, verifier, tmp_path / "on", config,
                               {"tiny-0": [[A, A, A, JUNK], [B, A, JUNK, C]], "tiny-1": [[A, B, C, D]]})
     assert set(LOG_FIELDS) <= set(rec)
-    assert calls == [["tiny-0", "tiny-1"], ["tiny-0"]]  # one refill draw, for the collapsed group only
-    assert rec["group_forms"] == [3, 4] and rec["distinct_forms_min"] == 3 and rec["distinct_forms_mean"] == 3.5
+    order = list(dict.fromkeys(r["brief_id"] for r in rows))  # the step's briefs (a seeded order): the log's too
+    assert calls[0] == order and sorted(order) == ["tiny-0", "tiny-1"]
+    assert calls[1:] == [["tiny-0"]]  # one refill draw, for the collapsed group only
+    forms = dict(zip(order, rec["group_forms"]))
+    assert forms == {"tiny-0": 3, "tiny-1": 4} and rec["distinct_forms_min"] == 3 and rec["distinct_forms_mean"] == 3.5
     assert (rec["form_refills"], rec["form_swaps"], rec["refills"]) == (1, 1, 0)
     assert rec["verifier_calls"] == 8 + 4  # the first scoring, then the changed group scored again, whole
     assert [r["answer"] for r in rows if r["brief_id"] == "tiny-0"] == [A, A, B, JUNK]
     assert [r["answer"] for r in rows if r["brief_id"] == "tiny-1"] == [A, B, C, D]
-    per_group = [sum(r["advantage"] != 0 for r in rows if r["brief_id"] == b) / 4 for b in ("tiny-0", "tiny-1")]
+    per_group = [sum(r["advantage"] != 0 for r in rows if r["brief_id"] == b) / 4 for b in order]
     assert rec["group_nonzero_adv_share"] == pytest.approx(per_group)
     assert rec["nonzero_adv_share"] == pytest.approx(sum(per_group) / 2)
 
@@ -180,7 +185,8 @@ def test_collapse_refill_in_the_loop(smollm, verifier, tmp_path):
                                       {k: list(v) for k, v in script.items()})
     on, rows_on, calls_on = _train(smollm, verifier, tmp_path / "m2", recipe("cispo_distinct_forms", **base,
                                                                              min_distinct_forms=2), script)
-    assert calls_off == calls_on == [["tiny-0", "tiny-1"]]
-    assert rows_on == rows_off and off["group_forms"] == on["group_forms"] == [3, 4]
+    assert calls_off == calls_on == [order]
+    assert rows_on == rows_off and dict(zip(order, on["group_forms"])) == {"tiny-0": 3, "tiny-1": 4}
+    assert off["group_forms"] == on["group_forms"]
     assert (off["reward"], off["nonzero_adv_share"], off["verifier_calls"]) == \
         (on["reward"], on["nonzero_adv_share"], on["verifier_calls"]) and off["verifier_calls"] == 8

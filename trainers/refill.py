@@ -119,18 +119,17 @@ def swap_duplicates(group, fresh, min_forms: int, pad_id: int, limits: Limits = 
         swaps.append((row, j))
     if not swaps:
         return group, 0
+    # both groups right-padded to the longer one (ids with pad_id, mask / log-probs / entropies with 0)
     T = max(group.completion_ids.shape[1], fresh.completion_ids.shape[1])
-
-    def padded(g, name, value):
-        x = getattr(g, name)
-        return F.pad(x, (0, T - x.shape[1]), value=value)
-
-    out = {name: padded(group, name, value).clone() for name, value in
-           (("completion_ids", pad_id), ("mask", 0.0), ("old_logp", 0.0), ("entropy", 0.0))}
-    texts = list(group.texts)
+    out, texts = {}, list(group.texts)
+    for name, value in (("completion_ids", pad_id), ("mask", 0.0), ("old_logp", 0.0), ("entropy", 0.0)):
+        mine, theirs = (F.pad(getattr(g, name), (0, T - getattr(g, name).shape[1]), value=value)
+                        for g in (group, fresh))
+        mine = mine.clone()  # the caller's group stays as it was
+        for row, j in swaps:
+            mine[row] = theirs[j]
+        out[name] = mine
     for row, j in swaps:
-        for name, value in (("completion_ids", pad_id), ("mask", 0.0), ("old_logp", 0.0), ("entropy", 0.0)):
-            out[name][row] = padded(fresh, name, value)[j]
         texts[row] = fresh.texts[j]
     return replace(group, texts=texts, **out), len(swaps)
 
