@@ -177,6 +177,10 @@ def test_collapse_refill_in_the_loop(smollm, verifier, tmp_path):
     per_group = [sum(r["advantage"] != 0 for r in rows if r["brief_id"] == b) / 4 for b in order]
     assert rec["group_nonzero_adv_share"] == pytest.approx(per_group)
     assert rec["nonzero_adv_share"] == pytest.approx(sum(per_group) / 2)
+    # the report page draws both beside the other diagnostics
+    from alpha_gym.evaluation.report_training import DIAGNOSTICS, plot_diagnostics
+    assert {"nonzero_adv_share", "distinct_forms_mean", "distinct_forms_min"} <= {k for k, _ in DIAGNOSTICS}
+    assert plot_diagnostics([rec]).startswith("iVBORw0KGgo")  # a base64 PNG
 
     # off (0): the same diverse start, no refill of any kind; on with m=2: nothing is below 2 forms, so nothing
     # is drawn and the run is the same, answer for answer
