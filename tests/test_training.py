@@ -471,9 +471,10 @@ def test_config_validation_and_recipes():
     assert RECIPES["cispo"].top_entropy_quantile == 0.2 and RECIPES["cispo_repo_r_dora"].use_dora
     # recipes as the reference ran them: refill only in its own arm, the ladder with the floor at 0,
     # off-policy mini-batches everywhere
-    assert [n for n, c in RECIPES.items() if c.refill_rounds] == ["dapo_refill"]
+    # (and in cispo_distinct_forms, whose collapse refill runs in the refill rounds: issue 39.3)
+    assert [n for n, c in RECIPES.items() if c.refill_rounds] == ["dapo_refill", "cispo_distinct_forms"]
     assert {n for n, c in RECIPES.items() if c.advantage_floor == 0.0} == \
-        {"dapo", "cispo", "cispo_repo_r", "cispo_repo_r_dora", "dapo_repo_r_dora"}
+        {"dapo", "cispo", "cispo_repo_r", "cispo_repo_r_dora", "dapo_repo_r_dora", "cispo_distinct_forms"}
     assert RECIPES["grpo"].advantage_floor is None and RECIPES["dapo_refill"].advantage_floor is None
     assert all(c.steps_per_generation == 2 for c in RECIPES.values())
     base = TrainConfig()

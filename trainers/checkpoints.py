@@ -73,9 +73,10 @@ ARCHIVE_FILE = "archive.npz"
 
 
 def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, config: TrainConfig,
-                    verifier=None) -> Path:
-    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step, and the
-    verifier's novelty archive (archive.npz), which `train(resume=True)` restores."""
+                    verifier=None, verifier_calls: int = 0) -> Path:
+    """out/checkpoint-{step}: adapters (PEFT format), optimizer, RNG states, controller states, step, the
+    verifier's novelty archive (archive.npz), which `train(resume=True)` restores, and the answers scored so far
+    (trainer_state.json's "verifier_calls", the log's running count)."""
     import torch
     target = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
@@ -85,7 +86,8 @@ def save_checkpoint(out: Path, step: int, policy, optimizer, thermostat, adapo, 
                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
                 "thermostat": thermostat.state_dict() if thermostat else None,
                 "adapo": adapo.state_dict() if adapo else None}, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json_dumps({"step": step, "config": config.to_dict()}, indent=2))
+    (tmp / "trainer_state.json").write_text(json_dumps({"step": step, "config": config.to_dict(),
+                                                        "verifier_calls": verifier_calls}, indent=2))
     if (out / SETTINGS_FILE).is_file():  # what the checkpoint was trained with, for a resume to check against
         shutil.copyfile(out / SETTINGS_FILE, tmp / SETTINGS_FILE)
     if thermostat is not None:
@@ -154,6 +156,16 @@ def load_checkpoint(ckpt: Path, policy, optimizer, thermostat, adapo) -> int:
         if controller is not None:
             controller.load_state_dict(state[key])
     return int(state["step"])
+
+
+def checkpoint_verifier_calls(ckpt: Path) -> int:
+    """The answers scored up to a checkpoint (0 for one written before the count was kept: a resumed run of that
+    time counts from its restart)."""
+    path = Path(ckpt) / "trainer_state.json"
+    try:
+        return int(json.loads(path.read_text()).get("verifier_calls", 0)) if path.is_file() else 0
+    except (ValueError, TypeError, AttributeError) as err:
+        raise damaged(path, err) from None
 
 
 # ------------------------------------------------------------------------------ reading, checked

@@ -89,6 +89,9 @@ class TrainConfig:
 
     # --- dynamic sampling
     refill_rounds: int = 0              # DAPO-refill: resample zero-variance groups up to this many rounds
+    # Collapse refill (trainers/refill.py): a group with fewer than this many distinct canonical forms gets its
+    # duplicates swapped for fresh answers of new forms, in the same refill_rounds. 0 = off.
+    min_distinct_forms: int = 0
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
@@ -104,6 +107,14 @@ class TrainConfig:
             raise SettingError("TrainConfig", "steps_per_generation", self.steps_per_generation,
                                f"<= num_generations ({self.num_generations}): each optimizer step takes a slice "
                                "of every group's answers")
+        if self.min_distinct_forms > self.num_generations:
+            raise SettingError("TrainConfig", "min_distinct_forms", self.min_distinct_forms,
+                               f"<= num_generations ({self.num_generations}): a group cannot hold more forms "
+                               "than answers")
+        if self.min_distinct_forms and not self.refill_rounds:
+            raise SettingError("TrainConfig", "min_distinct_forms", self.min_distinct_forms,
+                               "0 while refill_rounds is 0: the collapse refill runs in the refill rounds; set "
+                               "refill_rounds >= 1 (e.g. 2, as dapo_refill)")
         if self.adapo and self.loss_type == "cispo":
             raise SettingError("TrainConfig", "adapo", self.adapo,
                                "false with loss_type='cispo': adapo steers the clip band of grpo/dapo; with cispo "
@@ -151,6 +162,7 @@ TRAIN_RANGES = {
     "lora_dropout": closed(0.0, 1.0),
     "advantage_floor": Range(),                 # any finite floor
     "refill_rounds": ints(0),
+    "min_distinct_forms": ints(0),
     "save_steps": ints(0),
     "logging_steps": ints(1),
 }
@@ -188,6 +200,11 @@ RECIPES: dict[str, TrainConfig] = {
     # Part 2's arms: DAPO with dynamic sampling (resample groups whose rewards are all equal), no floor.
     "dapo_refill": RECIPE_BASE.with_(loss_type="dapo", epsilon=0.2, epsilon_high=EPSILON_HIGH["dapo"],
                                      top_entropy_quantile=0.2, refill_rounds=2),
+    # CISPO with both refill rules (issue 39.3): a group with zero reward variance is resampled, and one whose
+    # 12 answers hold fewer than 4 canonical forms gets fresh forms for its duplicates (BENCHMARKS.md, "Signal
+    # in collapsed groups": 4, not 2, moved the non-zero-advantage share).
+    "cispo_distinct_forms": _LADDER.with_(loss_type="cispo", epsilon_high=EPSILON_HIGH["cispo"],
+                                          top_entropy_quantile=0.2, refill_rounds=2, min_distinct_forms=4),
     # Plain GRPO (Part 2's baseline row): joint reward normalised per group, symmetric clip, sequence-level
     # averaging, no dynamic sampling, no floor.
     "grpo": RECIPE_BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",

@@ -6,8 +6,10 @@ One step of `train`, top to bottom:
        `num_generations` answers per prompt (one "group"; `trainers.rollout`: the step's prompts as one batch,
        with the sampling policy's log-probs and entropies)
     2. score each group with the verifier
-    3. DAPO-refill: resample a group whose rewards have zero variance (at most `refill_rounds` rounds); then the
-       step's valid answers above the archive threshold join the novelty archive (R8/R9)
+    3. refill (`trainers.refill`, at most `refill_rounds` rounds): resample a group whose rewards have zero
+       variance (DAPO), and swap the duplicates of a group holding fewer than `min_distinct_forms` canonical
+       forms for fresh answers of new forms; then the step's valid answers above the archive threshold join the
+       novelty archive (R8/R9)
     4. advantages: GDPO (or GRPO) per group, then the projection: no positive advantage for an invalid or
        motif-guarded (R10) answer, nor (optional floor) one whose core score is <= floor
     5. the reference log-probs: one no-grad pass with adapters off (`trainers.logprobs`); the old log-probs
@@ -16,7 +18,8 @@ One step of `train`, top to bottom:
     7. update: `num_iterations` passes over the batch, each split into `steps_per_generation` mini-batches (a
        slice of every group's answers), one AdamW step per mini-batch (grpo | dapo | cispo, + beta * KL): from
        the second mini-batch on the policy is newer than the one that sampled, so the ratios leave 1
-    8. log: one JSONL line to out_dir/log.jsonl, every answer to completions.jsonl (`trainers.run_log`); a
+    8. log: one JSONL line to out_dir/log.jsonl (with the non-zero-advantage share and the distinct forms of
+       each group), every answer to completions.jsonl (`trainers.run_log`); a
        checkpoint (adapters, optimizer, RNG, archive) every `save_steps` (`trainers.checkpoints`)
 
 Every group's answers share its prompt: the prompt runs through the model once and its KV cache serves the
@@ -43,10 +46,11 @@ from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.settings import claim_run_dir, to_dict
 from alpha_gym.tasks.task import render_prompt
 from trainers.advantages import compute_advantages, nonzero_share
-from trainers.checkpoints import (ARCHIVE_FILE, check_checkpoint_settings, latest_checkpoint, load_checkpoint,
-                                  save_checkpoint)
+from trainers.checkpoints import (ARCHIVE_FILE, check_checkpoint_settings, checkpoint_verifier_calls,
+                                  latest_checkpoint, load_checkpoint, save_checkpoint)
 from trainers.config import OUTPUT_ONLY, RETIRED, TrainConfig, register_train_table
 from trainers.logprobs import group_logps
+from trainers.refill import RefillCounts, distinct_forms, nonzero_by_group, refill
 from trainers.losses import policy_loss, top_entropy_mask
 from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
 from trainers.rollout import Group, sample_groups
@@ -100,12 +104,13 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     priorities = [verifier.config.priorities[c] for c in CHANNELS]
     eos_ids = _eos_ids(policy, tokenizer)
 
-    start = 0
+    start, verifier_calls = 0, 0  # verifier_calls: answers scored so far, refills included (a checkpoint keeps it)
     if resume:
         ckpt = latest_checkpoint(out)
         if ckpt is None:
             raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
         start = load_checkpoint(ckpt, policy, optimizer, thermostat, adapo)
+        verifier_calls = checkpoint_verifier_calls(ckpt)
         if (ckpt / ARCHIVE_FILE).exists():
             verifier.load_archive(ckpt / ARCHIVE_FILE)
     for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
@@ -128,19 +133,17 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         # 2. score each group with the verifier, with its brief
         scores = _score(verifier, groups, chosen, t)
 
-        # 3. DAPO-refill: a group whose rewards are all equal carries no learning signal; sample it again
-        refills = 0
-        for _ in range(config.refill_rounds):
-            flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
-            if flat:
-                again = _sample(policy, tokenizer, [chosen[i].id for i in flat], [prompts[i] for i in flat], config,
-                                eos_ids, t)
-                for i, group, score in zip(flat, again, _score(verifier, again, [chosen[i] for i in flat], t)):
-                    groups[i], scores[i] = group, score
-            refills += len(flat)
-            if not flat:
-                break
+        # 3. refill (trainers/refill.py): resample a group with zero reward variance, and give one whose answers
+        # collapsed onto fewer than min_distinct_forms canonical forms fresh forms for its duplicates
+        counts = RefillCounts(scored=sum(len(g.texts) for g in groups))
+        refill(groups, scores, config.refill_rounds, config.min_distinct_forms, verifier.config.limits,
+               tokenizer.pad_token_id,
+               sample=lambda idx: _sample(policy, tokenizer, [chosen[i].id for i in idx], [prompts[i] for i in idx],
+                                          config, eos_ids, t),
+               score=lambda idx, again: _score(verifier, again, [chosen[i] for i in idx], t), counts=counts)
+        refills = counts.flat
         summary["refills"] += refills
+        verifier_calls += counts.scored
         for score in scores:  # after the whole step: groups of one step never see each other's entries
             verifier.update_archive(score)
         append_admitted(out / ARCHIVE_LOG, verifier.archive, step, scores)  # the run's own book (run_book.py)
@@ -211,12 +214,14 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         t_update = time.perf_counter() - t_update
 
         # 8. log, checkpoint
+        forms = [distinct_forms(g.texts, verifier.config.limits) for g in groups]
         record = step_record(step, scores, verifier, nonzero_share(adv), {
             "kl": stats["kl"], "entropy": mean_entropy, "zeta": zeta, "epsilon_high": eps_high, "refills": refills,
+            "form_refills": counts.collapsed, "form_swaps": counts.swapped, "verifier_calls": verifier_calls,
             "loss": stats["loss"], "clip_ratio": stats["clip"], "clipped_share": stats["clipped"],
             "ratio_mean": stats["ratio"], "learning_rate": lr,
             "completion_length": (n_tokens / mask.shape[0] / mask.shape[1]).item(),
-        }, {**t, "update": t_update, "total": time.perf_counter() - t_step})
+        }, {**t, "update": t_update, "total": time.perf_counter() - t_step}, forms, nonzero_by_group(adv))
         if step % config.logging_steps == 0 or step == steps:
             append_jsonl(out / "log.jsonl", record)
         if config.log_completions:
@@ -224,7 +229,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
                 append_jsonl(out / "completions.jsonl", row)
         if (config.save_steps and step % config.save_steps == 0) or step == steps:
             summary["checkpoint"] = str(save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config,
-                                                        verifier))
+                                                        verifier, verifier_calls))
         if thermostat is not None:
             write_jsonl(out / "thermostat.jsonl", thermostat.log)
         if adapo is not None:

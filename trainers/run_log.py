@@ -19,18 +19,28 @@ from alpha_gym.scoring.config import CHANNELS
 #: "clipped_share": share of answer tokens where the trust region acted: clipped (grpo/dapo: the ratio left
 #: the band in the direction of its advantage) or capped (cispo: ratio above the cap, either sign).
 LOG_FIELDS = ("step", "reward", "reward_std", *(f"rewards/{c}" for c in CHANNELS), "core", "valid_share",
-              "guarded_share", "families", "archive_size", "nonzero_adv_share", "kl", "entropy", "zeta", "epsilon_high",
-              "refills", "loss", "clip_ratio", "clipped_share", "ratio_mean",
+              "guarded_share", "families", "archive_size", "nonzero_adv_share", "distinct_forms_mean",
+              "distinct_forms_min", "kl", "entropy", "zeta", "epsilon_high", "refills", "form_refills", "form_swaps",
+              "verifier_calls", "loss", "clip_ratio", "clipped_share", "ratio_mean",
               "learning_rate", "completion_length", "seconds/generation", "seconds/scoring", "seconds/update",
               "seconds/total")
+#: "distinct_forms_*": distinct canonical forms of a group's answers (`trainers.refill.distinct_forms`: every
+#: unreadable answer is the one form "invalid"), over the step's groups as trained (after any refill);
+#: "form_refills" / "form_swaps": groups given fresh forms / answers swapped in by the collapse refill;
+#: "verifier_calls": answers scored since the run began, refills included (cumulative, kept across a resume).
 #: Labels a log.jsonl line also carries: "world_model", the identity of the world model R3 used ("off": none).
 LOG_LABELS = ("world_model",)
+#: Per-group lists a line also carries, in the order of the step's briefs: "group_forms" (distinct forms) and
+#: "group_nonzero_adv_share" (the share of the group's answers with a non-zero advantage).
+LOG_GROUPS = ("group_forms", "group_nonzero_adv_share")
 
 
-def step_record(step: int, scores, verifier, nonzero_adv_share: float, stats: dict, seconds: dict) -> dict:
+def step_record(step: int, scores, verifier, nonzero_adv_share: float, stats: dict, seconds: dict,
+                group_forms: list[int], group_nonzero: list[float]) -> dict:
     """The log.jsonl line of a step: reward and channel means over the step's answers, validity and the
-    archive, the update's statistics (`stats`: kl, entropy, zeta, epsilon_high, refills, loss, clip_ratio,
-    clipped_share, ratio_mean, learning_rate, completion_length) and the seconds of each phase."""
+    archive, the update's statistics (`stats`: kl, entropy, zeta, epsilon_high, refills, form_refills,
+    form_swaps, verifier_calls, loss, clip_ratio, clipped_share, ratio_mean, learning_rate, completion_length),
+    the seconds of each phase, and per group its distinct forms and non-zero-advantage share."""
     rewards = np.concatenate([s.rewards for s in scores])
     matrix = np.concatenate([s.matrix for s in scores])
     return {
@@ -45,10 +55,15 @@ def step_record(step: int, scores, verifier, nonzero_adv_share: float, stats: di
         "families": len({ev.form for s in scores for ev, ok in zip(s.evaluated, s.valid) if ok and ev}),
         "archive_size": len(verifier.archive),
         "nonzero_adv_share": nonzero_adv_share,
-        **{k: stats[k] for k in ("kl", "entropy", "zeta", "epsilon_high", "refills", "loss", "clip_ratio",
-                                 "clipped_share", "ratio_mean", "learning_rate", "completion_length")},
+        "distinct_forms_mean": float(np.mean(group_forms)),
+        "distinct_forms_min": int(min(group_forms)),
+        **{k: stats[k] for k in ("kl", "entropy", "zeta", "epsilon_high", "refills", "form_refills", "form_swaps",
+                                 "verifier_calls", "loss", "clip_ratio", "clipped_share", "ratio_mean",
+                                 "learning_rate", "completion_length")},
         **{f"seconds/{k}": seconds[k] for k in ("generation", "scoring", "update", "total")},
         "world_model": verifier.world_model,  # what R3 used: a content hash, or "off"
+        "group_forms": [int(n) for n in group_forms],
+        "group_nonzero_adv_share": [float(x) for x in group_nonzero],
     }
 
 

@@ -73,6 +73,7 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
                                                                    BONUS coefficient, a different mechanism
     refill_rounds            (none)                                TRL 1.16 has no dynamic sampling; it logs
                                                                    frac_reward_zero_std
+    min_distinct_forms       (none)                                no TRL option (the loop's collapse refill)
     save_steps               save_steps                            same
     logging_steps            logging_steps                         TRL default 10
     log_completions          log_completions                       ours on by default (completions.jsonl);

@@ -30,6 +30,8 @@ DIAGNOSTICS = (
     ("valid_share", "valid share"),
     ("families", "formula families (valid answers)"),
     ("nonzero_adv_share", "answers with a non-zero advantage"),
+    ("distinct_forms_mean", "distinct canonical forms a group (mean)"),
+    ("distinct_forms_min", "distinct canonical forms a group (fewest)"),
     ("kl", "KL to the start model"),
     ("entropy", "token entropy"),
     ("zeta", "REPO-R zeta"),
