@@ -1,8 +1,8 @@
 """The improve task's warm start (issue 40.4): parseable answers to improve-task prompts before vs after SFT.
 
-    python benchmarks/improve_warm_start.py --run runs/evolve-tree-1600 --out runs/improve-warm \\
-        --prompts 16 --max-pairs 96 --epochs 1 --data ../shared/data/us_equities/us_daily_train.csv.gz \\
-        --universe ../shared/data/us_equities/universe_us46.txt
+    python -m benchmarks.improve_warm_start --run runs/evolve-tree-1600 --out runs/improve-warm \\
+        --prompts 8 --max-pairs 32 --per-prompt 1 --batch-size 4 --lr 5e-4 \\
+        --data ../shared/data/us_equities/us_daily_train.csv.gz --universe ../shared/data/us_equities/universe_us46.txt
 
 1. pairs: `alpha-gym sft-data --task improve --from RUN` (`alpha_gym.search.improve_pairs`), capped at --max-pairs;
 2. held-out prompts: the improve prompts of --prompts parent sets of the same run whose child did NOT beat its
@@ -12,7 +12,8 @@
    form is a parent's), new parseable (parseable and not a copy), and valid on the train window (the run's
    us46 panel with the last 252 sessions cut off, as `alpha-gym evolve` cut it; skipped without --data).
 
-Writes OUT/pairs.jsonl, OUT/sft/ (the model), OUT/answers.json and prints the table's numbers.
+Writes OUT/pairs.jsonl, OUT/before.json, OUT/sft/ (the model), OUT/after.json, OUT/answers.json and prints the
+table's numbers; a rerun into the same OUT reuses the stages already written (delete OUT to start again).
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ def answer_all(model_dir, prompts, parent_sets, limits, verifier, max_new_tokens
     return [read(a, ps, limits, verifier) for a, ps in zip(answers, parent_sets)], time.perf_counter() - t0
 
 
+def _stage(path: Path, compute):
+    """A stage's (rows, seconds), kept in `path` so a rerun after a kill does not redo it (CPU hours are scarce)."""
+    if path.exists():
+        kept = json.loads(path.read_text())
+        return kept["rows"], kept["seconds"]
+    rows, seconds = compute()
+    path.write_text(json_dumps({"rows": rows, "seconds": round(seconds, 1)}, indent=1))
+    return rows, seconds
+
+
 def summary(rows: list[dict]) -> dict:
     parsed = [r for r in rows if r["parseable"]]
     return {"n": len(rows), "parseable": len(parsed), "copies": sum(r["copy"] for r in parsed),
@@ -105,11 +116,15 @@ def main() -> int:
         cut = full.n_days - args.pseudo_holdout
         verifier = Verifier(full.window(end=full.dates[cut - 1]))
     texts, sets = [q for q, _ in prompts], [ps for _, ps in prompts]
-    before, gen_before = answer_all(None, texts, sets, limits, verifier, args.max_new_tokens)
+    before, gen_before = _stage(out / "before.json", lambda: answer_all(None, texts, sets, limits, verifier,
+                                                                       args.max_new_tokens))
     settings = SFTSettings(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
                            max_length=args.max_length, threads=args.threads)
-    trained = run_sft(None, out / "pairs.jsonl", out / "sft", settings)
-    after, gen_after = answer_all(trained["model_dir"], texts, sets, limits, verifier, args.max_new_tokens)
+    summary_path = out / "sft" / "sft_summary.json"
+    trained = (json.loads(summary_path.read_text()) if summary_path.exists()
+               else run_sft(None, out / "pairs.jsonl", out / "sft", settings))
+    after, gen_after = _stage(out / "after.json", lambda: answer_all(trained["model_dir"], texts, sets, limits,
+                                                                     verifier, args.max_new_tokens))
     result = {"pairs": made, "sft": {k: trained[k] for k in ("rows", "steps", "seconds", "first_loss", "last_loss",
                                                               "train_loss", "longest_row", "threads")},
               "before": summary(before), "after": summary(after),

@@ -154,16 +154,21 @@ def test_the_write_task_output_is_unchanged(small_synthetic, tmp_path, write_mar
 @pytest.mark.slow
 def test_sft_on_improve_pairs_refuses_cut_answers_and_trains(run_dir, tmp_path, capsys):
     pytest.importorskip("trl")
-    from trainers.sft import SFTLengthError, SFTSettings, run_sft
+    from transformers import AutoTokenizer
+    from trainers.models import materialise_default_model
+    from trainers.sft import SFTLengthError, SFTSettings, row_length, run_sft
     data = tmp_path / "pairs.jsonl"
     summary = build_improve_dataset(run_dir, data, max_pairs=4)
     assert summary["rows"] == 4
-    # the write task's default length cuts improve rows (TRL keeps a row's start: the answer): refused, by the CLI too
-    with pytest.raises(SFTLengthError, match="--max-length"):
-        run_sft(None, data, tmp_path / "short", SFTSettings(max_steps=1, batch_size=2, threads=1))
+    tokenizer = AutoTokenizer.from_pretrained(str(materialise_default_model()))
+    longest = max(row_length(tokenizer, json.loads(x)) for x in data.read_text().splitlines())
+    # one token short of the longest row: TRL would keep its start and cut the answer, so it is refused (the CLI too)
+    with pytest.raises(SFTLengthError, match=f"--max-length {longest}"):
+        run_sft(None, data, tmp_path / "short", SFTSettings(max_steps=1, batch_size=2, max_length=longest - 1,
+                                                            threads=1))
     assert cli_main(["sft", "--data", str(data), "--out", str(tmp_path / "cli"), "--max-length", "300"]) == 2
     assert "--max-length" in capsys.readouterr().err
-    done = run_sft(None, data, tmp_path / "sft", SFTSettings(max_steps=1, batch_size=2, max_length=1200, threads=1))
-    assert done["steps"] == 1 and done["train_loss"] > 0 and 768 < done["longest_row"] <= 1200
+    done = run_sft(None, data, tmp_path / "sft", SFTSettings(max_steps=1, batch_size=2, max_length=longest, threads=1))
+    assert done["steps"] == 1 and done["train_loss"] > 0 and done["longest_row"] == longest
     assert (Path(done["model_dir"]) / "config.json").exists()
     assert list(Path(done["model_dir"]).glob("*.safetensors"))
