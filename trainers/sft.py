@@ -27,6 +27,10 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.threads import torch_threads
 
 
+class SFTLengthError(InputError):
+    """A row longer than `max_length` tokens: TRL would cut its end, the answer the row is there to teach."""
+
+
 @dataclass
 class SFTSettings:
     epochs: float = 2.0
@@ -34,7 +38,7 @@ class SFTSettings:
     batch_size: int = 8
     lora_r: int = 16
     lora_alpha: int = 32
-    max_length: int = 768
+    max_length: int = 768        # tokens of a templated row; the write task's are ~550, the improve task's ~1,050
     max_steps: int = -1          # > 0 overrides epochs (tests use a few steps)
     seed: int = 42
     threads: int | None = None   # torch intra-op threads for the run; None keeps torch's own count
@@ -60,6 +64,7 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
     if len(dataset) == 0:
         raise InputError(f"{data} holds no rows")
     base, tokenizer = load_base(model)
+    longest = check_lengths(dataset, tokenizer, settings.max_length, data)
     args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
                      learning_rate=settings.learning_rate, per_device_train_batch_size=settings.batch_size,
                      max_length=settings.max_length, seed=settings.seed, logging_steps=5, save_strategy="no",
@@ -79,9 +84,35 @@ def run_sft(model: str | None, data: str | Path, out: str | Path, settings: SFTS
     summary = {"rows": len(dataset), "steps": trainer.state.global_step, "seconds": round(time.perf_counter() - t0, 1),
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                "train_loss": result.training_loss, "model_dir": str(out / "model"),
-               "model_identity": model_identity(out / "model"), "threads": threads_used, "settings": asdict(settings)}
+               "model_identity": model_identity(out / "model"), "threads": threads_used, "longest_row": longest,
+               "settings": asdict(settings)}
     (out / "sft_summary.json").write_text(json_dumps(summary, indent=2))
     return summary
+
+
+def row_length(tokenizer, row: dict) -> int:
+    """Tokens of a prompt/completion row as TRL's SFTTrainer tokenizes it: the chat template of the prompt and
+    completion messages together (the trainer truncates this sequence to `max_length`)."""
+    text = tokenizer.apply_chat_template(list(row["prompt"]) + list(row["completion"]), tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def check_lengths(dataset, tokenizer, max_length: int, where="the data") -> int:
+    """The longest row's tokens; SFTLengthError when any row exceeds `max_length`.
+
+    TRL's SFTConfig truncates with `truncation_mode="keep_start"` (its only supported mode): a row longer than
+    `max_length` loses its end, which is the completion, so it would train on a prompt with the answer cut or
+    gone. The write task's rows (~550 tokens) fit the default 768; the improve task's (parents and their
+    numbers before the DSL reference, ~650-1,050) do not, so the run is refused with the length it needs."""
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
+        raise InputError(f"SFT max_length must be an integer >= 1, got {max_length!r}")
+    lengths = [row_length(tokenizer, row) for row in dataset]
+    over = [n for n in lengths if n > max_length]
+    if over:
+        raise SFTLengthError(f"{len(over)} of {len(lengths)} rows of {where} are longer than max_length "
+                             f"{max_length} tokens (the longest: {max(over)}); the trainer keeps a row's start, so "
+                             f"their answers would be cut: pass --max-length {max(over)} or more")
+    return max(lengths, default=0)
 
 
 def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96) -> dict:

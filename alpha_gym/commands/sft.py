@@ -1,13 +1,27 @@
-"""The supervised warm start: `alpha-gym sft-data` (verified brief -> formula pairs) and `alpha-gym sft` (LoRA SFT
-with TRL's SFTTrainer; needs the train extra)."""
+"""The supervised warm start: `alpha-gym sft-data` (verified brief -> formula pairs; `--task improve --from RUN`:
+parents -> better child pairs from an evolve run) and `alpha-gym sft` (LoRA SFT with TRL's SFTTrainer; needs the
+train extra)."""
 
 from __future__ import annotations
 
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
+from alpha_gym.ranges import flag, ints
+
+#: The improve pairs' caps by default (the library's: `alpha_gym.search.improve_pairs.pairs_from_programs`).
+IMPROVE_MAX_PAIRS, IMPROVE_PER_PROMPT = 256, 2
+
+
+class SFTDataError(InputError):
+    """Flags of `sft-data` that do not go together (--from without --task improve, improve without --from)."""
 
 
 def cmd_sft_data(args) -> int:
+    if args.task == "improve":
+        return _improve_data(args)
+    if args.run is not None or args.max_pairs is not None or args.per_prompt is not None:
+        raise SFTDataError("--from, --max-pairs and --per-prompt build improve-task pairs: add --task improve")
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.generator import load_briefs
     from alpha_gym.tasks.sets import brief_set
@@ -20,10 +34,23 @@ def cmd_sft_data(args) -> int:
     return 0
 
 
+def _improve_data(args) -> int:
+    """Parents -> better child pairs from the evolve run in --from (no market data: the run holds the numbers)."""
+    from alpha_gym.search.improve_pairs import build_improve_dataset
+    if args.run is None:
+        raise SFTDataError("--task improve reads an evolve run: give --from RUN_DIR (the --out of `alpha-gym evolve`)")
+    summary = build_improve_dataset(args.run, args.out,
+                                    max_pairs=IMPROVE_MAX_PAIRS if args.max_pairs is None else args.max_pairs,
+                                    per_prompt=IMPROVE_PER_PROMPT if args.per_prompt is None else args.per_prompt)
+    print(json_dumps(summary, indent=2))
+    return 0
+
+
 def cmd_sft(args) -> int:
     from trainers.sft import SFTSettings, probe_valid_rate, run_sft
     settings = SFTSettings(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
-                           batch_size=args.batch_size, seed=args.seed, threads=args.threads)
+                           batch_size=args.batch_size, seed=args.seed, threads=args.threads,
+                           max_length=args.max_length)
     summary = run_sft(args.model, args.data, args.out, settings)
     if args.probe:
         from alpha_gym.scoring.verifier import Verifier
@@ -40,13 +67,26 @@ def cmd_sft(args) -> int:
     return 0
 
 
+#: `trainers.sft.SFTSettings.max_length`'s default (the write task's rows fit; kept here so --help needs no torch).
+SFT_MAX_LENGTH = 768
+
+
 def register(sub) -> None:
     """Add `sft-data` and `sft` to an argparse sub-parser collection."""
     p = sub.add_parser("sft-data", help="verified brief -> formula pairs (JSONL) for a supervised warm start")
     p.add_argument("--out", required=True, help="output JSONL file")
-    p.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
-    p.add_argument("--pool", type=int, default=4000, help="random formulas to draw and score")
-    p.add_argument("--per-brief", type=int, default=2)
+    p.add_argument("--task", choices=("write", "improve"), default="write",
+                   help="write: brief -> formula pairs (default); improve: parents -> better child pairs from an "
+                        "evolve run (--from)")
+    p.add_argument("--from", dest="run", metavar="RUN_DIR",
+                   help="improve: the --out folder of an `alpha-gym evolve` run (its state.json)")
+    p.add_argument("--max-pairs", type=flag(ints(1, 10**7)), default=None,
+                   help=f"improve: most pairs kept, largest improvement first (default {IMPROVE_MAX_PAIRS})")
+    p.add_argument("--per-prompt", type=flag(ints(1, 10**6)), default=None,
+                   help=f"improve: most children kept for one parent set (default {IMPROVE_PER_PROMPT})")
+    p.add_argument("--briefs", help="write: briefs JSONL (default: the training split of the seeded briefs)")
+    p.add_argument("--pool", type=int, default=4000, help="write: random formulas to draw and score")
+    p.add_argument("--per-brief", type=int, default=2, help="write: pairs per brief")
     p.add_argument("--seed", type=int, default=0)
     add_data_args(p)
     add_settings_args(p)
@@ -63,6 +103,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's own); the weights are bit-reproducible for a fixed count")
+    p.add_argument("--max-length", type=flag(ints(16, 1_000_000)), default=SFT_MAX_LENGTH, metavar="TOKENS",
+                   help=f"longest templated prompt + answer (default {SFT_MAX_LENGTH}); a longer row is refused, not "
+                        "cut (TRL keeps a row's start: the answer would be lost). Improve-task pairs need ~1,500")
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
     add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
     add_settings_args(p)
