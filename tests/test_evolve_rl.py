@@ -121,3 +121,10 @@ def test_the_spec_names_its_settings_and_refuses_what_it_cannot_read():
                         ("rl:group=x", "group must be an integer"), ("rl:recipe=zz", "unknown recipe")):
         with pytest.raises(EvolveRLError, match=match):
             make_mutator(spec, verifier=None, limits=None, seed=0)
+
+
+def test_the_command_names_a_bad_rl_setting_and_exits_2(tmp_path, capsys):
+    from alpha_gym.commands.main import main
+    assert main(["evolve", "--mutator", "rl:every=0", "--budget", "8", "--out", str(tmp_path / "run"),
+                 "--pseudo-holdout", "120", "--probe", "2"]) == 2
+    assert "train_every must be an integer >= 1, got 0" in capsys.readouterr().err
