@@ -219,7 +219,7 @@ def test_the_database_comes_from_formulas_a_run_folder_or_an_archive(small_synth
 # ------------------------------------------------------------------------------------------ the table
 def test_the_table_builds_each_row_from_its_spec_and_names_what_it_refuses():
     limits = NARROW
-    assert [r.name for r in MUTATORS] == ["tree", "endpoint", "model"]
+    assert [r.name for r in MUTATORS] == ["tree", "endpoint", "model", "rl"]
     tree = make_mutator("tree", verifier=None, limits=limits, seed=0)
     assert isinstance(tree, TreeMutator) and tree.limits == limits
     ep = make_mutator("endpoint:http://user:pw@127.0.0.1:9/v1#smol#2", verifier=None, limits=limits, seed=5)

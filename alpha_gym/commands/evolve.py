@@ -4,6 +4,7 @@
     alpha-gym evolve --data ../shared/data/us_equities/us_daily_train.csv.gz \\
         --universe ../shared/data/us_equities/universe_us46.txt --budget 10000 --out runs/evolve-us46
     alpha-gym evolve ... --mutator tree --mutator endpoint:http://127.0.0.1:8000/v1#NAME   # the bandit shares
+    alpha-gym evolve ... --mutator rl:recipe=cispo,group=4,every=2 --out runs/evolve-rl   # trains the start model
     alpha-gym compare --scale cpu --report-only --results runs/evolve-tree/results --out runs/table
     alpha-gym holdout-formulas --formulas runs/evolve-tree/results/seed-0/evolve.jsonl ...
 

@@ -38,7 +38,24 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
 A mutator is anything with a `name` and `propose(parent_sets, rng) -> list[str]`: one answer per parent set
 (a list of `Program`s, best first; empty when the database is), in the `<alpha>...</alpha>` contract or a
 plain formula, drawing any randomness it needs from `rng`. `TreeMutator` here is the model-free one: the
-search's tree operators (`alpha_gym.search.tree`) on the parents. The mutators that a language model drives
+search's tree operators (`alpha_gym.search.tree`) on the parents.
+
+A mutator may also learn from the run (`trainers.evolve_rl.TrainedMutator`, issue 40.3) through optional
+members the others lack:
+
+    answers_per_set  k > 1: each parent set the database draws is asked k times in a row (a group of k
+                     answers to one prompt, GRPO's group); such a mutator must be the run's only one
+    observe(outcomes) after each scored group: one (reward, valid) per answer it proposed for that group, in
+                     the order proposed. An unparseable answer gets the reward the verifier's config gives it
+                     (`VerifierConfig.invalid_reward`: missing tag or unparseable), a duplicate None: both without
+                     a call. The other rewards are the ones the run already paid for: no extra call.
+                     It may return a dict (an update it took), kept in the group's history row ("updates")
+    save_state(path), load_state(path)   its state (a policy, its optimizer), written at each checkpoint in
+                     the archive's turn of slots and named by state.json, so a resumed run continues the
+                     learner with the database
+    settings()       joins the run's settings (a resume with other ones is refused)
+
+The mutators that a language model drives
 plug in through the improve task (issue 40): a local HF model folder and an OpenAI-compatible endpoint (the
 `alpha-gym eval` client) each become a mutator whose `propose` renders one improve-task prompt per parent
 set (the brief when given, and each parent's formula with its train-window CPCV, turnover, IC and max |corr|
@@ -143,6 +160,7 @@ class Proposal:
     origin: str                     # the mutator's name, "seed" or "random"
     island: int | None              # where a valid child goes (None: the islands in turn)
     parents: tuple[Program, ...] = ()
+    slot: int | None = None         # its place among its mutator's answers of the group (an observing mutator)
 
 
 @dataclass
@@ -207,6 +225,11 @@ class _Run:
         self.history: list[dict] = []
         self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
         self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
+        # the observing mutators' outcomes of the group: one (reward, valid) per answer, None until scored
+        self.outcomes: dict[str, list] = {n: [] for n, m in mutators.items() if hasattr(m, "observe")}
+        self.repeat = max(int(getattr(m, "answers_per_set", 1)) for m in mutators.values())
+        if self.repeat > 1 and len(mutators) > 1:
+            raise EvolutionError(f"a mutator asking {self.repeat} answers per parent set must be the run's only one")
 
     # ------------------------------------------------------------------ proposals
     def seed_batch(self, seeds: list[Proposal], n: int, log: list) -> list[Proposal]:
@@ -227,7 +250,11 @@ class _Run:
             want = n - len(batch)
             if want <= 0:
                 break
-            sets = self.db.sample(want, self.rng)
+            if self.repeat > 1:          # each parent set asked `repeat` times in a row: one group per prompt
+                sets = [s for s in self.db.sample(-(-want // self.repeat), self.rng) for _ in range(self.repeat)]
+                sets = sets[:want]
+            else:
+                sets = self.db.sample(want, self.rng)
             arms = self.bandit.choose(want, self.rng)
             for arm in self.bandit.arms:                          # the arms in a fixed order
                 idx = [j for j, a in enumerate(arms) if a == arm]
@@ -238,20 +265,30 @@ class _Run:
                     raise EvolutionError(f"mutator {arm!r} returned {type(answers).__name__} of "
                                          f"{len(answers) if isinstance(answers, list) else '?'} answers for "
                                          f"{len(idx)} parent sets: propose must return one answer per set")
-                for j, answer in zip(idx, answers):
+                slots = self.outcomes.get(arm)
+                base = None if slots is None else len(slots)
+                if slots is not None:
+                    slots += [None] * len(answers)
+                for k, (j, answer) in enumerate(zip(idx, answers)):
                     island, parents = sets[j]
+                    slot = None if base is None else base + k
                     read = read_answer(answer, self.limits)
                     if isinstance(read, str):
                         text = answer if isinstance(answer, str) else repr(answer)
-                        p = Proposal(text, "", None, "", arm, island, tuple(parents))
+                        p = Proposal(text, "", None, "", arm, island, tuple(parents), slot)
                         reason = f"unparseable: {read}"
                     else:
-                        p = Proposal(read[0], read[1], read[2], canonical(read[2]), arm, island, tuple(parents))
+                        p = Proposal(read[0], read[1], read[2], canonical(read[2]), arm, island, tuple(parents),
+                                     slot)
                         reason = None if self.db.is_new(p.form) and p.form not in forms else "duplicate"
                     if reason is None:
                         batch.append(p)
                         forms.add(p.form)
                     else:
+                        if slot is not None and isinstance(read, str):   # the verifier's reward for it, no call
+                            tagged = isinstance(answer, str) and holds_alpha_tag(answer)
+                            kind = "unparseable" if tagged else "missing_tag"
+                            slots[slot] = (self.verifier.config.invalid_reward(kind), False)
                         self.rejected += 1
                         self.bandit.update(arm, 0.0)
                         log.append(_rejection(self.groups + 1, p, reason))
@@ -292,6 +329,8 @@ class _Run:
                     self.candidates[prog.id] = Candidate.from_evaluated(ev)
             else:
                 self.db.note_scored(p.form)
+            if p.slot is not None:
+                self.outcomes[p.origin][p.slot] = (float(s.reward), bool(s.valid))
             if p.origin in self.bandit.arms:
                 baseline = p.parents[0].reward if p.parents else 0.0
                 improvement = max(0.0, s.reward - baseline) if s.valid else 0.0
@@ -303,13 +342,24 @@ class _Run:
         self.calls += len(batch)
         self.groups = group_no
 
+    def observe(self) -> dict:
+        """Hand each observing mutator its outcomes of the group; the updates they report, by mutator."""
+        updates = {}
+        for name, outcomes in self.outcomes.items():
+            done = self.mutators[name].observe(list(outcomes))
+            outcomes.clear()
+            if done is not None:
+                updates[name] = done
+        return updates
+
     def book(self) -> BookSelection:
         cfg = self.settings["book"]
         return select_correlation_capped(list(self.candidates.values()), cfg["max_corr"], cfg["min_turnover"])
 
-    def row(self, book: BookSelection, refreshed: str | None) -> dict:
+    def row(self, book: BookSelection, refreshed: str | None, updates: dict | None = None) -> dict:
         best = self.db.best()
-        return {"group": self.groups, "calls": self.calls, "budget": self.budget,
+        extra = {} if not self.outcomes else {"updates": updates or {}}   # only a run with a learning mutator
+        return {**extra, "group": self.groups, "calls": self.calls, "budget": self.budget,
                 "best_reward": None if best is None else best.reward, "best": None if best is None else best.text,
                 "programs": len(self.db), "book_members": book.n, "effective_bets": book.effective_bets,
                 "book_cpcv": book_cpcv(book, self.verifier.config.cpcv),
@@ -317,12 +367,12 @@ class _Run:
                 "arms": self.bandit.shares()}
 
     # ------------------------------------------------------------------ checkpoints
-    def state(self, archive_file: str) -> dict:
+    def state(self, archive_file: str, learners: dict | None = None) -> dict:
         return {"format": STATE_FORMAT, "settings": self.settings, "budget": self.budget, "calls": self.calls,
                 "groups": self.groups, "seeded": self.seeded, "rejected": self.rejected,
                 "rng": self.rng.bit_generator.state, "database": self.db.to_dict(), "bandit": self.bandit.to_dict(),
                 "admitted": {str(k): v for k, v in sorted(self.admitted.items())}, "history": self.history,
-                "archive": archive_file}
+                "archive": archive_file, **({"learners": learners} if learners else {})}
 
     def checkpoint(self, log: list) -> None:
         """Append the group's log lines, then write the archive and the state that names it (atomically)."""
@@ -332,7 +382,12 @@ class _Run:
             fh.write("".join(json_dumps(row) + "\n" for row in log))
         archive_file = _ARCHIVE_SLOTS[self.groups % 2]   # the other slot keeps the archive the last state names
         self.verifier.save_archive(self.out / archive_file)
-        _write_atomic(self.out / STATE_FILE, json_dumps(self.state(archive_file)))
+        learners = {}                                    # a learning mutator's state, in the same turn of slots
+        for name, m in self.mutators.items():
+            if hasattr(m, "save_state"):
+                learners[name] = f"learner-{name}-{'even' if self.groups % 2 == 0 else 'odd'}.pt"
+                m.save_state(self.out / learners[name])
+        _write_atomic(self.out / STATE_FILE, json_dumps(self.state(archive_file, learners)))
 
     def restore(self, d: dict) -> None:
         self.calls, self.groups, self.seeded, self.rejected = d["calls"], d["groups"], d["seeded"], d["rejected"]
@@ -340,6 +395,8 @@ class _Run:
         self.history = list(d["history"])
         self.admitted = {int(k): v for k, v in d["admitted"].items()}
         self.verifier.load_archive(self.out / d["archive"])
+        for name, file in d.get("learners", {}).items():
+            self.mutators[name].load_state(self.out / file)
         for pid, line in sorted(self.admitted.items()):      # the book's P&L is traded again (not a scored call)
             self.candidates[pid] = Candidate.from_evaluated(self.verifier.evaluate(line["formula"]))
         _cut_log(self.out / PROPOSALS_LOG, self.groups)
@@ -376,6 +433,9 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
                          "book": {"max_corr": book_max_corr, "min_turnover": book_min_turnover},
                          "seed_formulas": [p.text for p in seeds], "panel": verifier.panel.fingerprint(),
                          "verifier": asdict(verifier.config)})
+    learning = {n: m.settings() for n, m in zip(names, mutators) if hasattr(m, "settings")}
+    if learning:                                  # absent for the other mutators: their old folders still resume
+        settings["learners"] = jsonable(learning)
     out = None if out_dir is None else Path(out_dir)
     run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
                np.random.default_rng(seed), settings, budget, out)
@@ -396,9 +456,10 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
         if not batch:
             batch = run.proposal_batch(n, max_rounds, log)
         run.score(batch, log)
+        updates = run.observe()
         refreshed = run.db.tick(run.calls, run.rng)
         book = run.book()
-        run.history.append(run.row(book, refreshed))
+        run.history.append(run.row(book, refreshed, updates))
         run.checkpoint(log)
         if progress is not None:
             progress(run.history[-1])

@@ -4,6 +4,8 @@
     endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client (`EndpointMutator`)
     model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
                 samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
+    rl          the same, with LoRA adapters trained during the run on the rewards it pays for
+                (`trainers.evolve_rl.TrainedMutator`, issue 40.3)
 
 `make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
 "endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
@@ -138,6 +140,9 @@ MUTATORS: tuple[MutatorRow, ...] = (
     MutatorRow("model", "trainers.mutator:from_spec", "model:PATH",
                doc="a local Hugging Face model folder ('model' alone: the start model), improve-task prompts "
                    "sampled in one batch as the training loop samples (needs the train extra)"),
+    MutatorRow("rl", "trainers.evolve_rl:from_spec", "rl:recipe=NAME,group=G,every=N,tokens=T,model=PATH",
+               doc="the start model with LoRA adapters trained on the run's own rewards with a recipe's loss "
+                   "(EvoTune's loop; G answers per parent set, an update every N groups; needs the train extra)"),
 )
 MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
 
