@@ -311,9 +311,11 @@ def _files(folder: Path) -> dict[str, bytes]:
 def _eval_folder(tmp: Path) -> Path:
     """A real `alpha-gym eval` folder: two probe briefs answered by an endpoint on 127.0.0.1."""
     from alpha_gym.tasks.sets import brief_set
-    from test_compare_trainers import _Endpoint, _eval
+    from chat_endpoint import ChatEndpoint
+    from test_compare_trainers import _eval
     probe = list(brief_set("probe"))[:2]
-    server = _Endpoint({probe[0].prompt(): f"<alpha>{STEP0[0]}</alpha>", probe[1].prompt(): "no idea"})
+    answers = {probe[0].prompt(): f"<alpha>{STEP0[0]}</alpha>", probe[1].prompt(): "no idea"}
+    server = ChatEndpoint(lambda body: answers.get(body["messages"][-1]["content"], "no idea"))
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             assert _eval(server.url, tmp / "eval", "--limit", "2") == 0
