@@ -462,6 +462,14 @@ def test_reward_funcs_plain_and_conversational(small_synthetic):
 
 
 # ------------------------------------------------------------------------------- config and CLI
+def test_a_step_too_large_for_any_machine_is_refused():
+    from alpha_gym.ranges import SettingError
+    for key, value in (("num_generations", 1025), ("prompts_per_step", 1025), ("max_completion_length", 32769)):
+        with pytest.raises(SettingError, match=rf"TrainConfig\.{key} = {value}: must be an integer in"):
+            TrainConfig(**{key: value})
+    TrainConfig(num_generations=1024, prompts_per_step=1024, max_completion_length=32768)  # the bounds pass
+
+
 def test_config_validation_and_recipes():
     for name, cfg in RECIPES.items():
         assert isinstance(cfg, TrainConfig), name

@@ -145,10 +145,12 @@ class TrainConfig:
 TRAIN_RANGES = {
     "learning_rate": Range(0.0, INF, lo_open=True),
     "beta": Range(0.0),
-    "num_generations": ints(2),                 # a group of one has no baseline
-    "prompts_per_step": ints(1),
+    # upper bounds: a step holds prompts_per_step x num_generations answers of max_completion_length tokens
+    # in memory at once; past these no machine this runs on finishes a step (the GPU preset uses far less)
+    "num_generations": ints(2, 1024),           # a group of one has no baseline
+    "prompts_per_step": ints(1, 1024),
     "temperature": Range(0.0, INF, lo_open=True),
-    "max_completion_length": ints(1),
+    "max_completion_length": ints(1, 32768),
     "num_iterations": ints(1),
     "steps_per_generation": ints(1),
     "epsilon": above(0.0, 1.0),
