@@ -31,12 +31,19 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path, capsys):
         assert f"| {name} |" in table
     data = json.loads((out / "comparison.json").read_text())
     assert [r["rung"] for r in data["runs"]] == rungs and {r["seed"] for r in data["runs"]} == {42}
+    from trainers.config import RECIPES
     for r in data["runs"]:
-        assert [c["step"] for c in r["checkpoints"]] == [0, 1, 2]
-        assert r["selected_step"] in (0, 1, 2)
-        assert len(r["log"]) == 2 and all("reward" in x and "core" in x for x in r["log"])
-        assert (out / "seed-42" / r["rung"] / "holdout-step-2.json").exists()
+        steps = [c["step"] for c in r["checkpoints"]]
+        if RECIPES[r["recipe"]].refill_rounds:  # refills come out of the 2 x 1 x 2 calls: it may stop at step 1
+            assert r["verifier_calls"] <= 4 and steps in ([0, 1], [0, 1, 2]) and r["steps_trained"] == steps[-1]
+        else:
+            assert steps == [0, 1, 2] and r["verifier_calls"] == 4 and r["steps_trained"] == 2
+        assert r["selected_step"] in steps
+        assert len(r["log"]) == steps[-1] and all("reward" in x and "core" in x for x in r["log"])
+        assert (out / "seed-42" / r["rung"] / f"holdout-step-{steps[-1]}.json").exists()
     assert data["pseudo_holdout"][0] > data["train_end"]
+    assert "| rung | steps | verifier calls | forms a group | non-zero advantage |" in table
+    assert all(f"| {name} | " in table.split("| rung | steps | verifier calls")[1] for name in rungs)
     for png in ("curves.png", "holdout_per_checkpoint.png"):
         assert (out / png).stat().st_size > 10_000
     # the start model answers the probe once, for every rung
@@ -466,6 +473,44 @@ def test_the_gated_rung_trains_against_the_gate():
     from alpha_gym.scoring.config import VerifierConfig
     from trainers.compare.ladder import PAIRED_WITH, VERIFIER_CHANGES
     names = [r[0] for r in LADDER]
-    for rung, changes in VERIFIER_CHANGES.items():
-        assert rung in names and VerifierConfig().with_(**changes).self_corr_gate == 0.7
+    assert set(VERIFIER_CHANGES) <= set(names)
+    assert VerifierConfig().with_(**VERIFIER_CHANGES["cispo_repo_r_gate"]).self_corr_gate == 0.7
     assert all(a in names and b in names for a, b in PAIRED_WITH.items())
+
+
+def test_the_brief_book_rung_trains_on_r13_r14_merged_into_the_comparisons_priorities():
+    """The issue-39 rung's verifier is the comparison's with brief 1 and book 3 added (the "brief_book" reward
+    recipe), a changed priority of the comparison kept; its recipe refills, so run_rung caps its calls."""
+    from alpha_gym.market import synthetic_panel
+    from alpha_gym.scoring.config import VerifierConfig
+    from trainers.compare.arms import RunContext
+    from trainers.compare.ladder import SCALES, VERIFIER_CHANGES
+    from trainers.config import RECIPES
+    panel = synthetic_panel(n_stocks=20, n_days=300, seed=0)
+    context = RunContext("smoke", SCALES["smoke"], None, None, None,
+                         VerifierConfig(priorities={"ic": 0.5}, stress_checkpoint=None), panel, panel, (),
+                         Path("."), Path("."))
+    changed = context.verifier(**VERIFIER_CHANGES["cispo_brief_book_forms"]).config.priorities
+    assert changed == {**context.verifier().config.priorities, "brief": 1.0, "book": 3.0} and changed["ic"] == 0.5
+    assert changed == VerifierConfig.recipe("brief_book", priorities={"ic": 0.5}).priorities
+    assert context.verifier(**VERIFIER_CHANGES["cispo_brief_book_forms"]) is \
+        context.verifier(**VERIFIER_CHANGES["cispo_brief_book_forms"])  # built once
+    recipe = dict((r[0], r[1]) for r in LADDER)["cispo_brief_book_forms"]
+    assert RECIPES[recipe].refill_rounds and RECIPES[recipe].min_distinct_forms == 4
+    assert SCALES["cpu"].train_config(recipe).min_distinct_forms == 4
+    assert SCALES["smoke"].train_config(recipe).min_distinct_forms == 2  # its groups hold 2 answers
+
+
+def test_training_signal_of_kept_runs_counts_calls_kept_before_the_count():
+    """The kept long runs predate the verifier-call count: with no refill their calls are steps x prompts x
+    answers (100 x 2 x 8); a run that refilled and kept no count has none to show."""
+    from alpha_gym.evaluation.kept import read_object
+    from trainers.compare.report import training_signal
+    kept = ROOT / "benchmarks" / "results" / "compare-long"
+    sums = [read_object(kept / f"seed-{s}" / "cispo.json") for s in (42, 43, 44)]
+    t = training_signal(sums)
+    assert t["steps"] == 100 and t["verifier_calls"] == 1600 and t["distinct_forms"] is None
+    assert 0.5 < t["nonzero_adv_share"] < 1
+    refilled = {**sums[0], "config": {**sums[0]["config"], "refill_rounds": 2}}
+    assert training_signal([refilled])["verifier_calls"] is None
+    assert training_signal([{**refilled, "verifier_calls": 1598}])["verifier_calls"] == 1598

@@ -98,6 +98,16 @@ def test_min_distinct_forms_range_is_checked():
         TrainConfig(refill_rounds=1, min_distinct_forms=2.0)
 
 
+def test_max_verifier_calls_range_is_checked():
+    """0 is no cap; a cap below one step's first scoring could train nothing and is refused, naming both."""
+    assert TrainConfig(max_verifier_calls=0).max_verifier_calls == 0
+    assert TrainConfig(prompts_per_step=2, num_generations=4, max_verifier_calls=8).max_verifier_calls == 8
+    with pytest.raises(ValueError, match=r"max_verifier_calls.*>= prompts_per_step x num_generations \(8\)"):
+        TrainConfig(prompts_per_step=2, num_generations=4, max_verifier_calls=7)
+    with pytest.raises(ValueError, match="max_verifier_calls"):
+        TrainConfig(max_verifier_calls=-1)
+
+
 # ------------------------------------------------------------------------------------- the loop
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
@@ -194,3 +204,31 @@ def test_collapse_refill_in_the_loop(smollm, verifier, tmp_path):
     assert off["group_forms"] == on["group_forms"]
     assert (off["reward"], off["nonzero_adv_share"], off["verifier_calls"]) == \
         (on["reward"], on["nonzero_adv_share"], on["verifier_calls"]) and off["verifier_calls"] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_call_cap_pays_for_refills_with_steps(smollm, verifier, tmp_path):
+    """max_verifier_calls = 20 with 2 x 4 answers a step: step 1 refills tiny-0 (8 + 4 = 12 calls), step 2 has
+    room for its own 8 and no refill (tiny-0 collapses again, nothing is drawn), and the run stops there,
+    checkpointed, without passing the cap; resumed for more steps it trains nothing more."""
+    from trainers import loop
+    from trainers.checkpoints import latest_checkpoint
+    from trainers.run_log import read_log
+    config = recipe("cispo_distinct_forms", **{**tt.TINY, "max_completion_length": 8}, min_distinct_forms=3,
+                    max_verifier_calls=20)
+    script = {"tiny-0": [[A, A, A, JUNK], [B, A, JUNK, C], [A, A, A, A]], "tiny-1": [[A, B, C, D], [A, B, C, D]]}
+    sample, calls = scripted(script)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "sample_groups", sample)
+        out = loop.train(config, verifier.fork(), tt.BRIEFS, tmp_path, model=tt.fresh_policy(smollm, config),
+                         steps=5, progress=False)
+        log = read_log(tmp_path)
+        assert out["stopped_at_cap"] == 2 and [r["step"] for r in log] == [1, 2]
+        assert [r["verifier_calls"] for r in log] == [12, 20]
+        assert (log[0]["form_refills"], log[1]["form_refills"], log[1]["refills"]) == (1, 0, 0)
+        assert [len(c) for c in calls] == [2, 1, 2]  # step 1, its refill draw, step 2: nothing drawn past the cap
+        assert latest_checkpoint(tmp_path).name == "checkpoint-2"
+        again = loop.train(config, verifier.fork(), tt.BRIEFS, tmp_path, model=tt.fresh_policy(smollm, config),
+                           steps=5, resume=True, progress=False)
+    assert again["stopped_at_cap"] == 2 and len(read_log(tmp_path)) == 2 and len(calls) == 3

@@ -92,6 +92,10 @@ class TrainConfig:
     # Collapse refill (trainers/refill.py): a group with fewer than this many distinct canonical forms gets its
     # duplicates swapped for fresh answers of new forms, in the same refill_rounds. 0 = off.
     min_distinct_forms: int = 0
+    # The run's verifier calls, refills included, at most this many (0 = no cap). Refill buys its answers with
+    # training steps: a round that would pass the cap is not run, and the run stops after the last step whose
+    # first scoring still fits, so a refill rung spends what a control does (the comparison sets it to its budget).
+    max_verifier_calls: int = 0
 
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
@@ -115,6 +119,10 @@ class TrainConfig:
             raise SettingError("TrainConfig", "min_distinct_forms", self.min_distinct_forms,
                                "0 while refill_rounds is 0: the collapse refill runs in the refill rounds; set "
                                "refill_rounds >= 1 (e.g. 2, as dapo_refill)")
+        if self.max_verifier_calls and self.max_verifier_calls < self.prompts_per_step * self.num_generations:
+            raise SettingError("TrainConfig", "max_verifier_calls", self.max_verifier_calls,
+                               f"0 (no cap) or >= prompts_per_step x num_generations "
+                               f"({self.prompts_per_step * self.num_generations}): one step's answers must fit")
         if self.adapo and self.loss_type == "cispo":
             raise SettingError("TrainConfig", "adapo", self.adapo,
                                "false with loss_type='cispo': adapo steers the clip band of grpo/dapo; with cispo "
@@ -165,6 +173,7 @@ TRAIN_RANGES = {
     "advantage_floor": Range(),                 # any finite floor
     "refill_rounds": ints(0),
     "min_distinct_forms": ints(0),
+    "max_verifier_calls": ints(0),
     "save_steps": ints(0),
     "logging_steps": ints(1),
 }

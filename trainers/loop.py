@@ -9,7 +9,8 @@ One step of `train`, top to bottom:
     3. refill (`trainers.refill`, at most `refill_rounds` rounds): resample a group whose rewards have zero
        variance (DAPO), and swap the duplicates of a group holding fewer than `min_distinct_forms` canonical
        forms for fresh answers of new forms; then the step's valid answers above the archive threshold join the
-       novelty archive (R8/R9)
+       novelty archive (R8/R9). With `max_verifier_calls` set, refills stop where the cap would be passed and
+       the run ends after the last step whose first scoring fits (refill paid for with steps, not extra calls)
     4. advantages: GDPO (or GRPO) per group, then the projection: no positive advantage for an invalid or
        motif-guarded (R10) answer, nor (optional floor) one whose core score is <= floor
     5. the reference log-probs: one no-grad pass with adapters off (`trainers.logprobs`); the old log-probs
@@ -120,7 +121,12 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     summary = {"out_dir": str(out), "start_step": start, "steps": steps, "refills": 0, "checkpoint": None,
                "last": None}
     bar = tqdm(range(start + 1, steps + 1), initial=start, total=steps, disable=not progress, desc="train")
+    cap = config.max_verifier_calls  # 0: no cap; else refills are paid for with the steps at the end
+    first_scoring = config.prompts_per_step * config.num_generations
     for step in bar:
+        if cap and verifier_calls + first_scoring > cap:  # a resumed run that had spent its calls
+            summary["stopped_at_cap"] = step - 1
+            break
         _seed_everything(config.seed, step)
         t_step = time.perf_counter()
         t = {"generation": 0.0, "scoring": 0.0}
@@ -140,7 +146,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
                tokenizer.pad_token_id,
                sample=lambda idx: _sample(policy, tokenizer, [chosen[i].id for i in idx], [prompts[i] for i in idx],
                                           config, eos_ids, t),
-               score=lambda idx, again: _score(verifier, again, [chosen[i] for i in idx], t), counts=counts)
+               score=lambda idx, again: _score(verifier, again, [chosen[i] for i in idx], t), counts=counts,
+               max_scored=cap - verifier_calls if cap else None)
         refills = counts.flat
         summary["refills"] += refills
         verifier_calls += counts.scored
@@ -227,7 +234,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         if config.log_completions:
             for row in completion_rows(step, groups, scores, adv):
                 append_jsonl(out / "completions.jsonl", row)
-        if (config.save_steps and step % config.save_steps == 0) or step == steps:
+        spent = bool(cap) and verifier_calls + first_scoring > cap  # no further step fits: this one is the last
+        if (config.save_steps and step % config.save_steps == 0) or step == steps or spent:
             summary["checkpoint"] = str(save_checkpoint(out, step, policy, optimizer, thermostat, adapo, config,
                                                         verifier, verifier_calls))
         if thermostat is not None:
@@ -237,6 +245,9 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
         summary["last"] = record
         bar.set_postfix(reward=f"{record['reward']:.3f}", valid=f"{record['valid_share']:.2f}",
                         kl=f"{record['kl']:.4f}")
+        if spent and step < steps:
+            summary["stopped_at_cap"] = step
+            break
     summary["policy"] = policy
     return summary
 

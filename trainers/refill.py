@@ -64,13 +64,21 @@ class RefillCounts:
 
 def refill(groups: list, scores: list, rounds: int, min_forms: int, limits: Limits, pad_id: int,
            sample: Callable[[list[int]], list], score: Callable[[list[int], list], list],
-           counts: RefillCounts) -> None:
+           counts: RefillCounts, max_scored: int | None = None) -> None:
     """Apply both rules for up to `rounds` rounds, in place on `groups` and `scores`; adds to `counts`.
-    pad_id: the token the sampler pads answers with (a swapped-in answer is padded to the group's length)."""
+    pad_id: the token the sampler pads answers with (a swapped-in answer is padded to the group's length).
+    max_scored: the most answers `counts.scored` may reach (the run's verifier-call cap, `max_verifier_calls`):
+    a round takes only the groups whose fresh answers still fit, flat ones first; None: no cap."""
     for _ in range(rounds):
         flat = [i for i, s in enumerate(scores) if np.ptp(s.rewards) == 0]
         collapsed = [i for i, g in enumerate(groups)
                      if min_forms and i not in flat and distinct_forms(g.texts, limits) < min_forms]
+        if max_scored is not None and (flat or collapsed):
+            fit = max(max_scored - counts.scored, 0) // len(groups[0].texts)  # groups of fresh answers that fit
+            flat = flat[:fit]
+            collapsed = collapsed[:max(fit - len(flat), 0)]
+            if not flat and not collapsed:
+                break
         if flat:
             again = sample(flat)
             for i, group, sc in zip(flat, again, score(flat, again)):

@@ -67,9 +67,11 @@ class RunContext:
     def verifier(self, **changes):
         """The comparison's train verifier (the probe answers are scored with it), or one with `changes`
         (a rung trained against other settings, `ladder.VERIFIER_CHANGES`); each built once."""
-        key = tuple(sorted(changes.items()))
+        key = repr(sorted(changes.items()))  # a change may be a table (priorities): repr, not the items, is hashable
         if key not in self._built:
             from alpha_gym.scoring.verifier import Verifier
+            if "priorities" in changes:  # merged into the comparison's priorities, as a reward recipe's are
+                changes = {**changes, "priorities": {**self.verifier_config.priorities, **changes["priorities"]}}
             self._built[key] = Verifier(self.train, self.verifier_config.with_(**changes))
         return self._built[key]
 

@@ -18,15 +18,20 @@ LADDER = (
     ("cispo_repo_r_filtered", "cispo_repo_r", "filtered"),
     ("cispo_repo_r_dora_filtered", "cispo_repo_r_dora", "filtered"),
     ("cispo_repo_r_gate", "cispo_repo_r", "all"),
+    # issue 39: CISPO with the collapse refill (4 forms a group), trained against R13 (brief) and R14 (book) on;
+    # its refills are paid for out of the same verifier-call budget (`max_verifier_calls`), so it runs fewer steps
+    ("cispo_brief_book_forms", "cispo_distinct_forms", "all"),
 )
 
 #: Rungs that train against a verifier with settings changed (the probe answers are still scored on the
 #: comparison's own train verifier: R1, the selection rule, does not read these settings).
 #: The gate: WorldQuant BRAIN's rule, |P&L corr| >= 0.7 with an archived alpha refused unless 10% better.
-VERIFIER_CHANGES = {"cispo_repo_r_gate": {"self_corr_gate": 0.7, "self_corr_margin": 0.10}}
+VERIFIER_CHANGES = {"cispo_repo_r_gate": {"self_corr_gate": 0.7, "self_corr_margin": 0.10},
+                    # the "brief_book" reward recipe (alpha_gym.scoring.config.REWARD_RECIPES), priorities merged
+                    "cispo_brief_book_forms": {"priorities": {"brief": 1.0, "book": 3.0}}}
 
 #: The rung a row is paired with when it is not the row before it: the gated rung against the rung it gates.
-PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r"}
+PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r", "cispo_brief_book_forms": "cispo"}
 
 #: Controls: what the same verifier finds with the same number of verifier calls as a rung's training
 #: (steps x prompts_per_step x num_generations) and no weight updated. They keep the same files as a
@@ -59,7 +64,12 @@ class Scale:
     def train_config(self, recipe: str, **more):
         """The recipe with this scale's training fields (and `more`) changed."""
         from trainers.config import RECIPES
-        return RECIPES[recipe].with_(**{**self.train, **more})
+        fields = {**self.train, **more}
+        base = RECIPES[recipe]
+        groups = fields.get("num_generations", base.num_generations)
+        if base.min_distinct_forms > groups:  # a scale's smaller groups hold at most that many forms
+            fields.setdefault("min_distinct_forms", groups)
+        return base.with_(**fields)
 
 
 SCALES = {

@@ -65,6 +65,24 @@ def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | 
             "score": float(np.mean(finite)) if finite else None, "per_seed_score": scores}
 
 
+def training_signal(sums) -> dict:
+    """Mean over a rung's seeds (kept NAME.json) of the steps trained, the verifier calls spent (refills
+    included; a run kept before the count was, with no refill, spent steps x prompts x answers), the distinct
+    canonical forms per group and the share of answers with a non-zero advantage (None where not kept)."""
+    def calls(x):
+        if x.get("verifier_calls") is not None:
+            return x["verifier_calls"]
+        c = x.get("config") or {}
+        return None if c.get("refill_rounds") else x["steps"] * c["prompts_per_step"] * c["num_generations"]
+
+    def avg(xs):
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+    return {"steps": avg([x.get("steps") for x in sums]), "verifier_calls": avg([calls(x) for x in sums]),
+            "distinct_forms": avg([x.get("distinct_forms_mean") for x in sums]),
+            "nonzero_adv_share": avg([x.get("nonzero_adv_share") for x in sums])}
+
+
 def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, evals=(), brief_ids=(),
                  controls=()) -> dict:
     """Every rung over every seed found under `results` (seeds may come from several sessions), then the
@@ -141,6 +159,8 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         r["clipped_share"] = float(np.mean([x["clipped_share"] for x in sums if x["clipped_share"] is not None]
                                            or [np.nan]))
         r["selected_steps"] = [x["selected_step"] for x in sums]
+        if kind == "rung":
+            r["training"] = training_signal(sums)
         if kind == "control":
             r["kind"] = "control"
         else:
@@ -228,6 +248,15 @@ def write_table(report, scale_name, out: Path) -> str:
                       f"{report['briefs']}).", "", "| rung | brief share | every check met |", "|---|---:|---:|"]
         lines += [f"| {r['label']} | {_fmt(r.get('brief_share'), '.2f')} | {_fmt(r.get('brief_met_all'), '.1f')} |"
                   for r in report["rows"].values() if r.get("brief_share") is not None]
+    trained = [r for r in report["rows"].values() if r.get("training")]
+    if trained:
+        lines += ["", "Training signal: steps trained, verifier calls spent (refills included: a rung that refills "
+                      "pays for them with steps, `max_verifier_calls`), distinct canonical forms per group and the "
+                      "share of answers with a non-zero advantage (means over steps and seeds).", "",
+                  "| rung | steps | verifier calls | forms a group | non-zero advantage |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['label']} | {_fmt(t['steps'], '.0f')} | {_fmt(t['verifier_calls'], ',.0f')} | "
+                  f"{_fmt(t['distinct_forms'], '.1f')} | {_fmt(t['nonzero_adv_share'], '.1%')} |"
+                  for r in trained for t in [r["training"]]]
     changed = [(n, r["vs_previous"]["rung"]) for n, r in report["rows"].items() if n in PAIRED_WITH and
                r.get("vs_previous")]
     if changed:

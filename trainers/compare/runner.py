@@ -68,6 +68,9 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     from trainers.loop import train as train_policy
     from trainers.run_log import read_log
     config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
+    if config.refill_rounds:  # refills are verifier calls too: the rung spends the controls' budget, not more
+        from alpha_gym.search.rung import scale_budget
+        config = config.with_(max_verifier_calls=scale_budget(scale))
     run_dir = out / f"seed-{seed}" / name
     run_dir.mkdir(parents=True, exist_ok=True)
     rung_briefs = filtered if prompts == "filtered" else briefs
@@ -75,10 +78,12 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     # run stopped before its first checkpoint starts again: its log lines are dropped, not resumed)
     train_policy(config, (train_verifier or verifier).fork(), rung_briefs, run_dir, model=start_model, steps=scale.steps,
                  resume=latest_checkpoint(run_dir) is not None, progress=True)
+    # the last checkpoint is the last step trained: `scale.steps`, or earlier where the call budget ran out
+    last = int(latest_checkpoint(run_dir).name.split("-")[1])
     checkpoints = {0: start_model}
-    for step in range(scale.eval_every, scale.steps + 1, scale.eval_every):
+    for step in range(scale.eval_every, last + 1, scale.eval_every):
         checkpoints[step] = str(run_dir / f"checkpoint-{step}")
-    checkpoints[scale.steps] = str(run_dir / f"checkpoint-{scale.steps}")
+    checkpoints[last] = str(run_dir / f"checkpoint-{last}")
     records, reports, answers = [], {}, {}
     for step, path in sorted(checkpoints.items()):
         # step 0 is the same start model for every rung and seed (greedy): answer the probe once
@@ -97,8 +102,10 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     log = read_log(run_dir)
     # the steps' own times, so a rung resumed across processes (or already finished) reports its whole training
     train_s = sum(x.get("seconds/total") or 0.0 for x in log)
+    calls = next((x["verifier_calls"] for x in reversed(log) if "verifier_calls" in x), None)
     return {"rung": name, "recipe": recipe, "prompts": prompts, "seed": seed, "n_prompts": len(rung_briefs),
             "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
+            "steps_trained": last, "verifier_calls": calls,
             "checkpoints": [row(s) for s in sorted(reports)], "log": log, "probe_files": {
                 k: str(v) for k, v in answers.items()}}
 
@@ -148,7 +155,8 @@ def keep_answers(results: Path, result: dict, probe_briefs) -> None:
                                       "selected_step", "checkpoints")}
     summary.update(config=result["config"], clipped_share=mean("clipped_share"), ratio_mean=mean("ratio_mean"),
                    valid_share=mean("valid_share"), nonzero_adv_share=mean("nonzero_adv_share"),
-                   kl_last=log[-1].get("kl") if log else None, steps=len(log))
+                   kl_last=log[-1].get("kl") if log else None, steps=len(log),
+                   distinct_forms_mean=mean("distinct_forms_mean"), verifier_calls=result.get("verifier_calls"))
     write_kept(results, seed, name, answer_rows(Path(result["probe_files"][step]), probe_briefs, step), summary)
 
 
