@@ -514,3 +514,32 @@ def test_training_signal_of_kept_runs_counts_calls_kept_before_the_count():
     refilled = {**sums[0], "config": {**sums[0]["config"], "refill_rounds": 2}}
     assert training_signal([refilled])["verifier_calls"] is None
     assert training_signal([{**refilled, "verifier_calls": 1598}])["verifier_calls"] == 1598
+
+
+def test_checkpoint_signal_reads_a_run_folders_probe_answers_and_log(tmp_path):
+    """benchmarks/checkpoint_signal.py on a run folder holding the kept step-0 answers as its checkpoint 10 and two
+    log lines: compliance as the table computes it, the valid and distinct answers, the log's means since the
+    checkpoint before; a probe file for other briefs is refused."""
+    import importlib.util
+    from alpha_gym.evaluation.kept import read_rows
+    from trainers.compare.report import brief_compliance_of
+    spec = importlib.util.spec_from_file_location("checkpoint_signal", ROOT / "benchmarks" / "checkpoint_signal.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = read_rows(ROOT / "benchmarks" / "results" / "compare-long" / "step-0.jsonl")
+    ids = [r["brief_id"] for r in rows]
+    cpcv = [r["train_cpcv"] if r["train_valid"] else None for r in rows]
+    (tmp_path / "probe-step-10.json").write_text(json.dumps(
+        {"step": 10, "answers": [r["answer"] for r in rows], "formulas": [r["formula"] for r in rows],
+         "train_cpcv": cpcv}))
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(
+        {"step": s, "nonzero_adv_share": v, "distinct_forms_mean": f, "refills": 1, "form_refills": 2,
+         "verifier_calls": 16 * s + 3}) + "\n" for s, v, f in ((9, 0.5, 6.0), (10, 0.25, 4.0))))
+    [got] = mod.checkpoint_rows(tmp_path, ids)
+    want = brief_compliance_of(rows)
+    assert (got["met_all"], got["share"]) == (want["brief_met_all"], want["brief_share"])
+    assert got["valid"] == sum(c is not None for c in cpcv) == sum(bool(r["train_valid"]) for r in rows)
+    assert got["distinct"] == len({r["formula"] for r in rows if r["train_valid"]})
+    assert (got["nonzero"], got["forms"], got["refills"], got["calls"]) == (0.375, 5.0, 6, 163)
+    with pytest.raises(SystemExit, match="50 answers for 49 probe briefs"):
+        mod.checkpoint_rows(tmp_path, ids[:-1])
