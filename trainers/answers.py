@@ -15,7 +15,8 @@ def valid_share(verifier, answers: Sequence[str]) -> float:
 
 
 def load_for_inference(path: str | None):
-    """(model, tokenizer) from a training checkpoint (PEFT adapters over their recorded base), a model folder, or None.
+    """(model, tokenizer) from a training checkpoint (PEFT adapters over their recorded base), a model folder, a
+    packaged model's name (`trainers.models.PACKAGED_MODELS`, e.g. "gemma3-270m"), or None (the default model).
 
     A checkpoint written by the training loop holds `adapter_config.json`; its
     `base_model_name_or_path` names the base the adapters were trained on.
@@ -23,8 +24,8 @@ def load_for_inference(path: str | None):
     import json
     from pathlib import Path
 
-    from trainers.models import load_base
-    if path is not None and (Path(path) / "adapter_config.json").exists():
+    from trainers.models import load_base, packaged_model
+    if packaged_model(path) is None and (Path(path) / "adapter_config.json").exists():
         from peft import PeftModel
         base_path = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
         base, tokenizer = load_base(base_path or None)

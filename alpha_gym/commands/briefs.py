@@ -79,7 +79,8 @@ def register(subparsers) -> None:
     s.add_argument("--probe-out", required=True)
     s.set_defaults(func=cmd_briefs_split)
     f = bsub.add_parser("filter", help="keep briefs a model solves in some but not all tries (needs the train extra)")
-    f.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct)")
+    f.add_argument("--model", help="a packaged model (smollm2-135m-instruct, gemma3-270m), model folder or hub id "
+                                   "(default: SmolLM2-135M-Instruct)")
     f.add_argument("--tries", type=int, default=8)
     f.add_argument("--briefs", help="briefs JSONL (default: the training split of the seeded briefs)")
     f.add_argument("--out", required=True, help="kept briefs JSONL; pass rates go beside it")

