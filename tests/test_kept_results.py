@@ -95,6 +95,9 @@ def test_every_kept_run_matches_its_answers(kept):
         if run["prompts"] == "none":  # a control: a rung's verifier calls (steps x 2 prompts x 8), no training
             assert run["verifier_calls"] <= run["budget"] == kept.steps * 2 * 8, path
             assert run["selected_step"] == kept.steps, path
+        elif run["config"].get("refill_rounds"):  # refills are paid for with steps: the calls are the budget's
+            assert run["train_seconds"] > 0 and run["steps"] <= kept.steps, path
+            assert run["steps"] * 2 * 8 <= run["verifier_calls"] <= kept.steps * 2 * 8, path
         else:
             assert run["train_seconds"] > 0 and run["steps"] == kept.steps, path
 
