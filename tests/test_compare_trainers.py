@@ -520,12 +520,9 @@ def test_checkpoint_signal_reads_a_run_folders_probe_answers_and_log(tmp_path):
     """benchmarks/checkpoint_signal.py on a run folder holding the kept step-0 answers as its checkpoint 10 and two
     log lines: compliance as the table computes it, the valid and distinct answers, the log's means since the
     checkpoint before; a probe file for other briefs is refused."""
-    import importlib.util
     from alpha_gym.evaluation.kept import read_rows
+    from benchmarks import checkpoint_signal as mod
     from trainers.compare.report import brief_compliance_of
-    spec = importlib.util.spec_from_file_location("checkpoint_signal", ROOT / "benchmarks" / "checkpoint_signal.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     rows = read_rows(ROOT / "benchmarks" / "results" / "compare-long" / "step-0.jsonl")
     ids = [r["brief_id"] for r in rows]
     cpcv = [r["train_cpcv"] if r["train_valid"] else None for r in rows]

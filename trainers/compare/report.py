@@ -73,7 +73,9 @@ def training_signal(sums) -> dict:
         if x.get("verifier_calls") is not None:
             return x["verifier_calls"]
         c = x.get("config") or {}
-        return None if c.get("refill_rounds") else x["steps"] * c["prompts_per_step"] * c["num_generations"]
+        if c.get("refill_rounds") or x.get("steps") is None or "prompts_per_step" not in c:
+            return None
+        return x["steps"] * c["prompts_per_step"] * c["num_generations"]
 
     def avg(xs):
         xs = [x for x in xs if x is not None]
