@@ -9,13 +9,11 @@ recomputed with the policy, so scoring, refill, advantages and the update all ru
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
 import test_training as tt
-from alpha_gym.threads import torch_threads
 from trainers.config import TrainConfig, recipe
 from trainers.refill import INVALID_FORM, answer_form, distinct_forms, swap_duplicates
 from trainers.rollout import Group
@@ -109,22 +107,8 @@ def test_max_verifier_calls_range_is_checked():
 
 
 # ------------------------------------------------------------------------------------- the loop
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(int(os.environ.get("ALPHA_GYM_TEST_THREADS", "1"))):
-        yield
-
-
-@pytest.fixture(scope="module")
-def verifier(real_us46):
-    from alpha_gym.scoring.verifier import Verifier
-    return Verifier(real_us46)
-
-
-@pytest.fixture(scope="module")
-def smollm():
-    from trainers.models import load_base
-    return load_base(None)
+from test_training import _one_thread, smollm, verifier  # noqa: E402,F401  (test_training's fixtures: one thread,
+#                                                          the us46 verifier, SmolLM2 loaded once per module)
 
 
 def scripted(script):
