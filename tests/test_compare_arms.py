@@ -15,10 +15,10 @@ from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES
 
 def test_the_table_holds_every_rung_and_control_once_in_ladder_order():
     names = [a.name for a in arms.ARMS]
-    assert names == [r[0] for r in LADDER] + list(CONTROL_NAMES)
+    assert names == [r[0] for r in LADDER] + list(CONTROL_NAMES) + ["evolve_rl"]
     assert len(set(names)) == len(names)
     assert {a.kind for a in arms.ARMS} <= set(arms.KINDS)
-    assert [a.kind for a in arms.ARMS] == ["rl"] * len(LADDER) + ["control"] * len(CONTROL_NAMES)
+    assert [a.kind for a in arms.ARMS] == ["rl"] * len(LADDER) + ["control"] * len(CONTROL_NAMES) + ["rl"]
     assert arms.eval_arm("runs/eval-x").name == "eval:eval-x" and arms.eval_arm("runs/eval-x").kind == "eval"
 
 
@@ -122,3 +122,81 @@ def test_the_evolve_arm_writes_kept_files_the_report_reads(tmp_path, capsys):
                  "--results", str(results)]) == 0
     row = json.loads((tmp_path / "report" / "report.json").read_text())["rows"]["evolve"]
     assert row["kind"] == "control" and row["seeds"] == [42] and row["valid"] == len(probe)
+
+
+def test_the_random_control_spends_its_budget_on_random_formulas_only(tmp_path):
+    """`random` (issue 40.5): no seeds, no search; every call a formula the random mutator drew, the best kept per
+    brief, its curve and book like evolve's; the same seed draws the same formulas."""
+    from alpha_gym.evaluation.kept import read_object, read_rows
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.tasks.sets import brief_set
+    from trainers.compare.ladder import panels
+    train, holdout = panels("smoke")
+    probe = tuple(list(brief_set("probe"))[: SCALES["smoke"].probe])
+
+    def run(folder):
+        context = arms.RunContext("smoke", SCALES["smoke"], None, None, None, VerifierConfig(), train, holdout,
+                                  probe, folder / "out", folder / "results")
+        numbers = arms.random_formulas(context, 7)
+        calls = [json.loads(x) for x in (folder / "out" / "seed-7" / "random" / "proposals.jsonl").read_text()
+                 .splitlines()]
+        return numbers, [c for c in calls if c.get("status") != "rejected"], folder / "results"
+
+    numbers, scored, results = run(tmp_path / "a")
+    budget = SCALES["smoke"].steps * 1 * 2
+    assert numbers["verifier_calls"] == budget and len(scored) == budget
+    assert {c["origin"] for c in scored} == {"random"}            # no seed, no tree child, no fill
+    rows = read_rows(results / "seed-7" / "random.jsonl")
+    assert [r["brief_id"] for r in rows] == [b.id for b in probe]
+    assert {r["formula"] for r in rows} <= {c["formula"] for c in scored}
+    assert read_object(results / "seed-7" / "random.book.json")["rung"] == "random"
+    _, again, _ = run(tmp_path / "b")
+    assert [c["formula"] for c in again] == [c["formula"] for c in scored]
+
+
+def test_a_rung_paired_with_a_control_is_paired_with_it_in_the_report(tmp_path):
+    """evolve_rl is an RL row but pairs with evolve_model, a control whose row the report reads after the rungs':
+    its vs_previous names evolve_model, not the rung before it."""
+    from trainers.compare.report import build_report
+    from trainers.compare.ladder import panels
+    from alpha_gym.tasks.sets import brief_set
+    train, holdout = panels("smoke")
+    probe = list(brief_set("probe"))[: SCALES["smoke"].probe]
+    results = tmp_path / "results"
+    write_rows(results / "step-0.jsonl", [answer_row(b.id, 0, "<alpha>rank(close)</alpha>", "rank(close)", 0.0)
+                                          for b in probe])
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.scoring.verifier import Verifier
+    verifier = Verifier(train, VerifierConfig())
+    for name, formula in (("evolve_model", "rank(-ts_delta(close, 5))"), ("evolve_rl", "rank(volume)")):
+        formulas = [formula] * len(probe)
+        cpcvs = probe_scores(verifier, formulas)
+        rows = [answer_row(b.id, 2, f"<alpha>{f}</alpha>", f, c) for b, f, c in zip(probe, formulas, cpcvs)]
+        checkpoint = checkpoint_row(2, cpcvs, train, holdout, verifier, formulas, tmp_path / name, label=name)
+        write_kept(results, 42, name, rows, control_numbers(name, name, 42, 0.0, 2, checkpoint, {}, steps=0))
+    report = build_report(results, [("evolve_rl", "rl", "")], train, holdout, brief_ids=[b.id for b in probe],
+                          controls=["evolve_model"])
+    assert report["rows"]["evolve_rl"]["vs_previous"]["rung"] == "evolve_model"
+    assert report["rows"]["evolve_rl"]["vs_controls"]["evolve_model"]["seeds"] == 1
+
+
+def test_the_model_evolve_arms_run_with_the_start_model_and_evolve_rl_pairs_with_evolve_model(tmp_path, capsys):
+    """`evolve_model` (frozen) and `evolve_rl` (trained) through `alpha-gym compare` at the smoke scale with the real
+    start model: each run's stamp names its mutator, both keep an arm's files, and the table pairs evolve_rl with
+    evolve_model. (The smoke budget goes to the seeds; the mutators' own proposals and updates are tested in
+    test_evolve_rl.py and test_improve_task.py.)"""
+    pytest.importorskip("torch")
+    from alpha_gym.evaluation.kept import read_object, read_rows
+    results, out = tmp_path / "results", tmp_path / "out"
+    assert main(["compare", "--scale", "smoke", "--rungs", "evolve_model,evolve_rl", "--seeds", "42",
+                 "--out", str(out), "--results", str(results)]) == 0
+    captured = capsys.readouterr().out
+    assert "=== seed 42, control evolve_model" in captured and "=== seed 42, rung evolve_rl" in captured
+    for name, spec in (("evolve_model", "model"), ("evolve_rl", "rl")):
+        stamp = json.loads((out / "seed-42" / name / "evolve-settings.json").read_text())
+        assert stamp["mutators"] == [spec] and stamp["name"] == name
+        assert read_object(results / "seed-42" / f"{name}.json")["verifier_calls"] == SCALES["smoke"].steps * 2
+        assert len(read_rows(results / "seed-42" / f"{name}.jsonl")) == SCALES["smoke"].probe
+    report = json.loads((out / "report.json").read_text())
+    assert report["rows"]["evolve_rl"]["vs_previous"]["rung"] == "evolve_model"
+    assert report["rows"]["evolve_model"]["kind"] == "control"

@@ -219,13 +219,17 @@ def test_the_database_comes_from_formulas_a_run_folder_or_an_archive(small_synth
 # ------------------------------------------------------------------------------------------ the table
 def test_the_table_builds_each_row_from_its_spec_and_names_what_it_refuses():
     limits = NARROW
-    assert [r.name for r in MUTATORS] == ["tree", "endpoint", "model", "rl"]
+    assert [r.name for r in MUTATORS] == ["tree", "endpoint", "model", "rl", "random"]
     tree = make_mutator("tree", verifier=None, limits=limits, seed=0)
+    rand = make_mutator("random", verifier=None, limits=limits, seed=0)
+    drawn = rand.propose([[], []], np.random.default_rng(3))
+    assert len(drawn) == 2 and drawn == rand.propose([[], []], np.random.default_rng(3))
+    assert all(parse(f, limits) is not None for f in drawn)        # within the run's Limits
     assert isinstance(tree, TreeMutator) and tree.limits == limits
     ep = make_mutator("endpoint:http://user:pw@127.0.0.1:9/v1#smol#2", verifier=None, limits=limits, seed=5)
     assert isinstance(ep, EndpointMutator) and ep.config.model == "2" and ep.config.seed == 5 and ep.limits == limits
     for spec, match in (("gp", "unknown mutator 'gp'; known: tree, endpoint:URL#MODEL, model:PATH"),
-                        ("tree:3", "takes no argument"), ("endpoint:127.0.0.1#m", "endpoint:URL#MODEL"),
+                        ("tree:3", "takes no argument"), ("random:4", "takes no argument"), ("endpoint:127.0.0.1#m", "endpoint:URL#MODEL"),
                         ("endpoint:http://user:secret@h/v1", "endpoint:URL#MODEL"), (None, "a string")):
         with pytest.raises(MutatorSpecError, match=match) as err:
             make_mutator(spec, verifier=None, limits=limits, seed=0)

@@ -1,6 +1,8 @@
 """The mutation operators of `evolve`, one row each, and the spec strings that name them.
 
     tree        the model-free one: the search's tree operators on the parents (`evolution.TreeMutator`)
+    random      no search at all: a random formula from the grammar per parent set, the parents unread
+                (`RandomMutator`; the comparison's `random` control)
     endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client (`EndpointMutator`)
     model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
                 samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
@@ -124,6 +126,44 @@ def _tree(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> T
     return TreeMutator(limits=limits)
 
 
+@dataclass(frozen=True)
+class RandomMutator:
+    """Random formulas from the grammar (`alpha_gym.language.sample.random_node`), one per parent set, the parents
+    unread: the floor every other mutator is measured against at the same verifier calls. Each tree's depth is
+    drawn in [min_depth, max_depth] from the run's generator (so a run repeats its draws) and the tree is redrawn
+    until it reads back under every Limit (`tree.checked`, as the tree mutator's children are), at most
+    `max_tries` times (then "", which the run rejects without a call)."""
+
+    limits: Limits = DEFAULT_LIMITS
+    min_depth: int = 2
+    max_depth: int = 5
+    max_tries: int = 1000
+    name: str = "random"
+
+    def __post_init__(self):
+        check_fields(self, {"min_depth": ints(2, 64), "max_depth": ints(2, 64), "max_tries": ints(1, 100_000)})
+        if self.max_depth < self.min_depth:
+            raise MutatorSpecError(f"max_depth {self.max_depth} < min_depth {self.min_depth}")
+
+    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
+        return [self._one(rng) for _ in parent_sets]
+
+    def _one(self, rng: np.random.Generator) -> str:
+        from alpha_gym.language.sample import random_node
+        from alpha_gym.search.tree import checked
+        for _ in range(self.max_tries):
+            ok = checked(random_node(rng, int(rng.integers(self.min_depth, self.max_depth + 1))), self.limits)
+            if ok is not None:
+                return ok[0]
+        return ""
+
+
+def _random(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> RandomMutator:
+    if arg:
+        raise MutatorSpecError(f"the random mutator takes no argument, got 'random:{arg}'")
+    return RandomMutator(limits=limits)
+
+
 def _endpoint(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> EndpointMutator:
     url, _, model = arg.rpartition("#")
     if not url.startswith(("http://", "https://")) or not model:
@@ -144,6 +184,7 @@ MUTATORS: tuple[MutatorRow, ...] = (
     MutatorRow("rl", "trainers.evolve_rl:from_spec", "rl:recipe=NAME,group=G,every=N,tokens=T,model=PATH",
                doc="the start model with LoRA adapters trained on the run's own rewards with a recipe's loss "
                    "(EvoTune's loop; G answers per parent set, an update every N groups; needs the train extra)"),
+    MutatorRow("random", _random, "random", doc="random formulas from the grammar, the parents unread (no search)"),
 )
 MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
 

@@ -2,7 +2,7 @@
 
 An arm is what the comparison runs for one seed and keeps as a row of the table: an RL rung of the
 ladder (`ladder.LADDER`), a control that trains nothing and spends a rung's verifier calls (`best_of_n`,
-`search`, `evolve`), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
+`search`, `evolve`, `random`, `evolve_model`), `evolve_rl` (evolve whose model mutator learns), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
 of seeds). Every arm is called the same way, `arm.run(context, seed) -> numbers`, with one `RunContext`
 (the scale, the verifier, the panels, the start model, the briefs, the folders); an RL or control arm
 writes the kept files (results/seed-S/NAME.jsonl and NAME.json, `alpha_gym.evaluation.kept.write_kept`),
@@ -136,17 +136,53 @@ def search(context: RunContext, seed: int) -> dict:
                            context.step0_formulas, context.results, out=context.out)
 
 
+def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: bool = True) -> dict:
+    """An `alpha-gym evolve` run as arm `name`: the context's budget, its group size, its folders. `seeded`: the
+    database starts from the step-0 formulas and Alpha101, as `search` does (else it starts empty)."""
+    from alpha_gym.alpha101 import formulas as paper
+    from alpha_gym.search.evolve_arm import run_evolve
+    seeds = ([f for f in (context.step0_formulas or ()) if isinstance(f, str)]
+             + list(paper(industry_free=True).values())) if seeded else []
+    return run_evolve(context.verifier(), context.train, context.holdout, context.probe,
+                      mutators=tuple(mutators), budget=context.budget, seed=seed, name=name,
+                      out=context.run_dir(seed, name), results=context.results,
+                      group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
+                      about={"scale": context.scale_name, "data": context.data, "universe": context.universe})
+
+
 def evolve(context: RunContext, seed: int) -> dict:
     """Evolution from a program database (alpha_gym/search/evolution.py), seeded as `search` is, with the context's
     mutators; its curve in the kept NAME.json reads it at any smaller budget (`evolve_arm.curve_at`)."""
-    from alpha_gym.alpha101 import formulas as paper
-    from alpha_gym.search.evolve_arm import run_evolve
-    seeds = [f for f in (context.step0_formulas or ()) if isinstance(f, str)] + list(paper(industry_free=True).values())
-    return run_evolve(context.verifier(), context.train, context.holdout, context.probe,
-                      mutators=context.evolve_mutators, budget=context.budget, seed=seed,
-                      out=context.run_dir(seed, "evolve"), results=context.results,
-                      group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
-                      about={"scale": context.scale_name, "data": context.data, "universe": context.universe})
+    return _evolve_run(context, seed, "evolve", context.evolve_mutators)
+
+
+def random_formulas(context: RunContext, seed: int) -> dict:
+    """No search: random formulas from the grammar for the whole budget, unseeded; the best kept per brief."""
+    return _evolve_run(context, seed, "random", ("random",), seeded=False)
+
+
+def _model_arg(context: RunContext) -> str:
+    """The start model as a mutator spec's argument ("" for the built-in one). The rl spec splits on "," and
+    "=": a folder whose name holds either cannot be named there, and is refused rather than misread."""
+    model = "" if context.model is None else str(context.model)
+    if "," in model or "=" in model:
+        from trainers.compare.runner import CompareError
+        raise CompareError(f"the evolve_model/evolve_rl arms cannot name a start model whose path holds ',' or '=': "
+                           f"{model!r} (move or link the folder)")
+    return model
+
+
+def evolve_model(context: RunContext, seed: int) -> dict:
+    """`evolve` with the frozen start model as the only mutator (improve-task prompts), seeded as `evolve` is."""
+    model = _model_arg(context)
+    return _evolve_run(context, seed, "evolve_model", (f"model:{model}" if model else "model",))
+
+
+def evolve_rl(context: RunContext, seed: int) -> dict:
+    """`evolve` with the start model trained during the run on the rewards it earns (EvoTune's loop with the
+    project's CISPO loss, `trainers.evolve_rl`), seeded as `evolve` is: paired with `evolve_model`."""
+    model = _model_arg(context)
+    return _evolve_run(context, seed, "evolve_rl", (f"rl:model={model}" if model else "rl",))
 
 
 def read_eval_folder(folder: Path, context: RunContext, seed: int | None = None) -> dict:
@@ -172,6 +208,10 @@ ARMS = (
     Arm("best_of_n", "control", best_of_n, _ABOUT["best_of_n"]),
     Arm("search", "control", search, _ABOUT["search"]),
     Arm("evolve", "control", evolve, _ABOUT["evolve"]),
+    Arm("random", "control", random_formulas, _ABOUT["random"]),
+    Arm("evolve_model", "control", evolve_model, _ABOUT["evolve_model"]),
+    # issue 40.3: RL on the mutation operator; trained, so a rung of the table (paired with evolve_model)
+    Arm("evolve_rl", "rl", evolve_rl, "evolve with the start model trained on its own rewards (trainers/evolve_rl.py)"),
 )
 
 

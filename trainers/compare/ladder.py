@@ -31,7 +31,9 @@ VERIFIER_CHANGES = {"cispo_repo_r_gate": {"self_corr_gate": 0.7, "self_corr_marg
                     "cispo_brief_book_forms": {"priorities": {"brief": 1.0, "book": 3.0}}}
 
 #: The rung a row is paired with when it is not the row before it: the gated rung against the rung it gates.
-PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r", "cispo_brief_book_forms": "cispo"}
+PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r", "cispo_brief_book_forms": "cispo",
+               # issue 40.3: the same evolve run, its model mutator trained or frozen
+               "evolve_rl": "evolve_model"}
 
 #: Controls: what the same verifier finds with the same number of verifier calls as a rung's training
 #: (steps x prompts_per_step x num_generations) and no weight updated. They keep the same files as a
@@ -43,6 +45,10 @@ CONTROLS = (
                "(alpha_gym/search/)"),
     ("evolve", "evolution from a program database (islands, cells, parents by score) with the tree mutator, "
                "seeded as search is (alpha-gym evolve, alpha_gym/search/evolution.py)"),
+    ("random", "random formulas from the grammar (alpha_gym/language/sample.py), unseeded, the best by train "
+               "reward kept: no search at all"),
+    ("evolve_model", "evolve with the frozen start model as the mutator (improve-task prompts), seeded as evolve "
+                     "is (trainers/mutator.py)"),
 )
 CONTROL_NAMES = tuple(name for name, _ in CONTROLS)
 

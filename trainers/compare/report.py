@@ -150,7 +150,7 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         return {"rung": other, "seeds": len(common), **paired_difference(r["table"][common], o["table"][idx],
                                                                            n_boot)}
 
-    previous = "step-0"
+    previous, deferred = "step-0", []
     rungs = [(name, "rung") for name, _recipe, _prompts in ladder] + [(name, "control") for name in controls]
     for name, kind in rungs:
         have = [s for s in seeds if (results / f"seed-{s}" / f"{name}.jsonl").exists()]
@@ -169,14 +169,21 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
             # a rung that changes one thing pairs with the rung it changes; where that rung was not run in
             # this comparison (the long runs keep cispo, not cispo_repo_r), with the row before, and says so
             partner = PAIRED_WITH.get(name)
-            vs = paired(r, partner if partner in rows else previous)
-            if vs is not None:
-                r["vs_previous"] = vs
+            if partner in controls:  # a control's row is read after the rungs': paired once it is
+                deferred.append((name, previous))
+            else:
+                vs = paired(r, partner if partner in rows else previous)
+                if vs is not None:
+                    r["vs_previous"] = vs
             previous = name
         book = run_book_summary(results, name, have, train, holdout)
         if book is not None:
             r["run_book"] = book
         rows[name] = r
+    for name, before in deferred:  # rungs paired with a control (evolve_rl with evolve_model)
+        vs = paired(rows[name], PAIRED_WITH[name] if PAIRED_WITH[name] in rows else before)
+        if vs is not None:
+            rows[name]["vs_previous"] = vs
     for name, kind in rungs:  # every rung against every control, on their common seeds
         if kind == "rung" and name in rows:
             vs = {c: paired(rows[name], c) for c in controls if c in rows}

@@ -109,7 +109,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
                 print(f"=== seed {seed}, {what}", flush=True)
                 numbers = arm.run(context, seed)
                 keep_run_book(results, seed, arm.name, context.run_dir(seed, arm.name), context.verifier())
-                if arm.kind == "rl":
+                if arm.kind == "rl" and "log" in numbers:  # a trained rung's curves (evolve_rl keeps a curve)
                     runs.append(numbers)
                     (out / "comparison.json").write_text(json_dumps({
                         "scale": context.scale_name, "scale_settings": asdict(context.scale), "model": context.model,
