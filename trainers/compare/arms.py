@@ -2,7 +2,8 @@
 
 An arm is what the comparison runs for one seed and keeps as a row of the table: an RL rung of the
 ladder (`ladder.LADDER`), a control that trains nothing and spends a rung's verifier calls (`best_of_n`,
-`search`, `evolve`, `random`, `evolve_model`), `evolve_rl` (evolve whose model mutator learns), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
+`search`, `evolve`, `random`, `evolve_model`), `evolve_rl` (an evolve run whose model mutator learns: an RL row
+outside the ladder), or an `alpha-gym eval` folder (`eval_arm`: a model behind an endpoint, its samples in place
 of seeds). Every arm is called the same way, `arm.run(context, seed) -> numbers`, with one `RunContext`
 (the scale, the verifier, the panels, the start model, the briefs, the folders); an RL or control arm
 writes the kept files (results/seed-S/NAME.jsonl and NAME.json, `alpha_gym.evaluation.kept.write_kept`),
