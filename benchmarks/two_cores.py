@@ -12,6 +12,7 @@ the two give the same results, bit for bit and in the same order:
 
     groups  best-of-N's scoring: `--formulas` answers as groups of 8, each scored, then offered to the archive
     search  `alpha_gym.search.search` for `--budget` verifier calls (the Alpha101 seeds, then generations)
+    evolve  `alpha_gym.search.evolution.evolve` (tree + random mutators) for `--budget` calls, groups of 8
     batch   `score_batch` of `--formulas` formulas into a fresh output (the bytes compared)
     serve   the scoring service (`--workers 1` / `2`, 4 request threads): `--formulas` single-answer requests
             from 4 client threads (the responses compared)
@@ -80,6 +81,15 @@ def run_search(verifier, budget, workers):
     return json.dumps([c.to_dict() for c in result.candidates], sort_keys=True)
 
 
+def run_evolve(verifier, budget, workers):
+    """`alpha-gym evolve`'s loop (tree and random mutators, the bandit sharing) for `budget` calls, in groups of 8."""
+    from alpha_gym.search.evolution import TreeMutator, evolve
+    from alpha_gym.search.mutators import RandomMutator
+    result = evolve(verifier.fork(), [TreeMutator(), RandomMutator()], budget=budget, seed=0, progress=None,
+                    workers=workers)
+    return json.dumps([[r["calls"], r["best_reward"], r["programs"]] for r in result.history], sort_keys=True)
+
+
 def run_batch(panel, formulas, workers, tmp: Path):
     from alpha_gym.batch.runner import score_batch
     src, out = tmp / "pool.txt", tmp / f"batch-{workers}.jsonl"
@@ -126,7 +136,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--formulas", type=int, default=96)
     ap.add_argument("--budget", type=int, default=96)
-    ap.add_argument("--only", default="groups,search,batch,serve")
+    ap.add_argument("--only", default="groups,search,evolve,batch,serve")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     from alpha_gym.market import load_panel, synthetic_panel
@@ -152,6 +162,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="two_cores_"))
     workloads = {"groups": lambda w: run_groups(verifier, formulas, w),
                  "search": lambda w: run_search(verifier, args.budget, w),
+                 "evolve": lambda w: run_evolve(verifier, args.budget, w),
                  "batch": lambda w: run_batch(panel, formulas, w, tmp),
                  "serve": lambda w: run_serve(verifier, formulas, w)}
     chosen = [name for name in args.only.split(",") if name in workloads]

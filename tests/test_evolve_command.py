@@ -153,3 +153,22 @@ def test_the_command_on_real_us46(tmp_path, capsys):
     assert len(_scored(out)) == 12 and "calls 12/12" in capsys.readouterr().err
     numbers = read_object(out / "results" / "seed-0" / "evolve.json")
     assert numbers["verifier_calls"] == 12 and numbers["checkpoints"][0]["n"] == 2
+
+
+def test_two_scoring_workers_give_the_one_worker_run_bit_for_bit(market_csv, tmp_path):
+    """Issue 42.4: `--workers 2` prepares each group's answers on two scoring processes and scores the channels
+    here; every call's reward, the archive, the book and the kept answers are those of `--workers 1`."""
+    def run(name, workers):
+        out = tmp_path / name
+        assert main(evolve_args(market_csv, out, 100, "--workers", str(workers), "--mutator", "tree",
+                                "--mutator", "random")) == 0
+        # an archive entry's "added" is a stamp unique to the process that admitted it, not a result
+        archive = [{k: v for k, v in json.loads(x).items() if k != "added"}
+                   for x in (out / "archive.jsonl").read_text().splitlines()]
+        return (_scored(out), archive, json.loads((out / "book.json").read_text()),
+                (out / "results" / "seed-0" / "evolve.jsonl").read_text())
+    one, two = run("one", 1), run("two", 2)
+    assert [(r["formula"], r["reward"], r["origin"]) for r in one[0]] == \
+        [(r["formula"], r["reward"], r["origin"]) for r in two[0]]
+    assert len(one[0]) == 100 and {r["origin"] for r in one[0]} >= {"seed", "tree", "random"}  # past the 82 seeds
+    assert one[1:] == two[1:]

@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", type=flag(ints(1, 10_000)), default=50,
                    help="probe briefs the kept answers are for (the comparison's: 50; smoke: 2)")
     p.add_argument("--brief", metavar="ID", help="a brief the model mutators' prompts carry (seeded or fixed id)")
+    p.add_argument("--workers", type=flag(ints(1)), default=None,
+                   help="scoring processes (default: every usable core the memory holds; 1: this process); the run "
+                        "is the same on any number")
     p.add_argument("--keep-at", type=flag(ints(1, MAX_BUDGET)), metavar="CALLS",
                    help="no new call: rewrite the kept files as the run in --out stood at CALLS calls")
     add_data_args(p)
@@ -119,7 +122,7 @@ def main(args) -> int:
     try:
         numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
                              out=args.out, results=args.results, database=database, group_size=args.group_size,
-                             brief=brief, about=about)
+                             brief=brief, about=about, workers=args.workers)
     except KeyboardInterrupt:
         print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last group: rerun the same "
               "command", file=sys.stderr)

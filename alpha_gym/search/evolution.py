@@ -88,6 +88,7 @@ from alpha_gym.language.sample import random_node
 from alpha_gym.ranges import check_fields, closed, ints
 from alpha_gym.search.bandit import Bandit, BanditConfig
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
+from alpha_gym.pool import score_groups
 from alpha_gym.search.tree import MUTATIONS, checked, crossover
 
 STATE_FORMAT = "alpha-gym/evolve/v1"
@@ -222,6 +223,7 @@ class _Run:
         self.settings, self.budget, self.out = settings, budget, out
         self.limits = verifier.config.limits
         self.calls = self.groups = self.seeded = self.rejected = 0
+        self.workers: int | None = None              # scoring processes (evolve's `workers`)
         self.history: list[dict] = []
         self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
         self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
@@ -309,8 +311,8 @@ class _Run:
         group_no = self.groups + 1
         archive = self.verifier.archive
         before = set(zip(archive.forms, archive.added))
-        group = self.verifier.score_group([p.answer for p in batch])
-        self.verifier.update_archive(group)
+        # prepared on the scoring pool, scored here: the serial loop's scores bit for bit (alpha_gym.pool)
+        group = score_groups(self.verifier, [[p.answer for p in batch]], workers=self.workers)[0]
         new = {archive.texts[i]: i for i in range(len(archive))             # the entries this group added
                if not archive.seed[i] and (archive.forms[i], archive.added[i]) not in before}
         for k, (p, s, ev) in enumerate(zip(batch, group.scores, group.evaluated)):
@@ -406,7 +408,7 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
            budget: int = 1600, seed: int = 0, out_dir=None, *, seed_formulas: Sequence[str] | None = None,
            group_size: int = 8, bandit_config: BanditConfig = BanditConfig(), max_rounds: int = 20,
            book_max_corr: float = 0.5, book_min_turnover: float = 0.02,
-           progress: Callable[[dict], None] | None = print_progress) -> EvolutionResult:
+           progress: Callable[[dict], None] | None = print_progress, workers: int | None = None) -> EvolutionResult:
     """Evolve formulas for exactly `budget` verifier calls; see the module docstring for every rule.
 
     verifier: the `Verifier` whose reward drives the run; its archive grows as in training, and a resumed run
@@ -415,6 +417,8 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
     checkpoint, the logs, archive.jsonl and book.json go; a folder holding a run's state.json is resumed
     (with the same settings; the budget may grow). None: nothing is written and nothing resumes.
     seed_formulas: None for the Alpha101 set. progress: called with each group's row (None: silent).
+    workers: scoring processes (`alpha_gym.pool`: each group's answers prepared on them, its channels scored
+    here against the archive; None: every usable core, 1: this process); the run is the same on any number.
     """
     mutators = [mutators] if hasattr(mutators, "propose") else list(mutators)
     names = [getattr(m, "name", None) for m in mutators]
@@ -439,6 +443,7 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
     out = None if out_dir is None else Path(out_dir)
     run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
                np.random.default_rng(seed), settings, budget, out)
+    run.workers = workers
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         state = _load_state(out, settings)

@@ -75,7 +75,7 @@ def _refusal(stamp: dict):
 def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[str] = ("tree",), budget: int,
                seed: int = 0, out, results=None, name: str = "evolve", database: DatabaseConfig = DatabaseConfig(),
                group_size: int = 8, seed_formulas: Sequence[str] | None = None, brief=None, step: int | None = None,
-               about: dict | None = None,
+               about: dict | None = None, workers: int | None = None,
                progress: Callable[[dict], None] | None = print_progress) -> dict:
     """Run (or resume) an evolution in `out` for exactly `budget` verifier calls and keep its arm's files.
 
@@ -83,7 +83,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     panels (the pseudo-holdout is scored only for the kept answers' table row); probe: the briefs the kept
     answers are for. mutators: specs (`alpha_gym.search.mutators.make_mutator`). results: where the kept
     files go (default OUT/results). step: the kept answers' `step` (default: the run's groups). about: what
-    the stamp records beside the settings (the data file, the universe). Returns the kept NAME.json numbers.
+    the stamp records beside the settings (the data file, the universe). workers: scoring processes (`evolve`'s;
+    not a setting: the run is the same on any number). Returns the kept NAME.json numbers.
     """
     out = Path(out)
     results = out / "results" if results is None else Path(results)
@@ -106,7 +107,7 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
         if progress is not None:
             progress(row)
     result = evolve(grown, built, database, budget, seed=seed, out_dir=out, seed_formulas=seed_formulas,
-                    group_size=group_size, progress=on_group)
+                    group_size=group_size, progress=on_group, workers=workers)
     curve = curve_rows(result.history, clock.seconds())
     (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
     return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
