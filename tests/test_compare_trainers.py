@@ -475,7 +475,10 @@ def test_the_gated_rung_trains_against_the_gate():
     names = [r[0] for r in LADDER]
     assert set(VERIFIER_CHANGES) <= set(names)
     assert VerifierConfig().with_(**VERIFIER_CHANGES["cispo_repo_r_gate"]).self_corr_gate == 0.7
-    assert all(a in names and b in names for a, b in PAIRED_WITH.items())
+    from trainers.compare.arms import arm_names
+    arms = arm_names()  # a pair is two rows of the table (evolve_rl, outside the ladder, pairs with a control)
+    assert all(a in arms and b in arms and a != b for a, b in PAIRED_WITH.items())
+    assert all(a in names and b in names for a, b in PAIRED_WITH.items() if a in names)
 
 
 def test_the_brief_book_rung_trains_on_r13_r14_merged_into_the_comparisons_priorities():
