@@ -270,16 +270,17 @@ def gemm_equivalent(dims: Dims, calls, rates: dict[int, tuple[float, float]]) ->
 
 
 def time_gemms(weights, rows: set[int], min_seconds: float = 0.2,
-               dtype: torch.dtype = torch.float32) -> dict[int, tuple[float, float]]:
+               dtype: torch.dtype | None = torch.float32) -> dict[int, tuple[float, float]]:
     """{rows: (cpu FLOP/s, wall FLOP/s)} of torch.matmul(x, W.T) over every matrix in `weights` (the model's
     own: each layer's seven and the LM head, so a small-row GEMM streams every weight from memory as the
     model does, instead of one matrix that stays in cache), in `dtype` (the weights cast once, outside the
-    timing), the current thread count. Each sweep over all weights repeats until `min_seconds` and at least
+    timing; None: each weight and its input in the weight's own dtype, as a bf16 base runs), the current
+    thread count. Each sweep over all weights repeats until `min_seconds` and at least
     twice; the fastest sweep counts, by each clock."""
     out = {}
-    weights = [w if w.dtype == dtype else w.to(dtype) for w in weights]
+    weights = [w if dtype is None or w.dtype == dtype else w.to(dtype) for w in weights]
     for m in sorted(rows):
-        xs = {w.shape[1]: torch.randn(m, w.shape[1], dtype=dtype) for w in weights}
+        xs = {(w.shape[1], w.dtype): torch.randn(m, w.shape[1], dtype=w.dtype) for w in weights}
         flops = sum(linear_flops(m, w.shape[1], w.shape[0]) for w in weights)
         best_cpu = best_wall = math.inf
         start, n = time.perf_counter(), 0
@@ -287,7 +288,7 @@ def time_gemms(weights, rows: set[int], min_seconds: float = 0.2,
             while n < 2 or time.perf_counter() - start < min_seconds:
                 c, t = time.process_time(), time.perf_counter()
                 for w in weights:
-                    torch.matmul(xs[w.shape[1]], w.t())
+                    torch.matmul(xs[w.shape[1], w.dtype], w.t())
                 best_cpu = min(best_cpu, time.process_time() - c)
                 best_wall = min(best_wall, time.perf_counter() - t)
                 n += 1
@@ -396,7 +397,8 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
     weights = [getattr(m, "base_layer", m).weight.detach() for m in modules]  # the frozen weight under LoRA
     head = base.lm_head.weight.detach()
     rows = {gemm_rows(r) for c in calls for r in (c.tokens, c.logits) if r}
-    gemm = time_gemms([*weights, head], rows, gemm_seconds)
+    # a bf16 base is held to GEMMs in its own dtypes (bf16 layers, the fp32 LM head), an fp32 one to fp32 GEMMs
+    gemm = time_gemms([*weights, head], rows, gemm_seconds, None if config.bf16_base else torch.float32)
     gemm_bf16 = time_gemms([*weights, head], rows, gemm_seconds, torch.bfloat16) if bf16_gemm else None
     ops = op_seconds(_part_events(profiler.events())) if profile else None
     return {"dims": dims, "calls": calls, "clocks": clocks, "total": total, "gemm": gemm, "lora_r": config.lora_r,
@@ -590,6 +592,9 @@ def main(argv=None) -> int:
     ap.add_argument("--recipe", help=f"--parts only: the recipe (default {DEFAULT_RECIPE}, the ladder's)")
     ap.add_argument("--gemm-seconds", type=float, default=0.2, help="--parts: least seconds per GEMM row count")
     ap.add_argument("--bf16-gemm", action="store_true", help="--parts: also time the GEMMs in bfloat16")
+    ap.add_argument("--bf16-base", action="store_true", help="--parts: the step with TrainConfig.bf16_base (the "
+                                                             "frozen linear layers in bf16), its parts held to "
+                                                             "GEMMs in the same dtypes")
     ap.add_argument("--profile", action="store_true", help="--parts: also profile the step's ops by kind (slower: "
                                                            "time the table without it)")
     a = ap.parse_args(argv)
@@ -635,7 +640,8 @@ def _main_parts(a) -> int:
             preset[key] = value
     name = a.recipe or DEFAULT_RECIPE
     config = recipe(name, **preset)
-    config = config.with_(steps_per_generation=min(config.steps_per_generation, config.num_generations))
+    config = config.with_(steps_per_generation=min(config.steps_per_generation, config.num_generations),
+                          bf16_base=a.bf16_base)
     verifier, panel = build_verifier(a.data)
     result = parts(config, verifier, list(FIXED_BRIEFS), a.model, a.gemm_seconds, a.profile, a.bf16_gemm)
     rows = part_rows(result)
@@ -643,7 +649,7 @@ def _main_parts(a) -> int:
     print(f"\nOne step, {config.prompts_per_step} prompts x {config.num_generations} answers, "
           f"{config.max_completion_length} new tokens at most, temperature {config.temperature}, recipe {name} "
           f"({config.num_iterations} pass(es) x {config.steps_per_generation} mini-batches, beta {config.beta}), "
-          f"model {a.model or 'built-in SmolLM2-135M-Instruct'} fp32 ({d.layers} layers, hidden {d.hidden}, "
+          f"model {a.model or 'built-in SmolLM2-135M-Instruct'} {'bf16 base' if a.bf16_base else 'fp32'} ({d.layers} layers, hidden {d.hidden}, "
           f"intermediate {d.intermediate}, {d.heads} heads / {d.kv_heads} kv, vocab {d.vocab}), "
           f"LoRA r{config.lora_r}, {torch.get_num_threads()} thread(s), panel: {panel}. Reference-pass answer "
           f"chunks (rows x tokens): "
@@ -653,7 +659,8 @@ def _main_parts(a) -> int:
     print()
     print(flops_table(rows))
     peak = max(result["gemm"].items(), key=lambda kv: kv[1][0])
-    print(f"\nGEMMs timed (torch.matmul over the model's own weights, fp32): "
+    print(f"\nGEMMs timed (torch.matmul over the model's own weights, "
+          f"{'bf16 but the fp32 LM head' if a.bf16_base else 'fp32'}): "
           + ", ".join(f"{m} rows {v[0] / 1e9:.1f}" for m, v in sorted(result["gemm"].items()))
           + f" GFLOP/s by CPU s; best {peak[1][0] / 1e9:.1f} at {peak[0]} rows.")
     if result["gemm_bf16"]:

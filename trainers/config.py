@@ -77,6 +77,10 @@ class TrainConfig:
     lora_dropout: float = 0.0           # 0: sampling, old and new log-probs come from one deterministic function
     use_dora: bool = False
     load_in_4bit: bool | None = None    # None = auto: NF4 only when CUDA is available (see trainers/models.py)
+    # CPU: hold the frozen base's linear layers in bfloat16 (adapters, norms, attention, LM head and losses stay
+    # fp32): faster GEMMs on a CPU with AMX or AVX512_BF16, slower on one without. Off: the fp32 base is the
+    # reference; what bf16 costs in fidelity and gains in speed is measured in BENCHMARKS.md ("A bf16 base").
+    bf16_base: bool = False
 
     # --- advantages
     advantage_mode: str = "gdpo"        # "gdpo": standardise each channel per group, then add with priorities

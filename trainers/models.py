@@ -24,7 +24,10 @@ each process pays the dequantisation once.
 
 Precision: on CPU the base model stays fp32 and the adapters train in fp32. bitsandbytes NF4 is only
 used with CUDA: on CPU its 4-bit path silently returns no LoRA gradients after a no-grad forward such as
-`generate`, so training would run and learn nothing.
+`generate`, so training would run and learn nothing. `TrainConfig.bf16_base` (off by default) holds the frozen
+base's linear layers in bfloat16 on CPU instead (`hold_linears_in_bf16`); the adapters, embeddings, norms,
+attention, LM head and losses stay fp32. It is a speed option for CPUs with bf16 arithmetic (AMX,
+AVX512_BF16): see BENCHMARKS.md, "A bf16 base", for what it costs in fidelity.
 """
 
 from __future__ import annotations
@@ -245,13 +248,71 @@ def load_base(model: str | os.PathLike | None = None, *, load_in_4bit: bool = Fa
     return base, tokenizer
 
 
+class Bf16FrozenLinear(torch.nn.Linear):
+    """A frozen linear layer whose weight (and bias) is held in bfloat16: the input is rounded to bf16, the
+    product accumulates in fp32 inside the GEMM (oneDNN's AMX and AVX512_BF16 kernels do) and comes back in
+    the input's dtype, so everything around it (norms, attention, adapters, the loss) stays fp32.
+
+    Why not `model.to(torch.bfloat16)`: that would round the adapters, the norms and the logits as well, and
+    the policy-gradient losses read small differences of log-probs. Why only the frozen layers: AdamW on bf16
+    adapters loses updates smaller than 2^-8 of a weight (the reference trained fp32/bf16 adapters over an NF4
+    base; here the base is the only thing held short)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias
+        return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, bias).to(x.dtype)
+
+
+def hold_linears_in_bf16(base, skip: tuple[str, ...] = ("lm_head",)) -> int:
+    """Turn every `torch.nn.Linear` of a plain (adapter-free) `base` into a frozen `Bf16FrozenLinear`, but those
+    named in `skip` (the LM head: tied to the embedding in SmolLM2 and Gemma, and in bf16 it costs the most
+    fidelity, 22 against 33 of 50 greedy answers kept). Returns how many layers it changed. In place.
+
+    Refuses a model that already has adapters: their own linear layers must stay fp32 and trainable."""
+    if hasattr(base, "disable_adapter") or any("lora_" in n for n, _ in base.named_modules()):
+        raise ValueError("hold_linears_in_bf16 takes the plain base model, before adapters are added")
+    changed = 0
+    for name, module in base.named_modules():
+        if type(module) is torch.nn.Linear and name.rsplit(".", 1)[-1] not in skip:
+            module.weight = torch.nn.Parameter(module.weight.detach().to(torch.bfloat16), requires_grad=False)
+            if module.bias is not None:
+                module.bias = torch.nn.Parameter(module.bias.detach().to(torch.bfloat16), requires_grad=False)
+            module.__class__ = Bf16FrozenLinear
+            changed += 1
+    return changed
+
+
+def native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic in hardware (AMX or AVX512_BF16), from /proc/cpuinfo's flags;
+    False where they cannot be read. Without it torch emulates bf16 GEMMs, slower than fp32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in text.split() for flag in ("amx_bf16", "avx512_bf16"))
+
+
 def add_adapters(base, config: TrainConfig):
-    """Wrap `base` with fresh LoRA (or DoRA) adapters on every linear layer but the LM head. Edits `base` in place."""
+    """Wrap `base` with fresh LoRA (or DoRA) adapters on every linear layer but the LM head. Edits `base` in place.
+
+    With `config.bf16_base` on a CPU the frozen linear layers are held in bf16 first (`hold_linears_in_bf16`);
+    the adapters stay fp32 (PEFT's `autocast_adapter_dtype`, checked here, since a bf16 adapter would learn
+    nothing below its rounding)."""
     from peft import LoraConfig, get_peft_model
+    cast = config.bf16_base and not next(base.parameters()).is_cuda  # on CUDA the base is bf16 or NF4 already
+    if cast:
+        if not native_bf16():
+            import warnings
+            warnings.warn("bf16_base on a CPU without AMX or AVX512_BF16: torch emulates bf16 GEMMs here, so the "
+                          "step is slower than with the fp32 base, not faster", stacklevel=2)
+        hold_linears_in_bf16(base)
     torch.manual_seed(config.seed)  # LoRA's A matrices start random: the same seed gives the same adapters
     adapters = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           target_modules="all-linear", use_dora=config.use_dora, task_type="CAUSAL_LM")
-    return get_peft_model(base, adapters)
+    policy = get_peft_model(base, adapters, autocast_adapter_dtype=True)
+    if cast and any(p.dtype != torch.float32 for p in policy.parameters() if p.requires_grad):
+        raise RuntimeError("bf16_base: PEFT left adapters outside fp32; this peft version is not supported with it")
+    return policy
 
 
 def load_policy(model: str | os.PathLike | None = None, config: TrainConfig | None = None):
