@@ -315,6 +315,9 @@ def test_the_search_control_is_a_row_with_its_own_book_and_the_rungs_are_paired_
     assert vs["diff"] == 0.0 and vs["lo"] <= 0.0 <= vs["hi"] and not vs["outside_noise"]
     table = (results / "comparison.md").read_text()
     assert "| cispo | minus search |" not in table and "| rung | minus search |" in table
+    # the legend names the controls the table shows, and only those
+    legend = next(line for line in table.splitlines() if line.startswith("Controls:"))
+    assert "`search`: model-free evolutionary search" in legend and "`best_of_n`" not in legend
     assert "Each run's own book" in table and "| search | 1 |" in table
     # a run of one rung (long runs go one a process) reports every rung kept, not only its own ...
     assert main(["compare", "--scale", "smoke", "--steps", "20", "--rungs", "search", "--out", str(out),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.compare.ladder import PAIRED_WITH
+from trainers.compare.ladder import CONTROLS, PAIRED_WITH
 from alpha_gym.evaluation.kept import read_object, read_rows
 from trainers.compare.runner import CompareError
 
@@ -276,10 +276,11 @@ def write_table(report, scale_name, out: Path) -> str:
                               for n, p in changed) + "."]
     controls = [n for n, r in report["rows"].items() if r.get("kind") == "control"]
     if controls and any(r.get("vs_controls") for r in report["rows"].values()):
-        lines += ["", "Controls: no weight updated, the same verifier calls as a rung's training (`best_of_n`: the "
-                      "start model's best of k samples per probe brief by train reward; `search`: model-free "
-                      "evolutionary search over formula trees). Each rung minus each control, paired over briefs "
-                      "and seeds [95% CI]; `*`: the interval excludes 0.", "",
+        about = dict(CONTROLS)  # each control the table shows, in the words of its row in the controls table
+        named = "; ".join(f"`{c}`: {about[c]}" if c in about else f"`{c}`" for c in controls)
+        lines += ["", f"Controls: no weight updated, the same verifier calls as a rung's training ({named}). "
+                      "Each rung minus each control, paired over briefs and seeds [95% CI]; `*`: the interval "
+                      "excludes 0.", "",
                   "| rung | " + " | ".join(f"minus {c}" for c in controls) + " |",
                   "|---|" + "---|" * len(controls)]
         for name, r in report["rows"].items():
