@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     n = len(ids)
     print(f"\nGreedy answers to the {n} probe briefs, at most {a.tokens} new tokens, model {a.model or 'built-in'}, "
           f"{a.threads} thread(s)\n")
-    print("| variant | same answer as fp32 | same formula as fp32 | valid formulas | same as kept step 0 | s |")
+    print("| variant | same answer as fp32 | same formula as fp32 | answers holding a formula | same as kept step 0 | s |")
     print("|---|---:|---:|---:|---:|---:|")
     ref = [formula_or_none(x) for x in answers["fp32"]]
     for v in variants:
