@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VARIANTS = ("fp32", "bf16", "bf16_head", "bf16x2", "bf16x3")
 KEPT = ROOT / "benchmarks" / "results" / "compare-long"

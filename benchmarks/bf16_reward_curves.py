@@ -7,7 +7,8 @@ Reads each run folder's log.jsonl (`alpha-gym train`), smooths each run's mean g
 `--window` steps (trailing; a single step's reward is two groups' worth of noise), and reports for each bf16
 run the share of steps where it lies inside the fp32 runs' band (their minimum to maximum at that step), its
 mean reward over all steps and over the last `--window`, the fp32 runs' range of the same, and the seconds a
-step took (the log's own timing). Prints a markdown table; `--plot` draws the curves.
+step took (the log's own timing). With three or more fp32 runs each is also held to the band of the others
+(in brackets): how often a run that differs only by its seed stays inside, the yardstick for the bf16 rows. Prints a markdown table; `--plot` draws the curves.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def curve(run: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -57,9 +56,16 @@ def main(argv=None) -> int:
     print(f"Reward per step, trailing mean over {a.window} steps, the first {steps} steps of every run\n")
     print("| run | steps inside the fp32 band | mean reward | mean, last window | s a step (median) |")
     print("|---|---:|---:|---:|---:|")
+    smoothed = {name: smooth(r[:steps], a.window) for name, (r, _) in fp32.items()}
     for name, (r, s) in [*fp32.items(), *bf16.items()]:
         sm = smooth(r[:steps], a.window)
-        inside = "-" if name in fp32 else f"{int(((sm >= lo) & (sm <= hi)).sum())}/{steps}"
+        if name in bf16:
+            inside = f"{int(((sm >= lo) & (sm <= hi)).sum())}/{steps}"
+        elif len(fp32) >= 3:  # the yardstick: an fp32 run against the band of the other fp32 runs
+            others = np.array([v for k, v in smoothed.items() if k != name])
+            inside = f"({int(((sm >= others.min(0)) & (sm <= others.max(0))).sum())}/{steps} of the others')"
+        else:
+            inside = "-"
         print(f"| {name} | {inside} | {r[:steps].mean():+.3f} | {sm[-1]:+.3f} | {np.nanmedian(s[:steps]):.1f} |")
     if a.plot:
         import matplotlib
