@@ -110,3 +110,13 @@ def write_market_csv():
                             + "\n")
         return path
     return write
+
+
+@pytest.fixture
+def two_cores():
+    """Skip a test that runs two scoring workers where this process may use fewer than two cores (`taskset -c 0`,
+    a one-core container): the commands refuse more workers than cores by design (tests/test_score_batch.py
+    checks that refusal), so there the test could only fail on the refusal."""
+    from alpha_gym.ranges import usable_cores
+    if usable_cores() < 2:
+        pytest.skip(f"needs 2 usable cores for two workers; this process may run on {usable_cores()}")

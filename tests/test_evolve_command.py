@@ -155,13 +155,9 @@ def test_the_command_on_real_us46(tmp_path, capsys):
     assert numbers["verifier_calls"] == 12 and numbers["checkpoints"][0]["n"] == 2
 
 
-def test_two_scoring_workers_give_the_one_worker_run_bit_for_bit(market_csv, tmp_path):
+def test_two_scoring_workers_give_the_one_worker_run_bit_for_bit(two_cores, market_csv, tmp_path):
     """Issue 42.4: `--workers 2` prepares each group's answers on two scoring processes and scores the channels
     here; every call's reward, the archive, the book and the kept answers are those of `--workers 1`."""
-    from alpha_gym.ranges import usable_cores
-    if usable_cores() < 2:  # the command refuses more workers than cores, by design (tested in test_score_batch)
-        pytest.skip(f"needs 2 usable cores for --workers 2; this process may run on {usable_cores()}")
-
     def run(name, workers):
         out = tmp_path / name
         assert main(evolve_args(market_csv, out, 100, "--workers", str(workers), "--mutator", "tree",

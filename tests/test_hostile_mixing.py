@@ -157,7 +157,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_kill_9_of_the_driver_leaves_no_ray_process(tmp_path):
+def test_kill_9_of_the_driver_leaves_no_ray_process(two_cores, tmp_path):
     pytest.importorskip("ray", reason="ray (alpha-gym[batch]) is not installed")
     from alpha_gym.language.sample import random_formula
     rng = np.random.default_rng(0)

@@ -231,7 +231,7 @@ def test_the_local_cluster_listens_on_loopback_only(local_ray):
     assert {n["NodeManagerAddress"] for n in local_ray.nodes()} == {"127.0.0.1"}
 
 
-def test_ray_workers_give_the_serial_bytes_and_resume(local_ray, panel, pool, serial, tmp_path):
+def test_ray_workers_give_the_serial_bytes_and_resume(two_cores, local_ray, panel, pool, serial, tmp_path):
     out = tmp_path / "ray.jsonl"
     first = score_batch(panel, pool, out, workers=2, progress=False, chunk=8, limit=30)
     assert first["scored"] == 30 and not first["complete"]

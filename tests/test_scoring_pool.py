@@ -45,7 +45,7 @@ def verifier():
     P.close_scoring_pool()
 
 
-def test_two_workers_score_a_group_as_one_process(verifier):
+def test_two_workers_score_a_group_as_one_process(two_cores, verifier):
     answers = _answers(40)
     want = verifier.score_group(answers)
     got = P.score_group(verifier, answers, workers=2)
@@ -58,7 +58,7 @@ def test_two_workers_score_a_group_as_one_process(verifier):
         ["rank(volume / open)", "rank(-ts_delta(close, 5))", "rank(close -)"]  # input order, formulas and answers
 
 
-def test_groups_with_archive_updates_match_the_serial_loop(verifier):
+def test_groups_with_archive_updates_match_the_serial_loop(two_cores, verifier):
     groups = [_answers(6, seed=s)[:8] for s in range(5)]
     serial, pooled = verifier.fork(), verifier.fork()
     want = []
@@ -70,7 +70,7 @@ def test_groups_with_archive_updates_match_the_serial_loop(verifier):
     assert pooled.archive.forms == serial.archive.forms and len(serial.archive) > len(verifier.archive)
 
 
-def test_the_search_does_not_depend_on_its_workers(verifier):
+def test_the_search_does_not_depend_on_its_workers(two_cores, verifier):
     from alpha_gym.search import SearchConfig, search
     runs = [search(verifier.fork(), ["rank(close / open)"], 64, SearchConfig(population=8, alpha101=False), seed=5,
                    workers=w) for w in (1, 2)]
@@ -79,7 +79,7 @@ def test_the_search_does_not_depend_on_its_workers(verifier):
     assert [c.text for c in runs[0].population] == [c.text for c in runs[1].population]
 
 
-def test_workers_run_one_thread_each_and_die_loudly(verifier):
+def test_workers_run_one_thread_each_and_die_loudly(two_cores, verifier):
     pool = P.scoring_pool(verifier, 2)
     for proc in pool._procs:  # no BLAS/OpenMP threads beside the interpreter's (an allocator's helper may run)
         names = [open(f"{task}/comm").read().strip() for task in glob.glob(f"/proc/{proc.pid}/task/*")]
@@ -106,7 +106,7 @@ def test_worker_counts_are_checked_against_the_machine(verifier, monkeypatch):
     assert 1 <= P.default_workers(verifier.panel) <= usable_cores()
 
 
-def test_score_batch_on_worker_processes_gives_the_serial_bytes(tmp_path):
+def test_score_batch_on_worker_processes_gives_the_serial_bytes(two_cores, tmp_path):
     from alpha_gym.batch.runner import score_batch
     panel = synthetic_panel(n_stocks=12, n_days=400, seed=3)
     rng = np.random.default_rng(1)
@@ -122,7 +122,7 @@ def test_score_batch_on_worker_processes_gives_the_serial_bytes(tmp_path):
     assert pooled.read_bytes() == serial.read_bytes()
 
 
-def test_the_service_on_two_workers_answers_as_a_direct_call(verifier):
+def test_the_service_on_two_workers_answers_as_a_direct_call(two_cores, verifier):
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
     from alpha_gym.jsonable import json_dumps
@@ -139,7 +139,7 @@ def test_the_service_on_two_workers_answers_as_a_direct_call(verifier):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
-def test_kill_9_of_score_batch_leaves_no_worker(tmp_path):
+def test_kill_9_of_score_batch_leaves_no_worker(two_cores, tmp_path):
     """The workers read their stdin until it closes: a driver killed with -9 takes them down with it."""
     import subprocess
     import sys
