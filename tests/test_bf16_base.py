@@ -74,6 +74,16 @@ def test_adapters_stay_fp32_and_learn_over_a_bf16_base():
     assert moved == set(trainable)  # every adapter matrix, A and B in every layer
 
 
+def test_the_loop_refuses_bf16_base_over_adapters_already_on_an_fp32_base(tmp_path):
+    """A policy passed with its adapters already added cannot be held in bf16 afterwards: the run would record
+    bf16_base = true over an fp32 base, so the loop refuses it."""
+    from trainers import loop
+    from trainers.models import add_adapters
+    policy = add_adapters(tiny_llama(), TrainConfig())
+    with pytest.raises(ValueError, match="already has adapters"):
+        loop._policy((policy, None), TrainConfig(bf16_base=True))
+
+
 def test_off_by_default_and_the_fp32_base_is_untouched():
     from trainers.models import Bf16FrozenLinear, add_adapters
     assert TrainConfig().bf16_base is False

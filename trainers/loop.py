@@ -325,11 +325,16 @@ def _seed_everything(seed: int, step: int) -> None:
 
 # ------------------------------------------------------------------------------------ the policy
 def _policy(model, config: TrainConfig):
-    from trainers.models import add_adapters, load_policy
+    from trainers.models import Bf16FrozenLinear, add_adapters, load_policy
     if isinstance(model, tuple):
         policy, tokenizer = model
         if not hasattr(policy, "disable_adapter"):  # a plain model: give it adapters
             policy = add_adapters(policy, config)
+        elif (config.bf16_base and not next(policy.parameters()).is_cuda  # on CUDA the base is bf16 or NF4 already
+              and not any(isinstance(m, Bf16FrozenLinear) for m in policy.modules())):
+            # the run would record bf16_base = true over an fp32 base: refuse rather than mislabel it
+            raise ValueError("bf16_base=True with a model that already has adapters over an fp32 base: pass the "
+                             "plain base model (the loop adds the adapters), or leave bf16_base off")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         return policy, tokenizer

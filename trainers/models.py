@@ -255,12 +255,11 @@ class Bf16FrozenLinear(torch.nn.Linear):
 
     Why not `model.to(torch.bfloat16)`: that would round the adapters, the norms and the logits as well, and
     the policy-gradient losses read small differences of log-probs. Why only the frozen layers: AdamW on bf16
-    adapters loses updates smaller than 2^-8 of a weight (the reference trained fp32/bf16 adapters over an NF4
-    base; here the base is the only thing held short)."""
+    adapters loses updates smaller than 2^-8 of a weight (the reference's base was NF4, its adapters trained;
+    here too the base is the only thing held short)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else self.bias
-        return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, bias).to(x.dtype)
+        return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
 
 
 def hold_linears_in_bf16(base, skip: tuple[str, ...] = ("lm_head",)) -> int:
