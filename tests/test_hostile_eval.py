@@ -389,9 +389,12 @@ def _eval_with_two_requests_in_flight(endpoint, tmp_path, seconds: float, limit:
     server = endpoint(route)
     out_dir = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # SIGINT at its default in the child, as in a terminal: a suite started in the background (`cmd &` from a
+    # script) hands its children an ignored SIGINT, and Python then never raises KeyboardInterrupt on Ctrl-C
     proc = subprocess.Popen([sys.executable, "-m", "alpha_gym", *_args(server.url, out_dir, "--limit", str(limit),
                                                                           "--concurrency", "2")],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while len(server.chats()) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
