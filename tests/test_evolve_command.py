@@ -128,7 +128,8 @@ def test_bad_specs_and_options_are_one_line_and_exit_2(market_csv, tmp_path, cap
                        (["--mutator", "tree", "--mutator", "tree"], "names 'tree' twice"),
                        (["--probe", "5000"], "--probe 5000: there are"),
                        (["--brief", "nope"], "nope"),
-                       (["--pseudo-holdout", "790"], "leaves 10 of the data's 800 sessions")):
+                       (["--pseudo-holdout", "790"], "leaves 10 of the data's 800 sessions"),
+                       (["--workers", "99999"], "--workers 99999: this machine has")):
         assert main(evolve_args(market_csv, tmp_path / "bad", 8, *more)) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], (more, err)

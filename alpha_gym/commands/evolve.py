@@ -117,6 +117,10 @@ def main(args) -> int:
                     calls=args.keep_at)
         print(f"kept the run in {args.out} at {args.keep_at} calls into {args.results or args.out + '/results'}")
         return 0
+    if args.workers is not None:  # refused here, naming the flag, before the run folder is claimed
+        from alpha_gym.pool import worker_bytes
+        from alpha_gym.ranges import check_workers
+        check_workers(args.workers, "--workers", worker_bytes(train), allow_zero=False)
     universe = universe_arg(args.universe)
     about = {"data": args.data, "universe": universe}
     try:
