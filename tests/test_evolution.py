@@ -64,6 +64,9 @@ def test_every_setting_has_a_range_and_bad_ones_name_their_key():
         BanditConfig(decay=0.0)
     with pytest.raises(SettingError, match=r"TreeMutator\.crossover_rate = 2\.0"):
         TreeMutator(crossover_rate=2.0)
+    from alpha_gym.search.mutators import RandomMutator
+    with pytest.raises(SettingError, match=r"RandomMutator\.max_depth = 17: must be an integer in \[2, 16\]"):
+        RandomMutator(max_depth=17)  # a random tree's size grows geometrically with its depth
 
 
 # ------------------------------------------------------------------------------------------ database

@@ -218,12 +218,12 @@ class _Run:
     """The state a checkpoint holds, and the steps of the loop."""
 
     def __init__(self, verifier, mutators: dict[str, Mutator], database: ProgramDatabase, bandit: Bandit,
-                 rng: np.random.Generator, settings: dict, budget: int, out: Path | None):
+                 rng: np.random.Generator, settings: dict, budget: int, out: Path | None, workers: int | None = None):
         self.verifier, self.mutators, self.db, self.bandit, self.rng = verifier, mutators, database, bandit, rng
         self.settings, self.budget, self.out = settings, budget, out
+        self.workers = workers                       # scoring processes (not a setting: the run is the same)
         self.limits = verifier.config.limits
         self.calls = self.groups = self.seeded = self.rejected = 0
-        self.workers: int | None = None              # scoring processes (evolve's `workers`)
         self.history: list[dict] = []
         self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
         self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
@@ -442,8 +442,7 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
         settings["learners"] = jsonable(learning)
     out = None if out_dir is None else Path(out_dir)
     run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
-               np.random.default_rng(seed), settings, budget, out)
-    run.workers = workers
+               np.random.default_rng(seed), settings, budget, out, workers)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         state = _load_state(out, settings)

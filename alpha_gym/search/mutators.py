@@ -141,7 +141,9 @@ class RandomMutator:
     name: str = "random"
 
     def __post_init__(self):
-        check_fields(self, {"min_depth": ints(2, 64), "max_depth": ints(2, 64), "max_tries": ints(1, 100_000)})
+        # depth 16 at most, the Limits' default max_depth: a random tree's expected size grows geometrically
+        # with depth, so a deeper draw costs time and memory for a tree the verifier would mostly refuse
+        check_fields(self, {"min_depth": ints(2, 16), "max_depth": ints(2, 16), "max_tries": ints(1, 100_000)})
         if self.max_depth < self.min_depth:
             raise MutatorSpecError(f"max_depth {self.max_depth} < min_depth {self.min_depth}")
 
