@@ -79,14 +79,16 @@ for n, text in formulas.items():
         fns[n] = ns[f"a{n}"]
     except Exception as exc:  # its parser or kernels may reject a formula: report, do not time it
         failed[n] = f"{type(exc).__name__}: {exc}"[:200]
-best = None
+best, each = None, {}
 for _ in range(repeats):
     t = time.perf_counter()
-    for fn in fns.values():
+    for n, fn in fns.items():
+        t1 = time.perf_counter()
         fn(ctx)
+        each[n] = min(each.get(n, 1e30), time.perf_counter() - t1)
     dt = time.perf_counter() - t
     best = dt if best is None else min(best, dt)
-print(json.dumps({"ok": sorted(fns, key=int), "failed": failed, "seconds": best,
+print(json.dumps({"ok": sorted(fns, key=int), "failed": failed, "seconds": best, "each": each,
                   "version": getattr(alpha, "__version__", None), "stocks": int(df["securityid"].nunique()),
                   "days": int(df["tradetime"].nunique())}))
 '''
@@ -118,7 +120,8 @@ def _alphalib_usable(python: str | None) -> str | None:
     return None
 
 
-def _ours(panel, nodes: dict, repeats: int, threads: int) -> float:
+def _ours(panel, nodes: dict, repeats: int, threads: int, each: dict | None = None) -> float:
+    """Best total seconds of `repeats` runs; with `each` (one thread only), each alpha's best seconds go into it."""
     from alpha_gym.language.evaluate import evaluate
 
     def one(node):
@@ -128,8 +131,11 @@ def _ours(panel, nodes: dict, repeats: int, threads: int) -> float:
     for _ in range(repeats):
         t = time.perf_counter()
         if threads == 1:
-            for node in nodes.values():
+            for n, node in nodes.items():
+                t1 = time.perf_counter()
                 one(node)
+                if each is not None:
+                    each[n] = min(each.get(n, 1e30), time.perf_counter() - t1)
         else:
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 list(pool.map(one, nodes.values()))
@@ -171,7 +177,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the best is reported")
     ap.add_argument("--panels", default="us46,all", help="comma list of us46, all")
     ap.add_argument("--no-alpha101v", action="store_true", help="skip alpha101v's orientation timing")
+    ap.add_argument("--per-alpha", type=Path, help="write each alpha's one-thread seconds (both engines) to this JSON "
+                                                    "and print the slowest 15 per panel")
+    ap.add_argument("--threads", default="1,default", help="which runs: 1, default or both (default both)")
     args = ap.parse_args()
+    modes = [m for m in args.threads.split(",") if m]
+    if not modes or any(m not in ("1", "default") for m in modes):
+        sys.exit(f"--threads takes 1, default or 1,default, got {args.threads!r}")
 
     from alpha_gym import load_panel, load_universe
     from alpha_gym.alpha101 import formulas, parse_alpha
@@ -200,34 +212,51 @@ def main() -> None:
     print(f"python {platform.python_version()}, numpy {__import__('numpy').__version__}, "
           f"{platform.processor() or platform.machine()}, {threads} logical CPUs; best of {args.repeat}")
 
-    rows = []
+    rows, per_alpha = [], {}
     for pname, (panel, universe) in panels.items():
         for f in ("returns", "vwap", "dollar_volume"):
             panel.field(f)
         common = dict(paper)
         theirs = {}
         if not why_not:
-            for mode in ("1", "default"):
+            for mode in modes:
                 theirs[mode] = _alphalib(args.alphalib_python, csv, universe, paper, args.repeat, mode)
-            ok = set(theirs["1"]["ok"]) & set(theirs["default"]["ok"])
-            failed = theirs["1"]["failed"]
+            ok = set.intersection(*(set(theirs[m]["ok"]) for m in modes))
+            failed = theirs[modes[0]]["failed"]
             if failed:
                 print(f"{pname}: py-alpha-lib could not compute {sorted(map(int, failed))}: they are left out")
                 # the timed set must be the same on both sides: rerun theirs on the common set only
                 common = {n: t for n, t in paper.items() if str(n) in ok}
-                for mode in ("1", "default"):
+                for mode in modes:
                     theirs[mode] = _alphalib(args.alphalib_python, csv, universe, common, args.repeat, mode)
         nodes = {n: parse_alpha(n) for n in common}
         _ours(panel, dict(list(nodes.items())[:3]), 1, 1)  # warm the allocator and caches
         a101v = None if args.no_alpha101v else _alpha101v(panel, list(common))
         for mode, nthreads in (("1", 1), ("default", threads)):
-            ours = _ours(panel, nodes, args.repeat, nthreads)
+            if mode not in modes:
+                continue
+            each: dict = {}
+            ours = _ours(panel, nodes, args.repeat, nthreads, each if nthreads == 1 else None)
+            if each:
+                per_alpha[pname] = {str(n): {"ours": each[n], "theirs": theirs.get(mode, {}).get("each", {}).get(str(n))}
+                                    for n in nodes}
             th = theirs.get(mode, {}).get("seconds")
             rows.append((pname, f"{panel.n_stocks} x {panel.n_days}", "1" if nthreads == 1 else f"default ({nthreads})",
                          len(common), ours, th, ours / th if th else None, a101v if mode == "1" else None))
 
     def fmt(x, spec):
         return format(x, spec) if x is not None else "-"
+
+    if args.per_alpha and per_alpha:
+        args.per_alpha.write_text(json.dumps(per_alpha, indent=1))
+        for pname, table in per_alpha.items():
+            total = sum(v["ours"] for v in table.values())
+            print(f"\n{pname}: the 15 slowest alphas of ours (one thread; {total:.2f} s in all)")
+            print("| alpha | ours ms | share | py-alpha-lib ms | ours / theirs |\n|---|---|---|---|---|")
+            for n, v in sorted(table.items(), key=lambda kv: -kv[1]["ours"])[:15]:
+                th = v["theirs"]
+                print(f"| {n} | {v['ours'] * 1e3:.1f} | {v['ours'] / total:.1%} | {fmt(th and th * 1e3, '.1f')} | "
+                      f"{fmt(th and v['ours'] / th, '.2f')} |")
 
     print()
     print("| panel | stocks x days | threads | alphas | ours s | ours formulas/s | py-alpha-lib s | "

@@ -1,11 +1,12 @@
 """The improve task's warm start (issue 40.4): parseable answers to improve-task prompts before vs after SFT.
 
-    python -m benchmarks.improve_warm_start --run runs/evolve-tree-1600 --out runs/improve-warm \\
+    python -m benchmarks.improve_warm_start --run runs/evolve-tree-1600 [--run RUN2 ...] --out runs/improve-warm \\
         --prompts 8 --max-pairs 32 --per-prompt 1 --batch-size 4 --lr 5e-4 \\
         --data ../shared/data/us_equities/us_daily_train.csv.gz --universe ../shared/data/us_equities/universe_us46.txt
 
-1. pairs: `alpha-gym sft-data --task improve --from RUN` (`alpha_gym.search.improve_pairs`), capped at --max-pairs;
-2. held-out prompts: the improve prompts of --prompts parent sets of the same run whose child did NOT beat its
+1. pairs: `alpha-gym sft-data --task improve --from RUN [--from RUN2 ...]` (`alpha_gym.search.improve_pairs`),
+   capped at --max-pairs a run;
+2. held-out prompts: the improve prompts of --prompts parent sets of the first run whose child did NOT beat its
    best parent (so no pair trains on them), spread evenly over the run in child order;
 3. greedy answers (`trainers.rollout.generate_answers`, --max-new-tokens) of the start model and of the SFT model;
 4. for each: parseable (an `<alpha>` block whose formula parses under the run's Limits), a copy (its canonical
@@ -85,7 +86,8 @@ def summary(rows: list[dict]) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", required=True, help="an evolve run folder (its --out)")
+    p.add_argument("--run", required=True, action="append",
+                   help="an evolve run folder (its --out); repeatable: pairs from each, held-out prompts from the first")
     p.add_argument("--out", required=True)
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--max-pairs", type=int, default=96)
@@ -103,10 +105,12 @@ def main() -> int:
     from trainers.sft import SFTSettings, run_sft
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    made = build_improve_dataset(args.run, out / "pairs.jsonl", max_pairs=args.max_pairs, per_prompt=args.per_prompt)
-    programs, limits, brief = load_run(args.run)
+    runs = args.run if len(args.run) > 1 else args.run[0]
+    made = build_improve_dataset(runs, out / "pairs.jsonl", max_pairs=args.max_pairs, per_prompt=args.per_prompt)
+    programs, limits, brief = load_run(args.run[0])
     pairs = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
-    prompts = held_out(programs, limits, brief, {tuple(r["parents"]) for r in pairs}, args.prompts)
+    first = pairs[:made["runs"][0]["rows"]] if "runs" in made else pairs     # the first run's pairs come first
+    prompts = held_out(programs, limits, brief, {tuple(r["parents"]) for r in first}, args.prompts)
     verifier = None
     if args.data:
         from alpha_gym.commands.flags import universe_arg

@@ -187,12 +187,19 @@ def test_the_model_evolve_arms_run_with_the_start_model_and_evolve_rl_pairs_with
     test_evolve_rl.py and test_improve_task.py.)"""
     pytest.importorskip("torch")
     from alpha_gym.evaluation.kept import read_object, read_rows
+    from trainers.models import materialise_default_model, model_identity
     results, out = tmp_path / "results", tmp_path / "out"
+    # --mutator-model names the evolve arms' own model (here the start model's folder by path: the step-0 probe,
+    # which seeds them, stays --model's, the built-in default)
+    mutator = str(materialise_default_model())
     assert main(["compare", "--scale", "smoke", "--rungs", "evolve_model,evolve_rl", "--seeds", "42",
-                 "--out", str(out), "--results", str(results)]) == 0
+                 "--out", str(out), "--results", str(results), "--mutator-model", mutator]) == 0
     captured = capsys.readouterr().out
     assert "=== seed 42, control evolve_model" in captured and "=== seed 42, rung evolve_rl" in captured
-    for name, spec in (("evolve_model", "model"), ("evolve_rl", "rl")):
+    kept = read_object(results / "settings.json")
+    assert kept["model"] is None and kept["mutator_model"] == mutator
+    assert kept["mutator_model_identity"] == model_identity(mutator)
+    for name, spec in (("evolve_model", f"model:{mutator}"), ("evolve_rl", f"rl:model={mutator}")):
         stamp = json.loads((out / "seed-42" / name / "evolve-settings.json").read_text())
         assert stamp["mutators"] == [spec] and stamp["name"] == name
         assert read_object(results / "seed-42" / f"{name}.json")["verifier_calls"] == SCALES["smoke"].steps * 2
@@ -200,3 +207,15 @@ def test_the_model_evolve_arms_run_with_the_start_model_and_evolve_rl_pairs_with
     report = json.loads((out / "report.json").read_text())
     assert report["rows"]["evolve_rl"]["vs_previous"]["rung"] == "evolve_model"
     assert report["rows"]["evolve_model"]["kind"] == "control"
+
+
+def test_the_model_evolve_arms_mutate_with_the_mutator_model_and_refuse_a_name_their_spec_would_misread():
+    from types import SimpleNamespace
+    from trainers.compare.arms import _model_arg
+    from trainers.compare.runner import CompareError
+    assert _model_arg(SimpleNamespace(model=None, mutator_model=None)) == ""          # the built-in start model
+    assert _model_arg(SimpleNamespace(model="runs/sft/model", mutator_model=None)) == "runs/sft/model"
+    assert _model_arg(SimpleNamespace(model="runs/sft/model", mutator_model="runs/improve/model")) == "runs/improve/model"
+    for bad in ("runs/a,b", "runs/lr=1e-3"):
+        with pytest.raises(CompareError, match="cannot name a start model"):
+            _model_arg(SimpleNamespace(model="runs/sft/model", mutator_model=bad))

@@ -139,6 +139,27 @@ def test_cli_writes_the_pairs_and_refuses_mixed_flags(run_dir, tmp_path, capsys)
     assert "kept comparison files" in capsys.readouterr().err
 
 
+def test_pairs_from_several_runs_each_under_the_caps_without_repeats(run_dir, tmp_path, small_synthetic, capsys):
+    other = tmp_path / "other"
+    verifier = Verifier(small_synthetic)
+    evolve(verifier, TreeMutator(limits=verifier.config.limits), DatabaseConfig(n_islands=2), budget=56, seed=2,
+           out_dir=other, seed_formulas=SEEDS, group_size=8, progress=None)
+    first, second = improve_pairs(run_dir, max_pairs=3), improve_pairs(other, max_pairs=3)
+    keys = {(json.dumps(r["prompt"]), json.dumps(r["completion"])) for r in first}
+    fresh = [r for r in second if (json.dumps(r["prompt"]), json.dumps(r["completion"])) not in keys]
+    out = tmp_path / "both.jsonl"
+    assert cli_main(["sft-data", "--task", "improve", "--from", str(run_dir), "--from", str(other), "--out", str(out),
+                     "--max-pairs", "3"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == json.loads(json.dumps(first + fresh))       # each run capped at 3, the first run's pairs first
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"] == len(rows) and [r["rows"] for r in summary["runs"]] == [len(first), len(fresh)]
+    # the same run twice adds nothing: its pairs are already in
+    assert build_improve_dataset([run_dir, run_dir], tmp_path / "twice.jsonl", max_pairs=3)["rows"] == len(first)
+    with pytest.raises(ImprovePairsError, match="no evolve run given"):
+        build_improve_dataset([], tmp_path / "none.jsonl")
+
+
 def test_the_write_task_output_is_unchanged(small_synthetic, tmp_path, write_market_csv):
     from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.sft_data import build_sft_dataset

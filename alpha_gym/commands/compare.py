@@ -97,6 +97,10 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
                                    "folder (e.g. the SFT warm start) or hub id; default: SmolLM2-135M-Instruct")
     p.add_argument("--data", help="market data (default: the synthetic market)")
     p.add_argument("--universe", help="a ticker file, or tickers separated by commas")
+    p.add_argument("--mutator-model", metavar="MODEL",
+                   help="the model the evolve_model and evolve_rl arms mutate with (e.g. the improve-task warm start: "
+                        "`alpha-gym sft-data --task improve` then `alpha-gym sft`); default: --model. The probe "
+                        "formulas that seed every evolve arm stay --model's, so the evolve arms start alike")
     p.add_argument("--out", default="runs/compare", help="output folder (checkpoints, logs, probe answers)")
     p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
                                      "default: OUT/results")
@@ -161,7 +165,8 @@ def cmd_compare(args) -> int:
     context = RunContext(scale_name=args.scale, scale=scale, model=args.model, data=args.data,
                          universe=args.universe, verifier_config=verifier_config, train=train, holdout=holdout,
                          probe=tuple(list(brief_set("probe"))[: scale.probe]), out=out, results=results,
-                         identity=identity, report_only=args.report_only, update_results=args.update_results)
+                         identity=identity, report_only=args.report_only, update_results=args.update_results,
+                         mutator_model=args.mutator_model)
     arms = [a for a in ARMS if a.name in set(names)] + [eval_arm(d) for d in args.eval]
     # the table shows every arm kept in --results, not only those this run ran; only --report-only --rungs
     # narrows it

@@ -39,7 +39,7 @@ def _improve_data(args) -> int:
     from alpha_gym.search.improve_pairs import build_improve_dataset
     if args.run is None:
         raise SFTDataError("--task improve reads an evolve run: give --from RUN_DIR (the --out of `alpha-gym evolve`)")
-    summary = build_improve_dataset(args.run, args.out,
+    summary = build_improve_dataset(args.run if len(args.run) > 1 else args.run[0], args.out,
                                     max_pairs=IMPROVE_MAX_PAIRS if args.max_pairs is None else args.max_pairs,
                                     per_prompt=IMPROVE_PER_PROMPT if args.per_prompt is None else args.per_prompt)
     print(json_dumps(summary, indent=2))
@@ -78,10 +78,11 @@ def register(sub) -> None:
     p.add_argument("--task", choices=("write", "improve"), default="write",
                    help="write: brief -> formula pairs (default); improve: parents -> better child pairs from an "
                         "evolve run (--from)")
-    p.add_argument("--from", dest="run", metavar="RUN_DIR",
-                   help="improve: the --out folder of an `alpha-gym evolve` run (its state.json)")
+    p.add_argument("--from", dest="run", metavar="RUN_DIR", action="append",
+                   help="improve: the --out folder of an `alpha-gym evolve` run (its state.json); repeatable: "
+                        "pairs from each run, each under the caps, in the order given")
     p.add_argument("--max-pairs", type=flag(ints(1, 10**7)), default=None,
-                   help=f"improve: most pairs kept, largest improvement first (default {IMPROVE_MAX_PAIRS})")
+                   help=f"improve: most pairs kept from each run, largest improvement first (default {IMPROVE_MAX_PAIRS})")
     p.add_argument("--per-prompt", type=flag(ints(1, 10**6)), default=None,
                    help=f"improve: most children kept for one parent set (default {IMPROVE_PER_PROMPT})")
     p.add_argument("--briefs", help="write: briefs JSONL (default: the training split of the seeded briefs)")

@@ -175,18 +175,46 @@ def improve_pairs(run_dir, *, max_pairs: int | None = 256, per_prompt: int | Non
 def build_improve_dataset(run_dir, out, *, max_pairs: int | None = 256, per_prompt: int | None = 2,
                           min_improvement: float = 0.0) -> dict:
     """Pairs -> JSONL at `out` (`alpha_gym.tasks.sft_data.save_jsonl`). Returns a summary: rows, the run's
-    children and how many beat their best parent, distinct parent sets, the mean improvement, the path."""
+    children and how many beat their best parent, distinct parent sets, the mean improvement, the path.
+
+    run_dir: one run folder, or several (a list): each run gives its own pairs under the caps (so one run's
+    favourite family cannot fill the data), in the order given; a (prompt, completion) pair already taken from
+    an earlier run is dropped. The summary then adds one entry a run under "runs"."""
     from alpha_gym.tasks.sft_data import save_jsonl
-    programs, limits, brief = load_run(run_dir)
-    rows = pairs_from_programs(programs, limits, brief, max_pairs=max_pairs, per_prompt=per_prompt,
-                               min_improvement=min_improvement)
+    several = not isinstance(run_dir, (str, Path))
+    folders = list(run_dir) if several else [run_dir]
+    if not folders:
+        raise ImprovePairsError("no evolve run given: nothing to read pairs from")
+    rows, seen, per_run = [], set(), []
+    for folder in folders:
+        programs, limits, brief = load_run(folder)
+        got = [r for r in pairs_from_programs(programs, limits, brief, max_pairs=max_pairs, per_prompt=per_prompt,
+                                              min_improvement=min_improvement)
+               if _pair_key(r) not in seen]
+        seen.update(_pair_key(r) for r in got)
+        rows.extend(got)
+        children = [p for p in programs if p.parents]
+        better = sum(p.reward - max(programs[q].reward for q in p.parents) > min_improvement for p in children)
+        per_run.append({"run": str(folder), "rows": len(got), "parent_sets": len({tuple(r["parents"]) for r in got}),
+                        "children": len(children),
+                        "better_children": int(better), "brief": getattr(brief, "id", None)})
     if not rows:
-        raise ImprovePairsError(f"{run_dir}: no child of the run beat its best parent by more than "
+        where = folders[0] if len(folders) == 1 else f"{len(folders)} runs"
+        raise ImprovePairsError(f"{where}: no child of the run beat its best parent by more than "
                                 f"{min_improvement}: nothing to train on")
     save_jsonl(rows, out)
-    children = [p for p in programs if p.parents]
-    better = sum(p.reward - max(programs[q].reward for q in p.parents) > min_improvement for p in children)
-    return {"task": TASK, "rows": len(rows), "children": len(children), "better_children": int(better),
-            "parent_sets": len({tuple(r["parents"]) for r in rows}),
-            "mean_improvement": round(sum(r["improvement"] for r in rows) / len(rows), 4),
-            "brief": getattr(brief, "id", None), "run": str(run_dir), "path": str(out)}
+    summary = {"task": TASK, "rows": len(rows),
+               "children": sum(r["children"] for r in per_run),
+               "better_children": sum(r["better_children"] for r in per_run),
+               "parent_sets": sum(r["parent_sets"] for r in per_run),   # parent ids are a run's own
+               "mean_improvement": round(sum(r["improvement"] for r in rows) / len(rows), 4),
+               "brief": per_run[0]["brief"], "run": str(folders[0]) if not several else [str(f) for f in folders],
+               "path": str(out)}
+    if several:
+        summary["runs"] = per_run
+    return summary
+
+
+def _pair_key(row: dict) -> tuple[str, str]:
+    """A pair's identity across runs: its prompt and completion texts."""
+    return (json.dumps(row["prompt"], sort_keys=True), json.dumps(row["completion"], sort_keys=True))

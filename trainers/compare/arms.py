@@ -54,6 +54,8 @@ class RunContext:
     step0_formulas: tuple | None = None
     brief_ids: tuple | None = None
     evolve_mutators: tuple = ("tree",)  # the evolve arm's mutator specs (alpha_gym.search.mutators)
+    mutator_model: str | None = None  # the evolve_model/evolve_rl arms' model (e.g. the improve-task warm start);
+    #                                   None: `model`. The probe formulas seeding every evolve arm stay `model`'s.
     _built: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -163,9 +165,11 @@ def random_formulas(context: RunContext, seed: int) -> dict:
 
 
 def _model_arg(context: RunContext) -> str:
-    """The start model as a mutator spec's argument ("" for the built-in one). The rl spec splits on "," and
-    "=": a folder whose name holds either cannot be named there, and is refused rather than misread."""
-    model = "" if context.model is None else str(context.model)
+    """The mutator's model (`--mutator-model`, else the start model) as a mutator spec's argument ("" for the
+    built-in one). The rl spec splits on "," and "=": a folder whose name holds either cannot be named there,
+    and is refused rather than misread."""
+    chosen = context.mutator_model if context.mutator_model is not None else context.model
+    model = "" if chosen is None else str(chosen)
     if "," in model or "=" in model:
         from trainers.compare.runner import CompareError
         raise CompareError(f"the evolve_model/evolve_rl arms cannot name a start model whose path holds ',' or '=': "

@@ -47,6 +47,18 @@ def _equivalent_identities(results: Path, kept_identity: str | None, identity: s
     return sorted(now)
 
 
+def _mutator_model(results: Path, context: RunContext, arms) -> dict:
+    """settings.json's record of the evolve_model/evolve_rl arms' own model (`--mutator-model`), by path and
+    content, kept from an earlier run when this one runs neither arm (each arm's stamp names its path too)."""
+    ran = {a.name for a in arms} & {"evolve_model", "evolve_rl"}
+    if context.mutator_model is None or not ran:
+        kept = results / "settings.json"
+        before = read_object(kept) if kept.exists() else {}
+        return {k: before[k] for k in ("mutator_model", "mutator_model_identity") if k in before}
+    from trainers.models import model_identity
+    return {"mutator_model": context.mutator_model, "mutator_model_identity": model_identity(context.mutator_model)}
+
+
 def _out_stamp(context: RunContext) -> dict:
     """What the --out folder depends on (`runner.out_settings`, the stamp `claim_out_dir` checks)."""
     from alpha_gym.settings import to_dict
@@ -127,7 +139,8 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
             **({"equivalent_model_identities": equivalents} if equivalents else {}),
             "universe": context.universe, "train_window": [str(context.train.dates[0]), str(context.train.dates[-1])],
             "pseudo_holdout": [str(context.holdout.dates[0]), str(context.holdout.dates[-1])],
-            "probe_briefs": [b.id for b in context.probe], "verifier": to_dict(context.verifier_config)})
+            "probe_briefs": [b.id for b in context.probe], "verifier": to_dict(context.verifier_config),
+            **_mutator_model(results, context, arms)})
         write_plots(runs, out)
     brief_ids = kept_brief_ids(results)
     evals_arms = [a for a in arms if a.kind == "eval"]
