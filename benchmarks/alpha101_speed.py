@@ -10,9 +10,11 @@ the best of `--repeat` runs is reported as total seconds and formulas per second
 the ratio ours / theirs (below 1.0: this engine is faster).
 
 - This engine: parsed trees evaluated by `alpha_gym.language.evaluate` (one memo per
-  alpha: shared subexpressions are computed once). One thread: alphas one after another
-  (BLAS/OpenMP pinned to 1 thread before numpy loads). Default threads: the alphas spread
-  over a thread pool of `os.cpu_count()` workers (numpy releases the GIL in its loops).
+  alpha: shared subexpressions are computed once), alphas one after another (BLAS/OpenMP
+  pinned to 1 thread before numpy loads). Default threads: inside
+  `alpha_gym.language.ops.kernel_threads(os.cpu_count())`, each heavy kernel splits its
+  column chunks or row segments over that many threads (numpy releases the GIL in its
+  loops; the values are bit-identical to one thread's).
 - py-alpha-lib (PyPI `py-alpha-lib`, import `alpha`; 0.3.1 does not import on Python 3.11):
   runs in a subprocess of the Python given by `--alphalib-python` (e.g. a 3.12 venv:
   `python3.12 -m venv /tmp/alphalib312 && /tmp/alphalib312/bin/pip install py-alpha-lib pandas numpy`).
@@ -43,7 +45,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +124,7 @@ def _alphalib_usable(python: str | None) -> str | None:
 def _ours(panel, nodes: dict, repeats: int, threads: int, each: dict | None = None) -> float:
     """Best total seconds of `repeats` runs; with `each` (one thread only), each alpha's best seconds go into it."""
     from alpha_gym.language.evaluate import evaluate
+    from alpha_gym.language.ops import kernel_threads
 
     def one(node):
         evaluate(node, panel)  # a fresh memo per alpha: its shared subexpressions are computed once
@@ -130,15 +132,12 @@ def _ours(panel, nodes: dict, repeats: int, threads: int, each: dict | None = No
     best = None
     for _ in range(repeats):
         t = time.perf_counter()
-        if threads == 1:
+        with kernel_threads(threads):      # one thread: no pool; more: each heavy kernel splits its parts
             for n, node in nodes.items():
                 t1 = time.perf_counter()
                 one(node)
                 if each is not None:
                     each[n] = min(each.get(n, 1e30), time.perf_counter() - t1)
-        else:
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                list(pool.map(one, nodes.values()))
         dt = time.perf_counter() - t
         best = dt if best is None else min(best, dt)
     return best
