@@ -123,6 +123,27 @@ def test_a_run_read_at_a_budget_prefix_is_the_shorter_run(market_csv, tmp_path):
         curve_at(curve, 3)
 
 
+def test_keep_at_keeps_a_run_under_its_own_arm_name_and_seed(market_csv, tmp_path, capsys):
+    """A comparison's `random` arm run folder (name and seed in its stamp) read at a prefix into another budget's
+    results lands as seed-S/random.json there, with its mutators, whatever --seed the command line carries."""
+    from alpha_gym.commands.evolve import split_panel
+    from alpha_gym.market.resolve import resolve_panel
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.search.evolve_arm import run_evolve
+    from alpha_gym.search.database import DatabaseConfig
+    from alpha_gym.tasks.sets import brief_set
+    train, holdout = split_panel(resolve_panel(data=str(market_csv)), 120)
+    probe = list(brief_set("probe"))[:2]
+    run = tmp_path / "seed-5" / "random"
+    run_evolve(Verifier(train), train, holdout, probe, mutators=("random",), budget=16, seed=5, out=run,
+               name="random", database=DatabaseConfig(n_islands=2), group_size=4, progress=None)
+    assert main(evolve_args(market_csv, run, 16, "--keep-at", "9", "--results", str(tmp_path / "at8"))) == 0
+    assert "(random, seed 5) at 9 calls" in capsys.readouterr().out
+    kept = read_object(tmp_path / "at8" / "seed-5" / "random.json")
+    assert kept["rung"] == "random" and kept["verifier_calls"] == 8 and kept["config"]["mutators"] == ["random"]
+    assert not (tmp_path / "at8" / "seed-0").exists()
+
+
 def test_bad_specs_and_options_are_one_line_and_exit_2(market_csv, tmp_path, capsys):
     for more, says in ((["--mutator", "bogus:x"], "unknown mutator 'bogus:x'; known: tree, endpoint"),
                        (["--mutator", "tree", "--mutator", "tree"], "names 'tree' twice"),

@@ -34,14 +34,16 @@ torn or damaged one is refused (alpha_gym/evaluation/kept.py says how to seal an
 
 Writes into --out: `comparison.md` (the table), `comparison.json` (every step's log and every
 checkpoint's numbers), `curves.png` (training curves), `holdout_per_checkpoint.png`, `seeds.png` (each
-seed's shipped score per rung, and train CPCV against pseudo-holdout per run), and one run
+seed's shipped score per rung, and train CPCV against pseudo-holdout per run), `calls.md` and `calls.png`
+(the arms that keep a curve, the evolve arms and search, along their verifier calls: best train reward and
+the run's own book at 1,600, 4,800 and 10,000 calls where the runs got there), and one run
 folder per seed and rung with `log.jsonl`, checkpoints and `holdout-step-N.json` files for
 `alpha-gym report`. Into --results (small text files meant to be committed): `step-0.jsonl` and
 `seed-S/RUNG.jsonl`, the probe answers of the start model and of each shipped checkpoint (brief id,
 raw answer, formula, train-window CPCV); `seed-S/RUNG.json`, that run's numbers; `seed-S/RUNG.archive.jsonl`
 and `RUNG.book.json`, the formulas its archive admitted and the correlation-capped book chosen from them
-on the train window (the run's own book); `settings.json`; `comparison.md`, `report.json` and `seeds.png`
-(training runs, or --update-results). Re-score any of them on another window with
+on the train window (the run's own book); `settings.json`; `comparison.md`, `report.json`, `seeds.png`,
+`calls.md` and `calls.png` (training runs, or --update-results). Re-score any of them on another window with
 `alpha-gym holdout-formulas --formulas seed-42/cispo.jsonl ...`.
 """
 

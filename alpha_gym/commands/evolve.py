@@ -78,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scoring processes (default: every usable core the memory holds; 1: this process); the run "
                         "is the same on any number")
     p.add_argument("--keep-at", type=flag(ints(1, MAX_BUDGET)), metavar="CALLS",
-                   help="no new call: rewrite the kept files as the run in --out stood at CALLS calls")
+                   help="no new call: rewrite the kept files as the run in --out stood at CALLS calls (under the "
+                        "run's own arm name and seed, from its stamp)")
     add_data_args(p)
     add_settings_args(p)
 
@@ -112,10 +113,15 @@ def main(args) -> int:
     train, holdout = split_panel(panel_from_args(args), args.pseudo_holdout)
     verifier = Verifier(train, settings_from_args(args).verifier)
     if args.keep_at is not None:
-        check_run_folder(args.out, train, probe)
-        keep_evolve(args.out, verifier, train, holdout, probe, args.results or f"{args.out}/results", args.seed,
-                    calls=args.keep_at)
-        print(f"kept the run in {args.out} at {args.keep_at} calls into {args.results or args.out + '/results'}")
+        # the run's own arm name and seed (its stamp): a comparison's evolve_model or random run folder is kept
+        # under its name, so another budget's --results reads it as that arm
+        stamp = check_run_folder(args.out, train, probe)
+        results = args.results or f"{args.out}/results"
+        keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at,
+                    name=stamp.get("name", "evolve"),
+                    config={k: stamp[k] for k in ("mutators", "database", "group_size") if k in stamp})
+        print(f"kept the run in {args.out} ({stamp.get('name', 'evolve')}, seed {stamp['seed']}) at {args.keep_at} "
+              f"calls into {results}")
         return 0
     if args.workers is not None:  # refused here, naming the flag, before the run folder is claimed
         from alpha_gym.pool import worker_bytes

@@ -11,6 +11,7 @@ Nothing is imported here. The modules, top to bottom:
     evaluated   an `alpha-gym eval` folder's answers as a row of the table
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png
+    calls       calls.md and calls.png: the arms kept with a curve along their verifier calls (1,600 / 4,800 / 10,000)
     floor_trap  the advantage-floor trap of Environment B (`python -m trainers.compare.floor_trap`)
 
 The `alpha-gym compare` command (its flags) is in `alpha_gym/commands/compare.py`.

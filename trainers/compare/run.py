@@ -92,6 +92,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     (`--report-only --rungs`). Returns (the table's text, the report page).
     """
     from alpha_gym.evaluation.report import write_report
+    from trainers.compare.calls import write_calls
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
     from trainers.compare.runner import answer_rows, check_kept_model, claim_out_dir, keep_run_book, probe_records
@@ -159,6 +160,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     if write_results:
         (results / "comparison.md").write_text(text)
     write_seed_plot(report, results, folders)
+    write_calls(results, folders)            # the arms kept with a curve, along their verifier calls
     for folder in folders:
         (folder / "report.json").write_text(json_dumps(report_json(report), indent=1))
     return text, write_report(out)

@@ -1,0 +1,61 @@
+"""The arms along their verifier calls (issue 40.5, `trainers/compare/calls.py`): curves read from the kept files,
+rows at each budget a run reached, search's part-way rows marked, and the figure written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from alpha_gym.evaluation.kept import read_object
+from trainers.compare.calls import arm_curves, at_calls, budget_rows, calls_table, write_calls
+
+KEPT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "compare-long"
+
+
+def _curve(points):
+    return [{"calls": c, "best_reward": r, "book_members": m, "effective_bets": None, "book_cpcv": None,
+             "seconds": float(c)} for c, r, m in points]
+
+
+def test_a_curve_is_read_at_its_last_row_ending_by_the_calls():
+    curve = _curve([(116, 2.0, 3), (124, 2.5, 4), (1596, 3.0, 9), (1604, 3.1, 9)])
+    assert at_calls(curve, 1600)["calls"] == 1596 and at_calls(curve, 124)["best_reward"] == 2.5
+    assert at_calls(curve, 100) is None            # no group had ended by then
+    assert at_calls(curve, 4800) is None           # the run never got there
+    assert at_calls([], 10) is None
+
+
+def test_rows_at_every_budget_all_seeds_reached_and_search_part_way():
+    curves = {"evolve": {42: _curve([(8, 1.0, 1), (1600, 2.0, 5), (4800, 3.0, 8), (5000, 3.5, 9)]),
+                         43: _curve([(8, 0.0, 1), (1600, 4.0, 7), (4800, 5.0, 10)])},
+              "search": {42: _curve([(116, 1.0, None), (1600, 2.0, None), (4800, 2.5, None)])}}
+    rows = {(r["arm"], r["budget"]): r for r in budget_rows(curves)}
+    # evolve: 1,600 and 4,800 (both seeds got there); 10,000 not (no seed did), nor 5,000 (seed 43 stopped at 4,800)
+    assert sorted(b for a, b in rows if a == "evolve") == [1600, 4800]
+    assert rows[("evolve", 1600)]["best_reward"] == (3.0, 2.0, 4.0) and rows[("evolve", 4800)]["seeds"] == [42, 43]
+    assert rows[("evolve", 1600)]["effective_bets"] is None and not rows[("evolve", 1600)]["part_way"]
+    # search sizes its generations from its budget: below its own end a row is a part-way reading
+    assert rows[("search", 1600)]["part_way"] and not rows[("search", 4800)]["part_way"]
+    text = calls_table(list(rows.values()))
+    assert "| search (part-way) | 1,600 | 1 |" in text and "| evolve | 4,800 | 2 | +4.000 [+3.000, +5.000] |" in text
+
+
+def test_the_kept_long_comparison_is_read_along_its_calls(tmp_path):
+    if not (KEPT / "seed-42" / "evolve.json").exists():
+        pytest.skip(f"{KEPT} holds no kept evolve arm")
+    curves = arm_curves(KEPT)
+    assert {"evolve", "random", "search"} <= set(curves) and "cispo" not in curves   # a trained rung keeps no curve
+    rows = write_calls(KEPT, [tmp_path])
+    assert (tmp_path / "calls.md").read_text() == calls_table(rows) and (tmp_path / "calls.png").stat().st_size > 0
+    evolve = next(r for r in rows if r["arm"] == "evolve" and r["budget"] == 1600)
+    finals = [read_object(KEPT / f"seed-{s}" / "evolve.json") for s in evolve["seeds"]]
+    best = [f["best_reward"] for f in finals]
+    assert evolve["best_reward"] == pytest.approx((sum(best) / len(best), min(best), max(best)))
+    assert [f["curve"][-1]["calls"] for f in finals] == [1600] * len(finals)
+    assert json.loads(json.dumps(rows))       # plain numbers, lists and strings
+
+
+def test_a_results_folder_without_curves_writes_nothing(tmp_path):
+    assert write_calls(tmp_path, [tmp_path]) == [] and not (tmp_path / "calls.md").exists()

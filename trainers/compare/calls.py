@@ -1,0 +1,157 @@
+"""The arms along their verifier calls (issue 40.5): what each arm had found after 1,600, 4,800 and 10,000 calls.
+
+An arm whose kept NAME.json holds a curve can be read at any smaller budget: the evolve arms (`evolve`, `random`,
+`evolve_model`, `evolve_rl`: one row per group with the calls so far, the best train reward, the run's own book
+(members, effective bets, book CPCV) and the wall time, `alpha_gym.search.evolve_arm`) and `search` (its history:
+calls and best train reward per generation). Trained rungs and `best_of_n` keep no curve: they have one point, at
+their own budget, and are left out here (the comparison table has them).
+
+    calls.md    one row per arm and budget (each of BUDGETS the arm's runs reached, and the arm's own budget):
+                seeds, then mean [min, max] over seeds of the best train reward, book members, effective bets,
+                book CPCV and wall seconds
+    calls.png   best train reward, book members and effective bets against calls, one line per arm (the mean over
+                seeds), its band the seeds' min to max
+
+Reading a curve at B is reading a run of budget B where the arm's schedule does not depend on its budget: true of
+the evolve arms (`evolve_arm` says why), up to the last group, which a run stopped at B shortens. It is not true of
+`search` (its generations are sized from the budget): its rows below its own budget are marked "part-way".
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+#: The budgets of issue 40.5's comparison.
+BUDGETS = (1600, 4800, 10000)
+#: Arms whose schedule does not depend on the budget: a curve read at B is a budget-B run.
+BUDGET_FREE = ("evolve", "random", "evolve_model", "evolve_rl")
+#: A curve row's numbers, in the table's order.
+COLUMNS = (("best_reward", "best train reward", "+.3f"), ("book_members", "book members", ".1f"),
+           ("effective_bets", "eff. bets", ".1f"), ("book_cpcv", "book CPCV", "+.2f"), ("seconds", "wall s", ",.0f"))
+
+
+def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
+    """{arm: {seed: curve rows}} of every kept arm in `results` with a curve (NAME.json's "curve", or search's
+    "history" cut to calls and best reward), each row with every key of COLUMNS (None where not kept)."""
+    from alpha_gym.evaluation.kept import read_object
+    out: dict[str, dict[int, list[dict]]] = {}
+    for path in sorted(Path(results).glob("seed-*/*.json")):
+        if path.name.endswith(".book.json"):
+            continue
+        numbers = read_object(path)
+        rows = numbers.get("curve")
+        if rows is None and numbers.get("recipe") == "search":
+            rows = numbers.get("history")
+        if not rows:
+            continue
+        seed = int(path.parent.name[len("seed-"):])
+        curve = [{"calls": int(r["calls"]), **{k: r.get(k) for k, _, _ in COLUMNS}} for r in rows]
+        out.setdefault(path.stem, {})[seed] = curve
+    return out
+
+
+def at_calls(curve: list[dict], calls: int) -> dict | None:
+    """The curve's last row at or before `calls` (None if the run never got there or no row ends by then)."""
+    if not curve or curve[-1]["calls"] < calls:
+        return None
+    rows = [r for r in curve if r["calls"] <= calls]
+    return rows[-1] if rows else None
+
+
+def _spread(values) -> tuple[float, float, float] | None:
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return (sum(vals) / len(vals), min(vals), max(vals)) if vals else None
+
+
+def budget_rows(curves: dict[str, dict[int, list[dict]]], budgets=BUDGETS) -> list[dict]:
+    """One row per arm and budget: each budget of `budgets` every seed's run reached, and the arms' own end."""
+    rows = []
+    for arm, seeds in curves.items():
+        ends = sorted({c[-1]["calls"] for c in seeds.values()})
+        points = sorted({b for b in budgets if b <= min(ends)} | {min(ends)})
+        for b in points:
+            got = {s: at_calls(c, b) for s, c in seeds.items()}
+            got = {s: r for s, r in got.items() if r is not None}
+            row = {"arm": arm, "budget": b, "seeds": sorted(got),
+                   "part_way": arm not in BUDGET_FREE and b < max(ends)}
+            for key, _, _ in COLUMNS:
+                row[key] = _spread(r[key] for r in got.values())
+            rows.append(row)
+    return rows
+
+
+def _cell(spread, spec: str) -> str:
+    if spread is None:
+        return "-"
+    mean, lo, hi = spread
+    return f"{format(mean, spec)} [{format(lo, spec)}, {format(hi, spec)}]"
+
+
+def calls_table(rows: list[dict]) -> str:
+    """calls.md's text."""
+    lines = ["The arms along their verifier calls: mean [min, max] over seeds of each run as it stood after the "
+             "last group ending at or before the calls shown (train window only; the pseudo-holdout is in "
+             "comparison.md).", "",
+             "| arm | calls | seeds | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
+             "|---|---:|---:|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        arm = r["arm"] + (" (part-way)" if r["part_way"] else "")
+        lines.append(f"| {arm} | {r['budget']:,} | {len(r['seeds'])} | "
+                     + " | ".join(_cell(r[k], spec) for k, _, spec in COLUMNS) + " |")
+    lines += ["", "The evolve arms' schedule does not depend on the budget, so a row at fewer calls than the run is "
+                  "that budget's run (up to its last group, which a run stopped there shortens). `search` sizes its "
+                  "generations from its budget: a \"part-way\" row is a longer run read part-way, not a run of that "
+                  "budget. Trained rungs and best_of_n keep no curve (comparison.md has them)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_calls(results: Path, folders, budgets=BUDGETS) -> list[dict]:
+    """calls.md and calls.png into each of `folders` from the curves kept in `results`; nothing (and []) when
+    no kept arm has a curve."""
+    curves = arm_curves(results)
+    if not curves:
+        return []
+    rows = budget_rows(curves, budgets)
+    text = calls_table(rows)
+    for folder in folders:
+        (Path(folder) / "calls.md").write_text(text, encoding="utf-8")
+    _plot(curves, folders)
+    return rows
+
+
+def _plot(curves, folders) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    keys = [("best_reward", "best train reward"), ("book_members", "run's own book: members"),
+            ("effective_bets", "run's own book: effective bets")]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, (arm, seeds) in enumerate(curves.items()):
+        end = min(c[-1]["calls"] for c in seeds.values())
+        grid = np.unique(np.array([r["calls"] for c in seeds.values() for r in c if r["calls"] <= end]))
+        colour = plt.cm.tab10(i % 10)
+        for ax, (key, title) in zip(axes, keys):
+            values = np.array([[np.nan if (r := at_calls(c, int(x))) is None or r[key] is None else float(r[key])
+                                for x in grid] for c in seeds.values()])
+            if np.isnan(values).all():
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)   # a grid point no seed has reached yet: NaN
+                mean, lo, hi = np.nanmean(values, 0), np.nanmin(values, 0), np.nanmax(values, 0)
+            ax.plot(grid, mean, color=colour, label=f"{arm} ({len(seeds)} seeds)")
+            ax.fill_between(grid, lo, hi, color=colour, alpha=0.15, lw=0)
+            ax.set_title(title)
+    reach = max(c[-1]["calls"] for seeds in curves.values() for c in seeds.values())
+    for ax in axes:
+        ax.set_xlabel("verifier calls")
+        for b in BUDGETS:
+            if b <= reach:
+                ax.axvline(b, color="grey", lw=0.5, ls=":")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    for folder in folders:
+        fig.savefig(Path(folder) / "calls.png", dpi=110)
+    plt.close(fig)
