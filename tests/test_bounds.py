@@ -326,3 +326,13 @@ def test_a_signal_with_a_real_spread_is_never_noise():
     assert not bounds.noise_days(x, 1e-9 * np.abs(x)).any()
     assert not bounds.noise_days(x, 0.0).any()
     assert math.isinf(bounds.NOISE_SHARE) is False and 0 < bounds.NOISE_SHARE <= 1
+
+
+@pytest.mark.filterwarnings("error")
+def test_constant_rows_near_the_largest_float_is_quiet_and_still_a_bound():
+    """v + e past the largest float is +inf: an upper end still, and no overflow warning reaches the caller (seen
+    in a 10,000-call search on us46)."""
+    from alpha_gym.language.bounds import constant_rows
+    v = np.array([[1e308, 1e308, np.nan], [1.0, 2.0, 3.0], [-1e308, -1e308, -1e308]])
+    e = np.array([[1e308, 1e308, 0.0], [0.0, 0.0, 0.0], [1e308, 0.0, 1e308]])
+    assert constant_rows(v, e).tolist() == [True, False, True]

@@ -319,7 +319,7 @@ def constant_rows(values: np.ndarray, e) -> np.ndarray:
     """(T,) rows whose valid cells fit one constant within their bounds: the intervals `[v - e, v + e]`
     share a point (`max(v - e) <= min(v + e)`; a row without a valid cell is one, and has nothing to trade)."""
     out = np.empty(values.shape[0], dtype=bool)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):   # v +- e past the largest float is +-inf: still a bound
         for s in _row_blocks(values.shape):
             v, es = values[s], _rows_of(e, s)
             lo = np.fmax.reduce(v - es, axis=1, initial=-np.inf)  # fmax skips NaN cells
@@ -574,7 +574,7 @@ def noise_days(values: np.ndarray, e) -> np.ndarray:
         # within 2k of each other a day's values are tied by rule 1: the book is flat there, never noise
         return np.zeros(values.shape[0], dtype=bool)
     out = np.empty(values.shape[0], dtype=bool)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):   # v +- e past the largest float is +-inf: still a bound
         for s in _row_blocks(values.shape):  # block by block: the temporaries stay in cache
             v = values[s]
             es = absolute(_rows_of(e, s), v)
