@@ -207,6 +207,14 @@ def test_the_model_evolve_arms_run_with_the_start_model_and_evolve_rl_pairs_with
     report = json.loads((out / "report.json").read_text())
     assert report["rows"]["evolve_rl"]["vs_previous"]["rung"] == "evolve_model"
     assert report["rows"]["evolve_model"]["kind"] == "control"
+    # another mutator model for more rows of these arms would mix two mutators in one table: refused up front
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    assert main(["compare", "--scale", "smoke", "--rungs", "evolve_model", "--seeds", "43", "--out", str(out),
+                 "--results", str(results), "--mutator-model", str(other)]) == 2
+    assert "would mix two mutators" in capsys.readouterr().err
+    assert not (results / "seed-43").exists()
 
 
 def test_the_model_evolve_arms_mutate_with_the_mutator_model_and_refuse_a_name_their_spec_would_misread():

@@ -59,6 +59,23 @@ def _mutator_model(results: Path, context: RunContext, arms) -> dict:
     return {"mutator_model": context.mutator_model, "mutator_model_identity": model_identity(context.mutator_model)}
 
 
+def _check_mutator_model(results: Path, context: RunContext, arms) -> None:
+    """Refuse to add evolve_model/evolve_rl rows made with another mutator model than the kept rows of those arms
+    (settings.json's `mutator_model_identity`, else the start model's, which they mutated with before)."""
+    ran = sorted({a.name for a in arms} & {"evolve_model", "evolve_rl"})
+    kept = [p for name in ran for p in results.glob(f"seed-*/{name}.jsonl")]
+    if not kept or not (results / "settings.json").exists():
+        return
+    from trainers.models import model_identity
+    before = read_object(results / "settings.json")
+    was = before.get("mutator_model_identity") or before.get("model_identity")
+    now = context.identity if context.mutator_model is None else model_identity(context.mutator_model)
+    if was is not None and now != was:
+        raise CompareError(f"{results} keeps {', '.join(ran)} rows ({kept[0].parent.name}/{kept[0].name}, ...) made "
+                           f"with mutator model {was}, not {now} (the --mutator-model given, else --model): the rows "
+                           "would mix two mutators; pass another --results")
+
+
 def _out_stamp(context: RunContext) -> dict:
     """What the --out folder depends on (`runner.out_settings`, the stamp `claim_out_dir` checks)."""
     from alpha_gym.settings import to_dict
@@ -110,6 +127,8 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
         return answer_rows(step0_file, context.probe, 0)
     kept_identity = check_kept_model(results, context.identity, step0_answers)
     runs_arms = [a for a in arms if a.kind != "eval"]
+    if not context.report_only:
+        _check_mutator_model(results, context, runs_arms)
     runs = []
     if not context.report_only:
         # step 0 first: every rung starts from it and the search control is seeded with its answers
