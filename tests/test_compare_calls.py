@@ -55,6 +55,12 @@ def test_the_kept_long_comparison_is_read_along_its_calls(tmp_path):
     assert evolve["best_reward"] == pytest.approx((sum(best) / len(best), min(best), max(best)))
     assert [f["curve"][-1]["calls"] for f in finals] == [1600] * len(finals)
     assert json.loads(json.dumps(rows))       # plain numbers, lists and strings
+    # search keeps no book along its history: its last row carries the book chosen at its end and its wall time
+    search = next(r for r in rows if r["arm"] == "search" and r["budget"] == 1600)
+    books = [read_object(KEPT / f"seed-{s}" / "search.book.json") for s in search["seeds"]]
+    members = [b["n_members"] for b in books]
+    assert search["book_members"] == pytest.approx((sum(members) / len(members), min(members), max(members)))
+    assert search["book_cpcv"] is None and search["seconds"] is not None
 
 
 def test_a_results_folder_without_curves_writes_nothing(tmp_path):

@@ -3,8 +3,9 @@
 An arm whose kept NAME.json holds a curve can be read at any smaller budget: the evolve arms (`evolve`, `random`,
 `evolve_model`, `evolve_rl`: one row per group with the calls so far, the best train reward, the run's own book
 (members, effective bets, book CPCV) and the wall time, `alpha_gym.search.evolve_arm`) and `search` (its history:
-calls and best train reward per generation). Trained rungs and `best_of_n` keep no curve: they have one point, at
-their own budget, and are left out here (the comparison table has them).
+calls and best train reward per generation; its own book and wall time on its last row, from NAME.book.json and
+NAME.json). Trained rungs and `best_of_n` keep no curve: they have one point, at their own budget, and are left
+out here (the comparison table has them).
 
     calls.md    one row per arm and budget (each of BUDGETS the arm's runs reached, and the arm's own budget):
                 seeds, then mean [min, max] over seeds of the best train reward, book members, effective bets,
@@ -48,8 +49,21 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
             continue
         seed = int(path.parent.name[len("seed-"):])
         curve = [{"calls": int(r["calls"]), **{k: r.get(k) for k, _, _ in COLUMNS}} for r in rows]
+        _end_book(curve[-1], numbers, path.with_name(f"{path.stem}.book.json"))
         out.setdefault(path.stem, {})[seed] = curve
     return out
+
+
+def _end_book(last: dict, numbers: dict, book_path: Path) -> None:
+    """A curve without book columns (search's history) gets the run's own book (NAME.book.json, chosen at its end)
+    and the run's wall time on its last row: the one point where they are known."""
+    from alpha_gym.evaluation.kept import read_object
+    if last["book_members"] is None and book_path.exists():
+        book = read_object(book_path)
+        # (its book CPCV is not kept: book.json holds the members' median CPCV, another number)
+        last["book_members"], last["effective_bets"] = book.get("n_members"), book.get("effective_bets")
+    if last["seconds"] is None:
+        last["seconds"] = numbers.get("train_seconds")
 
 
 def at_calls(curve: list[dict], calls: int) -> dict | None:
