@@ -16,7 +16,7 @@ KEPT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "compare
 
 def _curve(points):
     return [{"calls": c, "best_reward": r, "book_members": m, "effective_bets": None, "book_cpcv": None,
-             "seconds": float(c)} for c, r, m in points]
+             "seconds": float(c) / 2, "rejected": 3 * c} for c, r, m in points]
 
 
 def test_a_curve_is_read_at_its_last_row_ending_by_the_calls():
@@ -36,6 +36,9 @@ def test_rows_at_every_budget_all_seeds_reached_and_search_part_way():
     assert sorted(b for a, b in rows if a == "evolve") == [1600, 4800]
     assert rows[("evolve", 1600)]["best_reward"] == (3.0, 2.0, 4.0) and rows[("evolve", 4800)]["seeds"] == [42, 43]
     assert rows[("evolve", 1600)]["effective_bets"] is None and not rows[("evolve", 1600)]["part_way"]
+    # 2 calls a second; 4 proposals a call (3 refused before a call for every one scored): 8 a second
+    assert rows[("evolve", 1600)]["calls_per_s"] == (2.0, 2.0, 2.0)
+    assert rows[("evolve", 1600)]["proposals_per_s"] == (8.0, 8.0, 8.0)
     # search sizes its generations from its budget: below its own end a row is a part-way reading
     assert rows[("search", 1600)]["part_way"] and not rows[("search", 4800)]["part_way"]
     text = calls_table(list(rows.values()))
@@ -61,6 +64,9 @@ def test_the_kept_long_comparison_is_read_along_its_calls(tmp_path):
     members = [b["n_members"] for b in books]
     assert search["book_members"] == pytest.approx((sum(members) / len(members), min(members), max(members)))
     assert search["book_cpcv"] is None and search["seconds"] is not None
+    assert search["proposals_per_s"] is None                  # search keeps no count of refused proposals
+    end = read_object(KEPT / "seed-42" / "evolve.json")["curve"][-1]
+    assert curves["evolve"][42][-1]["proposals_per_s"] == pytest.approx((end["calls"] + end["rejected"]) / end["seconds"])
 
 
 def test_a_results_folder_without_curves_writes_nothing(tmp_path):

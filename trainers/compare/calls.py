@@ -9,7 +9,8 @@ out here (the comparison table has them).
 
     calls.md    one row per arm and budget (each of BUDGETS the arm's runs reached, and the arm's own budget):
                 seeds, then mean [min, max] over seeds of the best train reward, book members, effective bets,
-                book CPCV and wall seconds
+                book CPCV, wall seconds, verifier calls a second and proposals a second (the answers a mutator
+                wrote, those refused before a call included: what a model mutator's generation costs)
     calls.png   best train reward, book members and effective bets against calls, one line per arm (the mean over
                 seeds), its band the seeds' min to max
 
@@ -30,7 +31,11 @@ BUDGETS = (1600, 4800, 10000)
 BUDGET_FREE = ("evolve", "random", "evolve_model", "evolve_rl")
 #: A curve row's numbers, in the table's order.
 COLUMNS = (("best_reward", "best train reward", "+.3f"), ("book_members", "book members", ".1f"),
-           ("effective_bets", "eff. bets", ".1f"), ("book_cpcv", "book CPCV", "+.2f"), ("seconds", "wall s", ",.0f"))
+           ("effective_bets", "eff. bets", ".1f"), ("book_cpcv", "book CPCV", "+.2f"), ("seconds", "wall s", ",.0f"),
+           ("calls_per_s", "calls/s", ".2f"), ("proposals_per_s", "proposals/s", ".2f"))
+#: Throughput, from a row's calls, wall seconds and proposals refused before a call (duplicates, unparseable):
+#: a proposal is an answer a mutator wrote, scored or not.
+RATES = ("calls_per_s", "proposals_per_s")
 
 
 def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
@@ -48,8 +53,11 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
         if not rows:
             continue
         seed = int(path.parent.name[len("seed-"):])
-        curve = [{"calls": int(r["calls"]), **{k: r.get(k) for k, _, _ in COLUMNS}} for r in rows]
+        curve = [{"calls": int(r["calls"]), "rejected": r.get("rejected"),
+                  **{k: r.get(k) for k, _, _ in COLUMNS if k not in RATES}} for r in rows]
         _end_book(curve[-1], numbers, path.with_name(f"{path.stem}.book.json"))
+        for row in curve:
+            _rates(row)
         out.setdefault(path.stem, {})[seed] = curve
     return out
 
@@ -64,6 +72,21 @@ def _end_book(last: dict, numbers: dict, book_path: Path) -> None:
         last["book_members"], last["effective_bets"] = book.get("n_members"), book.get("effective_bets")
     if last["seconds"] is None:
         last["seconds"] = numbers.get("train_seconds")
+
+
+def _rates(row: dict) -> None:
+    """calls/s and proposals/s of a curve row (None where its seconds or refusals are not kept)."""
+    seconds = row.get("seconds")
+    ok = seconds is not None and seconds > 0
+    row["calls_per_s"] = row["calls"] / seconds if ok else None
+    row["proposals_per_s"] = (row["calls"] + row["rejected"]) / seconds if ok and row.get("rejected") is not None \
+        else None
+
+
+def _with_rates(row: dict) -> dict:
+    out = dict(row)
+    _rates(out)
+    return out
 
 
 def at_calls(curve: list[dict], calls: int) -> dict | None:
@@ -87,7 +110,7 @@ def budget_rows(curves: dict[str, dict[int, list[dict]]], budgets=BUDGETS) -> li
         points = sorted({b for b in budgets if b <= min(ends)} | {min(ends)})
         for b in points:
             got = {s: at_calls(c, b) for s, c in seeds.items()}
-            got = {s: r for s, r in got.items() if r is not None}
+            got = {s: r if all(k in r for k in RATES) else _with_rates(r) for s, r in got.items() if r is not None}
             row = {"arm": arm, "budget": b, "seeds": sorted(got),
                    "part_way": arm not in BUDGET_FREE and b < max(ends)}
             for key, _, _ in COLUMNS:
