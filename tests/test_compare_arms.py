@@ -227,3 +227,13 @@ def test_the_model_evolve_arms_mutate_with_the_mutator_model_and_refuse_a_name_t
     for bad in ("runs/a,b", "runs/lr=1e-3"):
         with pytest.raises(CompareError, match="cannot name a start model"):
             _model_arg(SimpleNamespace(model="runs/sft/model", mutator_model=bad))
+
+
+def test_a_mutator_model_for_no_model_arm_or_with_a_misreadable_path_is_refused_up_front(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compare", "--scale", "smoke", "--rungs", "search", "--mutator-model", "runs/improve/model",
+                 "--out", str(out)]) == 2
+    assert "runs neither" in capsys.readouterr().err and not out.exists()
+    assert main(["compare", "--scale", "smoke", "--rungs", "evolve_model", "--mutator-model", "runs/a,b",
+                 "--out", str(out)]) == 2
+    assert "',' or '='" in capsys.readouterr().err and not out.exists()

@@ -155,6 +155,13 @@ def cmd_compare(args) -> int:
     if unknown or "" in names:
         what = f"unknown rungs {', '.join(unknown)}" if unknown else "an empty rung name"
         raise CompareError(f"--rungs {args.rungs[:80]!r}: {what}; the ladder has {', '.join(known)}")
+    if args.mutator_model is not None and not args.report_only:
+        if not {"evolve_model", "evolve_rl"} & set(names):
+            raise CompareError("--mutator-model is the model of the evolve_model and evolve_rl arms; --rungs "
+                               f"{args.rungs!r} runs neither")
+        if "," in args.mutator_model or "=" in args.mutator_model:
+            raise CompareError(f"--mutator-model {args.mutator_model!r}: a mutator spec cannot name a path holding "
+                               "',' or '=' (move or link the folder)")
     train, holdout = panels(args.scale, args.data, args.universe)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
