@@ -79,3 +79,24 @@ def test_segments_cover_the_range_in_order_at_multiples_of_the_step():
         assert segs[0][0] == 0 and segs[-1][1] == size
         assert all(a[1] == b[0] for a, b in zip(segs, segs[1:])) and all(hi > lo for lo, hi in segs)
         assert all(lo % step == 0 for lo, _ in segs) and len(segs) <= parts
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    """A pool made before a fork has no threads in the child: the child makes its own rather than wait forever."""
+    import os
+    x = np.random.default_rng(3).standard_normal((1200, 120))    # above the split threshold
+    with ops.kernel_threads(2):
+        want = ops.ts_corr(x, x[::-1].copy(), 9).tobytes()     # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:                                               # the child: exit 0 only if the split run finishes
+        code = 1
+        try:
+            import signal
+            signal.alarm(20)
+            with ops.kernel_threads(2):
+                code = 0 if ops.ts_corr(x, x[::-1].copy(), 9).tobytes() == want else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -42,6 +42,7 @@ import contextlib
 import contextvars
 import functools
 import operator
+import os
 import threading
 from typing import Callable
 
@@ -91,7 +92,7 @@ MIN_MOMENT_WINDOW = {"ts_skew": 3, "ts_kurt": 4}
 #: row segments of ``rank`` and ``ts_rank``): 1 unless `kernel_threads` says otherwise. numpy drops the GIL in
 #: its loops, so two threads share one kernel's slabs; each part is computed exactly as on one thread, so
 #: results are bit-identical whatever the count.
-_THREADS = {"n": 1, "pool": None, "size": 0}
+_THREADS = {"n": 1, "pool": None, "size": 0, "pid": None}
 _IN_PART = threading.local()   # a part running on the pool does not split again (no nested waits on the pool)
 
 
@@ -122,12 +123,14 @@ def _run_parts(work: Callable[[int, int], None], bounds: list[tuple[int, int]]) 
             work(lo, hi)
         return
     pool = _THREADS["pool"]
-    if pool is None or _THREADS["size"] < n:     # grown once to the largest count asked for, then kept
+    # grown once to the largest count asked for, then kept; made anew in a forked child (its threads did not
+    # survive the fork, and a pool that thinks it has them would never run a part)
+    if pool is None or _THREADS["size"] < n or _THREADS["pid"] != os.getpid():
         from concurrent.futures import ThreadPoolExecutor
-        if pool is not None:
+        if pool is not None and _THREADS["pid"] == os.getpid():
             pool.shutdown(wait=False)
         pool = _THREADS["pool"] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="alpha-gym-kernel")
-        _THREADS["size"] = n
+        _THREADS["size"], _THREADS["pid"] = n, os.getpid()
 
     def part(b):
         _IN_PART.on = True
