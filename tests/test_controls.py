@@ -211,6 +211,9 @@ def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
                     config=SearchConfig(population=12, group_size=4, groups_per_generation=2))
     assert (out / "seed-42" / "search" / "search.json").read_text() == trace
     assert read_rows(results / "seed-42" / "search.jsonl") == rows
+    # ... and reports the search's own wall time, not the moment it took to read it back
+    searched = json.loads(trace)["seconds"]
+    assert searched > 0 and read_object(results / "seed-42" / "search.json")["train_seconds"] >= searched
 
 
 def test_search_settings_are_checked():
@@ -258,6 +261,11 @@ def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, t
     assert (out / "seed-42" / "best_of_n" / "archive.npz").exists()
     run_dir = out / "seed-42" / "best_of_n"
     assert not (run_dir / "samples.partial.jsonl").exists()  # finished: the partial file is gone
+    # a rerun reuses samples.json and reports the sampling's own wall time, not the reading's
+    sampled = json.loads((run_dir / "samples.json").read_text())["seconds"]
+    assert sampled > 0 and numbers["train_seconds"] >= sampled
+    assert run_best_of_n_rung(scale, 42, None, verifier, train, holdout, probe, results, out=out)[
+        "train_seconds"] >= sampled
 
     # interrupted after brief 1 (its line kept, brief 2's cut mid-write): the rerun samples brief 2 only and
     # gives the uninterrupted run's records, rows and grown archive

@@ -137,7 +137,7 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
                 "briefs": [b.id for b in probe]}
     run_dir = None if out is None else Path(out) / f"seed-{seed}" / name
     t0 = time.perf_counter()
-    picked = _cached(run_dir, settings)
+    picked, sampled = _cached(run_dir, settings)
     if picked is None:
         from trainers.answers import load_for_inference
         model, tokenizer = load_for_inference(start_model)
@@ -157,12 +157,17 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
         picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed, done=done, on_brief=kept)
         del model
+        sampled = time.perf_counter() - t0      # this process's sampling (a resumed run's earlier part not counted)
         if run_dir is not None:
             grown.save_archive(run_dir / "archive.npz")  # the archive the samples grew, as a checkpoint keeps it
             tmp = run_dir / "samples.json.tmp"
-            tmp.write_text(json_dumps({"settings": settings, "briefs": picked}, indent=1), encoding="utf-8")
+            tmp.write_text(json_dumps({"settings": settings, "seconds": round(sampled, 3), "briefs": picked},
+                                      indent=1), encoding="utf-8")
             tmp.replace(run_dir / "samples.json")
             (run_dir / PARTIAL).unlink(missing_ok=True)
+    # a rerun reports the sampling's own wall time, not the moment it took to read it back (samples.json saved
+    # before the time was kept: the reading, as before)
+    t0 = time.perf_counter() - (sampled if sampled is not None else 0.0)
     step = scale.steps
     rows, formulas, cpcvs = [], [], []
     for brief, p in zip(probe, picked):
@@ -217,10 +222,11 @@ def _partial(run_dir: Path | None, settings: dict):
     return done, keep
 
 
-def _cached(run_dir: Path | None, settings: dict) -> list[dict] | None:
-    """The saved samples when run_dir/samples.json was made with these settings, else None."""
+def _cached(run_dir: Path | None, settings: dict) -> tuple[list[dict] | None, float | None]:
+    """(the saved samples, their sampling's wall seconds or None where not kept) when run_dir/samples.json was
+    made with these settings, else (None, None)."""
     path = None if run_dir is None else run_dir / "samples.json"
     if path is None or not path.exists():
-        return None
+        return None, None
     d = json.loads(path.read_text(encoding="utf-8"))
-    return d["briefs"] if d["settings"] == json.loads(json_dumps(settings)) else None
+    return (d["briefs"], d.get("seconds")) if d["settings"] == json.loads(json_dumps(settings)) else (None, None)

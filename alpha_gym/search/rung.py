@@ -55,13 +55,19 @@ def run_search_rung(scale, seed: int, verifier, train, holdout, probe: Sequence,
     settings = {"budget": budget, "seed": int(seed), "config": config.to_dict(), "pool": pool,
                 "step0_formulas": list(step0_formulas)}
     t0 = time.perf_counter()
-    result = _cached(run_dir, settings, verifier) if run_dir is not None else None
-    if result is None:
+    cached = _cached(run_dir, settings, verifier) if run_dir is not None else None
+    if cached is None:
         grown = verifier.fork()
         result = search(grown, step0_formulas, budget, config, seed=seed)
+        searched = time.perf_counter() - t0
         if run_dir is not None:
-            _save(run_dir, settings, result)
+            _save(run_dir, settings, result, searched)
             grown.save_archive(run_dir / "archive.npz")  # the archive the search grew, as a checkpoint keeps it
+    else:
+        # a rerun reports the search's own wall time, not the moment it took to read it back (a search.json saved
+        # before the time was kept: the reading, as before)
+        result, searched = cached
+    t0 = time.perf_counter() - (searched if searched is not None else 0.0)
     picks = pick_answers(result, probe, pool)
     step = scale.steps
     rows, formulas, cpcvs = [], [], []
@@ -84,11 +90,12 @@ def run_search_rung(scale, seed: int, verifier, train, holdout, probe: Sequence,
     return numbers
 
 
-def _save(run_dir: Path, settings: dict, result) -> None:
+def _save(run_dir: Path, settings: dict, result, seconds: float) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "search.json"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json_dumps({"settings": settings, "calls": result.calls, "generations": result.generations,
+    tmp.write_text(json_dumps({"settings": settings, "seconds": round(seconds, 3), "calls": result.calls,
+                               "generations": result.generations,
                                "redrawn": result.redrawn, "history": result.history,
                                "population": [c.text for c in result.population],
                                "candidates": [c.to_dict() for c in result.candidates]}, indent=1), encoding="utf-8")
@@ -96,7 +103,8 @@ def _save(run_dir: Path, settings: dict, result) -> None:
 
 
 def _cached(run_dir: Path, settings: dict, verifier):
-    """The saved search when run_dir/search.json was made with these settings, else None."""
+    """(the saved search, its wall seconds or None where not kept) when run_dir/search.json was made with these
+    settings, else None."""
     import json
     from alpha_gym.language import parse
     from alpha_gym.search.evolve import Candidate, SearchResult
@@ -110,5 +118,5 @@ def _cached(run_dir: Path, settings: dict, verifier):
     cands = [Candidate(c["text"], parse(c["text"], limits), c["generation"], c["origin"], c["valid"],
                        float(c["reward"]), c["cpcv"], c["reason"]) for c in d["candidates"]]
     by_text = {c.text: c for c in cands}
-    return SearchResult(cands, [by_text[t] for t in d["population"]], d["calls"], settings["budget"],
-                        d["generations"], d["redrawn"], d["history"])
+    return (SearchResult(cands, [by_text[t] for t in d["population"]], d["calls"], settings["budget"],
+                         d["generations"], d["redrawn"], d["history"]), d.get("seconds"))
