@@ -66,7 +66,8 @@ def test_a_part_on_the_pool_does_not_split_again_and_errors_reach_the_caller():
         raise RuntimeError(f"part {lo}")
     with ops.kernel_threads(2), pytest.raises(RuntimeError, match="part 0"):
         ops._run_parts(fail, ops._segments(10, 2))
-    for bad in (0, -1, 1.5, True, "2"):
+    from alpha_gym.ranges import usable_cores
+    for bad in (0, -1, 1.5, True, "2", 8 * usable_cores() + 1, 10**6):
         with pytest.raises(ValueError, match="kernel threads"):
             with ops.kernel_threads(bad):
                 pass

@@ -93,6 +93,7 @@ MIN_MOMENT_WINDOW = {"ts_skew": 3, "ts_kurt": 4}
 #: its loops, so two threads share one kernel's slabs; each part is computed exactly as on one thread, so
 #: results are bit-identical whatever the count.
 _THREADS = {"n": 1, "pool": None, "size": 0, "pid": None}
+_MAX_THREADS_PER_CORE = 8      # kernel_threads' bound: threads past the cores only wait their turn
 _IN_PART = threading.local()   # a part running on the pool does not split again (no nested waits on the pool)
 
 
@@ -100,8 +101,11 @@ _IN_PART = threading.local()   # a part running on the pool does not split again
 def kernel_threads(n: int):
     """Inside the block, the heavy kernels split their work over `n` threads (1 = no pool). Not itself
     thread-safe: set it around a whole computation, not from several threads at once."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"kernel threads must be an integer >= 1, got {n!r}")
+    from alpha_gym.ranges import usable_cores
+    most = _MAX_THREADS_PER_CORE * usable_cores()
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
+        raise ValueError(f"kernel threads must be an integer from 1 to {most} ({_MAX_THREADS_PER_CORE} a usable core: "
+                         f"more only queue on the pool), got {n!r}")
     before = _THREADS["n"]
     _THREADS["n"] = n
     try:
