@@ -71,3 +71,24 @@ def test_the_kept_long_comparison_is_read_along_its_calls(tmp_path):
 
 def test_a_results_folder_without_curves_writes_nothing(tmp_path):
     assert write_calls(tmp_path, [tmp_path]) == [] and not (tmp_path / "calls.md").exists()
+
+
+LONGER = KEPT.parent / "compare-10000"
+
+
+@pytest.mark.parametrize("arm", ["evolve", "random"])
+def test_a_kept_10000_call_run_read_at_1600_is_the_kept_1600_call_run(arm):
+    """The claim behind reading one run at three budgets, on the kept real-data runs: every group but the last
+    of the 1,600-call run (which the budget may shorten) is the 10,000-call run's, number for number."""
+    keys = ("group", "calls", "best_reward", "programs", "book_members", "effective_bets", "book_cpcv", "admitted",
+            "rejected")
+    pairs = [(read_object(LONGER / f"seed-{s}" / f"{arm}.json")["curve"],
+              read_object(KEPT / f"seed-{s}" / f"{arm}.json")["curve"])
+             for s in (42, 43, 44) if (LONGER / f"seed-{s}" / f"{arm}.json").exists()
+             and (KEPT / f"seed-{s}" / f"{arm}.json").exists()]
+    if not pairs:
+        pytest.skip(f"no seed keeps {arm} at both 1,600 and 10,000 calls")
+    for longer, short in pairs:
+        assert short[-1]["calls"] == 1600 and longer[-1]["calls"] == 10000
+        assert [{k: r[k] for k in keys} for r in longer[:len(short) - 1]] == [{k: r[k] for k in keys}
+                                                                              for r in short[:-1]]
