@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from alpha_gym.errors import InputError
+from alpha_gym.jsonable import json_dumps
 from alpha_gym.language import DEFAULT_LIMITS, Limits
 from alpha_gym.search.database import DatabaseError, Program, ProgramDatabase
 from alpha_gym.search.evolution import STATE_FILE, STATE_FORMAT
@@ -217,4 +218,4 @@ def build_improve_dataset(run_dir, out, *, max_pairs: int | None = 256, per_prom
 
 def _pair_key(row: dict) -> tuple[str, str]:
     """A pair's identity across runs: its prompt and completion texts."""
-    return (json.dumps(row["prompt"], sort_keys=True), json.dumps(row["completion"], sort_keys=True))
+    return (json_dumps(row["prompt"], sort_keys=True), json_dumps(row["completion"], sort_keys=True))
