@@ -92,3 +92,47 @@ def test_a_kept_10000_call_run_read_at_1600_is_the_kept_1600_call_run(arm):
         assert short[-1]["calls"] == 1600 and longer[-1]["calls"] == 10000
         assert [{k: r[k] for k in keys} for r in longer[:len(short) - 1]] == [{k: r[k] for k in keys}
                                                                               for r in short[:-1]]
+
+
+MIDDLE = KEPT.parent / "compare-4800"
+
+
+@pytest.mark.parametrize("arm", ["evolve", "random", "search"])
+def test_a_kept_10000_call_run_read_at_4800_is_the_kept_4800_call_run(arm):
+    """The same claim at 4,800 calls, and for `search` too: its budget only caps the seeds it scores (at most
+    half the budget), so once every seed fits, a longer search read at B is the search of budget B. Every row
+    the 4,800-call run shares with the longer one (all but its last, which the budget may shorten) is equal."""
+    pairs = [(read_object(LONGER / f"seed-{s}" / f"{arm}.json"), read_object(MIDDLE / f"seed-{s}" / f"{arm}.json"))
+             for s in (42, 43, 44) if (LONGER / f"seed-{s}" / f"{arm}.json").exists()
+             and (MIDDLE / f"seed-{s}" / f"{arm}.json").exists()]
+    if not pairs:
+        pytest.skip(f"no seed keeps {arm} at both 4,800 and 10,000 calls")
+    key = "history" if arm == "search" else "curve"
+    for longer, short in pairs:
+        assert short["budget"] == 4800 and longer["budget"] == 10000
+        a, b = longer[key], short[key]
+        assert b[-1]["calls"] <= 4800 and len(b) > 100
+        drop = ("seconds",)                                  # the one thing two runs of one schedule differ in
+        assert [{k: v for k, v in r.items() if k not in drop} for r in a[:len(b) - 1]] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in b[:-1]]
+
+
+def test_search_rows_are_part_way_only_below_the_budget_that_fits_its_seeds(tmp_path):
+    """Read from kept files: the 10,000-call search runs (116 seeds, seed_share 0.5) are budget-B runs at 1,600
+    and 4,800; the same runs with their seeds said to be 1,000 are part-way there (a 1,600-call search would have
+    scored 800 of them). A run kept at 4,800 whose last group ends at 4,796 is read at 4,800."""
+    if not (LONGER / "seed-42" / "search.json").exists() or not (MIDDLE / "seed-42" / "evolve.json").exists():
+        pytest.skip("the kept 4,800- and 10,000-call comparisons are not here")
+    rows = {(r["arm"], r["budget"]): r for r in budget_rows(arm_curves(LONGER))}
+    assert not rows[("search", 1600)]["part_way"] and not rows[("search", 4800)]["part_way"]
+    curves = arm_curves(LONGER)
+    for c in curves["search"].values():
+        c[-1]["exact_from"] = 2000                             # what 1,000 seeds at seed_share 0.5 would give
+    rows = {(r["arm"], r["budget"]): r for r in budget_rows(curves)}
+    assert rows[("search", 1600)]["part_way"] and not rows[("search", 4800)]["part_way"]
+    middle = {(r["arm"], r["budget"]): r for r in budget_rows(arm_curves(MIDDLE))}
+    ends = [read_object(MIDDLE / f"seed-{s}" / "evolve.json")["curve"][-1]["calls"] for s in (42, 43, 44)]
+    assert max(ends) < 4800 and ("evolve", 4800) in middle and not any(b == max(ends) for a, b in middle)
+    # and the reading is the same as the longer run's at 4,800
+    assert middle[("evolve", 4800)]["best_reward"] == rows[("evolve", 4800)]["best_reward"]
+    assert middle[("search", 4800)]["best_reward"] == rows[("search", 4800)]["best_reward"]

@@ -16,7 +16,12 @@ out here (the comparison table has them).
 
 Reading a curve at B is reading a run of budget B where the arm's schedule does not depend on its budget: true of
 the evolve arms (`evolve_arm` says why), up to the last group, which a run stopped at B shortens. It is not true of
-`search` (its generations are sized from the budget): its rows below its own budget are marked "part-way".
+`search` exactly where its budget cuts the seeds it scores (at most `seed_share` of the budget): its rows
+below its own budget are marked "part-way" only at budgets that would have scored fewer seeds than the run did
+(at the comparison's sizes, 116 seeds, a budget under 232).
+
+A run kept at a budget that falls inside a group (`alpha-gym evolve --keep-at 4800`: its last group ends at
+4,796) is read at its budget as the run of that budget, as a longer run read there is.
 """
 
 from __future__ import annotations
@@ -56,10 +61,27 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
         curve = [{"calls": int(r["calls"]), "rejected": r.get("rejected"),
                   **{k: r.get(k) for k, _, _ in COLUMNS if k not in RATES}} for r in rows]
         _end_book(curve[-1], numbers, path.with_name(f"{path.stem}.book.json"))
+        # how far the run went (its budget, where it stopped inside a group), and from which budget on a
+        # reading of it is that budget's run
+        budget = numbers.get("budget")
+        curve[-1]["reached"] = max(curve[-1]["calls"], int(budget) if isinstance(budget, int) else 0)
+        curve[-1]["exact_from"] = 0 if path.stem in BUDGET_FREE else _search_exact_from(numbers)
         for row in curve:
             _rates(row)
         out.setdefault(path.stem, {})[seed] = curve
     return out
+
+
+def _search_exact_from(numbers: dict) -> float:
+    """The smallest budget whose search run is this run read there: search depends on its budget only through
+    the seeds it scores (the first `seed_share` x budget of them, `alpha_gym.search.evolve.search`), so from the
+    budget that fits all the seeds this run scored on, its schedule is the same. inf where the kept file does not
+    say (every row below the run's end is then part-way)."""
+    share = ((numbers.get("config") or {}).get("search") or {}).get("seed_share")
+    seeds = numbers.get("seed_formulas")
+    if not isinstance(share, (int, float)) or not isinstance(seeds, int) or share <= 0:
+        return math.inf
+    return math.ceil(seeds / share)
 
 
 def _end_book(last: dict, numbers: dict, book_path: Path) -> None:
@@ -91,10 +113,15 @@ def _with_rates(row: dict) -> dict:
 
 def at_calls(curve: list[dict], calls: int) -> dict | None:
     """The curve's last row at or before `calls` (None if the run never got there or no row ends by then)."""
-    if not curve or curve[-1]["calls"] < calls:
+    if not curve or _reached(curve) < calls:
         return None
     rows = [r for r in curve if r["calls"] <= calls]
     return rows[-1] if rows else None
+
+
+def _reached(curve: list[dict]) -> int:
+    """The calls a run went to: its budget where it stopped inside a group, else its last row's calls."""
+    return max(curve[-1]["calls"], curve[-1].get("reached") or 0)
 
 
 def _spread(values) -> tuple[float, float, float] | None:
@@ -106,13 +133,14 @@ def budget_rows(curves: dict[str, dict[int, list[dict]]], budgets=BUDGETS) -> li
     """One row per arm and budget: each budget of `budgets` every seed's run reached, and the arms' own end."""
     rows = []
     for arm, seeds in curves.items():
-        ends = sorted({c[-1]["calls"] for c in seeds.values()})
+        ends = sorted({_reached(c) for c in seeds.values()})
         points = sorted({b for b in budgets if b <= min(ends)} | {min(ends)})
         for b in points:
             got = {s: at_calls(c, b) for s, c in seeds.items()}
             got = {s: r if all(k in r for k in RATES) else _with_rates(r) for s, r in got.items() if r is not None}
             row = {"arm": arm, "budget": b, "seeds": sorted(got),
-                   "part_way": arm not in BUDGET_FREE and b < max(ends)}
+                   "part_way": any(b < _reached(c) and b < c[-1].get("exact_from", math.inf) for c in seeds.values())
+                   if arm not in BUDGET_FREE else False}
             for key, _, _ in COLUMNS:
                 row[key] = _spread(r[key] for r in got.values())
             rows.append(row)
@@ -138,9 +166,9 @@ def calls_table(rows: list[dict]) -> str:
         lines.append(f"| {arm} | {r['budget']:,} | {len(r['seeds'])} | "
                      + " | ".join(_cell(r[k], spec) for k, _, spec in COLUMNS) + " |")
     lines += ["", "The evolve arms' schedule does not depend on the budget, so a row at fewer calls than the run is "
-                  "that budget's run (up to its last group, which a run stopped there shortens). `search` sizes its "
-                  "generations from its budget: a \"part-way\" row is a longer run read part-way, not a run of that "
-                  "budget. Trained rungs and best_of_n keep no curve (comparison.md has them)."]
+                  "that budget's run (up to its last group, which a run stopped there shortens). So is `search`'s, once "
+                  "the budget fits all its seeds; a \"part-way\" row is a longer run read part-way at a budget "
+                  "that would have scored fewer seeds, not a run of that budget. Trained rungs and best_of_n keep no curve (comparison.md has them)."]
     return "\n".join(lines) + "\n"
 
 
