@@ -290,6 +290,46 @@ def test_correlation_capped_selector_picks_what_the_rule_says():
     assert both["correlation_capped"].members == sel.members and both["top_k"].members == top.members
 
 
+def _same_book(a, b) -> bool:
+    return (a.members == b.members and a.skipped == b.skipped and a.effective_bets == b.effective_bets
+            and a.median_cpcv == b.median_cpcv and a.sharpe == b.sharpe and a.mean_abs_corr == b.mean_abs_corr
+            and np.array_equal(a.returns, b.returns))
+
+
+def test_the_growing_book_is_the_correlation_capped_book_after_every_addition():
+    """GrowingCappedBook (what an evolve run asks after every group) against the reference selector, on a set
+    that grows by a few candidates at a time: families of correlated P&L, so candidates are blocked, and new
+    ones with higher CPCV arrive late, so members leave and blocked candidates come back. Bit for bit."""
+    from alpha_gym.evaluation.selection import GrowingCappedBook
+    rng = np.random.default_rng(3)
+    bases = rng.normal(0, 0.01, (12, 400))
+    grown, book = [], GrowingCappedBook()
+    left = came_back = 0
+    previous, seen_blocked = (), set()
+    for step in range(60):
+        for _ in range(int(rng.integers(1, 5))):
+            i = len(grown)
+            family = rng.choice(12, size=2, replace=False)
+            pnl = bases[family[0]] + rng.uniform(0, 1.2) * bases[family[1]] + rng.normal(0, 0.004, 400)
+            cpcv = float(rng.normal(0.5 + 0.02 * step, 0.5))       # later ones tend to score higher
+            grown.append(Candidate(f"c{i:03d}", cpcv, float(rng.choice([0.01, 0.1, 0.3])), pnl))
+        got, want = book.select(grown), select_correlation_capped(grown)
+        assert _same_book(got, want), step
+        left += len(set(previous) - set(got.members))
+        came_back += sum(1 for m in got.members if m in seen_blocked)
+        seen_blocked = {c.name for c in grown} - set(got.members)
+        previous = got.members
+    assert left > 0 and came_back > 0 and want.skipped["correlation"] > 20 and want.skipped["turnover"] > 0
+    # a copy of a member, ranked last, cannot join: the same members, so the statistics are reused (the same
+    # returns array) and only the counts are new
+    before = book.select(grown)
+    member = next(c for c in grown if c.name == before.members[0])
+    grown.append(Candidate("late", -9.0, 0.3, member.pnl.copy()))
+    got, want = book.select(grown), select_correlation_capped(grown)
+    assert _same_book(got, want) and got.returns is before.returns
+    assert got.skipped["correlation"] == before.skipped["correlation"] + 1
+
+
 def test_effective_bets():
     rng = np.random.default_rng(0)
     x = rng.normal(size=300)

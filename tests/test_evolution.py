@@ -300,7 +300,10 @@ def test_evolve_is_deterministic_for_a_seed(verifier, tmp_path):
     assert a.database.to_dict() != c.database.to_dict()
 
 
-def test_a_killed_run_resumes_to_the_uninterrupted_result(verifier, tmp_path):
+@pytest.mark.parametrize("every, kept_groups", [(1, 6), (4, 4)])
+def test_a_killed_run_resumes_to_the_uninterrupted_result(verifier, tmp_path, every, kept_groups):
+    """Killed after group 6: written every group, the checkpoint is group 6's; every 4th group, group 4's (the
+    groups after it run again). Either way the resumed run is the uninterrupted one, logs included."""
     config = DatabaseConfig(n_islands=3, refresh_interval=12)
     kwargs = dict(seed_formulas=SEEDS, group_size=4, bandit_config=BanditConfig(decay=0.9))
 
@@ -318,11 +321,13 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(verifier, tmp_path):
             raise Killed
     with pytest.raises(Killed):
         evolve(verifier.fork(), mutators(), config, 60, seed=7, out_dir=tmp_path / "cut", progress=kill_at_group_6,
-               **kwargs)
+               checkpoint_every=every, **kwargs)
     state = json.loads((tmp_path / "cut" / STATE_FILE).read_text())
-    assert (state["groups"], state["calls"]) == (6, 4 + 1 + 4 * 4)     # the 5 seeds take a full and a short group
+    assert (state["groups"], state["calls"]) == (kept_groups, 4 + 1 + 4 * (kept_groups - 2))  # 5 seeds: 4 + 1
+    logged = [json.loads(x)["group"] for x in (tmp_path / "cut" / PROPOSALS_LOG).read_text().splitlines()]
+    assert max(logged) == kept_groups                                  # the log goes no further than the state
     with open(tmp_path / "cut" / PROPOSALS_LOG, "a") as fh:               # a line written after the checkpoint
-        fh.write(json.dumps({"group": 7, "status": "scored"}) + "\n")
+        fh.write(json.dumps({"group": kept_groups + 1, "status": "scored"}) + "\n")
     resumed = evolve(verifier.fork(), mutators(), config, 60, seed=7, out_dir=tmp_path / "cut", progress=None,
                      **kwargs)
     assert resumed.calls == whole.calls == 60

@@ -84,7 +84,8 @@ def test_a_killed_run_resumes_to_the_uninterrupted_state_and_other_settings_are_
     monkeypatch.setattr(evolve_arm._Clock, "record", killed_at_group_3)
     assert main(evolve_args(market_csv, tmp_path / "cut", 28)) == 130
     assert "rerun the same command" in capsys.readouterr().err
-    assert json.loads((tmp_path / "cut" / "state.json").read_text())["calls"] == 12
+    # the checkpoint is written by time (alpha_gym.search.evolution.CHECKPOINT_RATIO): group 3's or one before
+    assert json.loads((tmp_path / "cut" / "state.json").read_text())["calls"] in (4, 8, 12)
     monkeypatch.undo()
     assert main(evolve_args(market_csv, tmp_path / "cut", 28)) == 0
     whole, cut = (json.loads((tmp_path / d / "state.json").read_text()) for d in ("whole", "cut"))

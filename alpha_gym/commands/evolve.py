@@ -10,7 +10,8 @@
 
 The last `--pseudo-holdout` sessions of the data are cut off before the run (the comparison's pseudo-holdout:
 252 at its cpu and gpu scales, 120 at smoke), and only the kept answers are scored on them. The run writes
-into --out its checkpoint (state.json: a rerun of the same command resumes from the last group; a larger
+into --out its checkpoint (state.json, written after each group while that is cheap, else once the time since
+the last is 20 times what it took: a rerun of the same command resumes from it; a larger
 --budget goes on; other settings are refused), proposals.jsonl, the run's archive (archive.jsonl), its
 correlation-capped book (book.json) and its curve (curve.jsonl: calls, best train reward, book members,
 effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
@@ -134,7 +135,7 @@ def main(args) -> int:
                              out=args.out, results=args.results, database=database, group_size=args.group_size,
                              brief=brief, about=about, workers=args.workers)
     except KeyboardInterrupt:
-        print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last group: rerun the same "
+        print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last checkpoint: rerun the same "
               "command", file=sys.stderr)
         return 130
     c = numbers["curve"][-1]

@@ -26,7 +26,7 @@ the mean absolute pairwise P&L correlation, and the effective number of bets:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -234,16 +234,93 @@ def select_correlation_capped(candidates: Iterable[Candidate], max_corr: float =
         if c.turnover < min_turnover:
             skipped["turnover"] += 1
             continue
-        x = np.nan_to_num(np.asarray(c.pnl, dtype=np.float64))
-        x = x - x.mean()
-        norm = np.sqrt(x @ x)
-        z = x / norm if norm > 1e-15 else np.zeros_like(x)
+        z = _unit(c.pnl)
         if zs and max(abs(float(z @ m)) for m in zs) >= max_corr:
             skipped["correlation"] += 1
             continue
         members.append(c)
         zs.append(z)
     return book_selection("correlation_capped", members, skipped)
+
+
+def _unit(pnl) -> np.ndarray:
+    """A P&L series centred and scaled to unit length (zeros when it is constant): z_a @ z_b is their Pearson
+    correlation."""
+    x = np.nan_to_num(np.asarray(pnl, dtype=np.float64))
+    x = x - x.mean()
+    norm = np.sqrt(x @ x)
+    return x / norm if norm > 1e-15 else np.zeros_like(x)
+
+
+class GrowingCappedBook:
+    """`select_correlation_capped` over a candidate set that only grows (an evolve run's admitted formulas,
+    asked for its book after every group), the same members and counts, without redoing the whole selection.
+
+    The greedy pass is the same; what it remembers between calls: each skipped candidate's blocker (the
+    member it correlated with at |corr| >= max_corr). A member is chosen before every candidate it can block,
+    so while the blocker is still a member the candidate is skipped again without a product. The members'
+    unit P&L and the products between members are kept too, and the book's statistics when the members are
+    unchanged. Memory: one member id per candidate, plus the members' series (not every candidate's).
+    Candidates are held by identity: pass the same objects each call (a new object is a new candidate)."""
+
+    def __init__(self, max_corr: float = 0.5, min_turnover: float = 0.02):
+        self.max_corr, self.min_turnover = max_corr, min_turnover
+        self._blocker: dict[int, int] = {}           # id(candidate) -> id(the member that blocked it)
+        self._z: dict[int, np.ndarray] = {}           # id(member) -> its unit P&L
+        self._products: dict[tuple[int, int], float] = {}   # (id(later member), id(earlier member)) -> z @ z
+        self._held: dict[int, Candidate] = {}         # every candidate seen, so no id is reused
+        self._last: tuple[tuple[int, ...], BookSelection] | None = None   # the members' ids and their book
+
+    def select(self, candidates: Iterable[Candidate]) -> BookSelection:
+        members: list[Candidate] = []
+        chosen: set[int] = set()
+        skipped = {"turnover": 0, "correlation": 0}
+        for c in _by_score(candidates, "cpcv"):
+            key = id(c)
+            self._held.setdefault(key, c)
+            if c.turnover < self.min_turnover:
+                skipped["turnover"] += 1
+                continue
+            if self._blocker.get(key) in chosen:        # its blocker, chosen before it again: skipped again
+                skipped["correlation"] += 1
+                continue
+            blocker = self._first_blocker(c, members)
+            if blocker is not None:
+                self._blocker[key] = blocker
+                skipped["correlation"] += 1
+                continue
+            self._blocker.pop(key, None)
+            members.append(c)
+            chosen.add(key)
+        # keep only what the members need: their series and the products between them
+        self._z = {k: z for k, z in self._z.items() if k in chosen}
+        self._products = {p: v for p, v in self._products.items() if p[0] in chosen and p[1] in chosen}
+        ids = tuple(id(m) for m in members)
+        if self._last is not None and self._last[0] == ids:    # the same members: the same statistics
+            book = replace(self._last[1], skipped=dict(skipped))
+        else:
+            book = book_selection("correlation_capped", members, skipped)
+        self._last = (ids, book)
+        return book
+
+    def _first_blocker(self, c: Candidate, members: Sequence[Candidate]) -> int | None:
+        """The first of `members` (in their order) whose P&L correlates with c's at |corr| >= max_corr; None
+        when there is none (c joins: its series and its products with the members are kept)."""
+        z = self._z.get(id(c))
+        products = []
+        for m in members:
+            pair = (id(c), id(m))
+            dot = self._products.get(pair)
+            if dot is None:
+                if z is None:
+                    z = _unit(c.pnl)
+                dot = float(z @ self._z[id(m)])
+            if abs(dot) >= self.max_corr:
+                return id(m)
+            products.append((pair, dot))
+        self._z[id(c)] = z if z is not None else _unit(c.pnl)
+        self._products.update(products)
+        return None
 
 
 def compare_selectors(candidates: Sequence[Candidate], k: int = 50, max_corr: float = 0.5,

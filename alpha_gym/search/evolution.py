@@ -22,11 +22,16 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
                 refreshed on schedule (`ProgramDatabase.tick`)
     budget      every scored answer counts, valid or not; a rejected proposal counts nothing. The run makes
                 exactly `budget` calls (fewer only when the seeds and mutators cannot reach a new formula)
-    checkpoint  after each group, `out_dir/state.json` (the database, the bandit, the Generator's state, the
+    checkpoint  after a group, `out_dir/state.json` (the database, the bandit, the Generator's state, the
                 calls, the history) and the verifier's archive (two files written in turn: the state names
                 the one that matches it; each file is written atomically), so a run
-                killed at any point resumes from its last group to the same result as an uninterrupted
-                one; `proposals.jsonl` logs every proposal (scored or rejected) and is cut back on resume
+                killed at any point resumes from its last checkpoint to the same result as an uninterrupted
+                one; `proposals.jsonl` logs every proposal (scored or rejected) and is cut back on resume.
+                Written after every group while that is cheap, and otherwise once the time since the last
+                one is CHECKPOINT_RATIO times what the last one took (the state grows with the run: 11 MB
+                of JSON at 10,000 calls on us46, a third of the run's time when written every group), so
+                writing costs at most about 1/CHECKPOINT_RATIO of the run and a kill loses as little;
+                `checkpoint_every=N` writes after every N-th group instead, and always after the last
     progress    one line per group: calls, best reward, members and effective bets of the run's book; the
                 history row of the group adds the book's train-window CPCV (`book_cpcv`)
     the end     `archive.jsonl`: the formulas the verifier's novelty archive admitted (the run's archive,
@@ -72,6 +77,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -80,7 +87,7 @@ import numpy as np
 
 from alpha_gym.book.answer import holds_alpha_tag
 from alpha_gym.errors import InputError
-from alpha_gym.evaluation.selection import BookSelection, Candidate, select_correlation_capped
+from alpha_gym.evaluation.selection import BookSelection, Candidate, GrowingCappedBook
 from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
 from alpha_gym.language import (DEFAULT_LIMITS, AnswerError, FormulaError, Limits, Node, canonical, extract, parse,
                                 to_text)
@@ -93,6 +100,8 @@ from alpha_gym.search.tree import MUTATIONS, checked, crossover
 
 STATE_FORMAT = "alpha-gym/evolve/v1"
 STATE_FILE = "state.json"
+#: A checkpoint is due once the time since the last one is this many times what the last one took.
+CHECKPOINT_RATIO = 20
 PROPOSALS_LOG = "proposals.jsonl"
 ARCHIVE_LOG = "archive.jsonl"      # the line format of trainers.run_book (the run's own archive)
 BOOK_FILE = "book.json"
@@ -227,6 +236,7 @@ class _Run:
         self.history: list[dict] = []
         self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
         self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
+        self._book: GrowingCappedBook | None = None
         # the observing mutators' outcomes of the group: one (reward, valid) per answer, None until scored
         self.outcomes: dict[str, list] = {n: [] for n, m in mutators.items() if hasattr(m, "observe")}
         self.repeat = max(int(getattr(m, "answers_per_set", 1)) for m in mutators.values())
@@ -355,8 +365,10 @@ class _Run:
         return updates
 
     def book(self) -> BookSelection:
-        cfg = self.settings["book"]
-        return select_correlation_capped(list(self.candidates.values()), cfg["max_corr"], cfg["min_turnover"])
+        if self._book is None:       # select_correlation_capped's book, kept from one group to the next
+            cfg = self.settings["book"]
+            self._book = GrowingCappedBook(cfg["max_corr"], cfg["min_turnover"])
+        return self._book.select(self.candidates.values())
 
     def row(self, book: BookSelection, refreshed: str | None, updates: dict | None = None) -> dict:
         best = self.db.best()
@@ -408,7 +420,8 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
            budget: int = 1600, seed: int = 0, out_dir=None, *, seed_formulas: Sequence[str] | None = None,
            group_size: int = 8, bandit_config: BanditConfig = BanditConfig(), max_rounds: int = 20,
            book_max_corr: float = 0.5, book_min_turnover: float = 0.02,
-           progress: Callable[[dict], None] | None = print_progress, workers: int | None = None) -> EvolutionResult:
+           progress: Callable[[dict], None] | None = print_progress, workers: int | None = None,
+           checkpoint_every: int | None = None) -> EvolutionResult:
     """Evolve formulas for exactly `budget` verifier calls; see the module docstring for every rule.
 
     verifier: the `Verifier` whose reward drives the run; its archive grows as in training, and a resumed run
@@ -419,13 +432,15 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
     seed_formulas: None for the Alpha101 set. progress: called with each group's row (None: silent).
     workers: scoring processes (`alpha_gym.pool`: each group's answers prepared on them, its channels scored
     here against the archive; None: every usable core, 1: this process); the run is the same on any number.
+    checkpoint_every: write the checkpoint after every N-th group (None: by time, see the module docstring);
+    the run is the same either way, only what a kill loses differs.
     """
     mutators = [mutators] if hasattr(mutators, "propose") else list(mutators)
     names = [getattr(m, "name", None) for m in mutators]
     if not mutators or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
         raise EvolutionError(f"evolve needs one or more mutators with distinct names, got {names!r}")
     for key, v, lo in (("budget", budget, 0), ("group_size", group_size, 1), ("max_rounds", max_rounds, 1),
-                       ("seed", seed, 0)):
+                       ("seed", seed, 0), ("checkpoint_every", 1 if checkpoint_every is None else checkpoint_every, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise EvolutionError(f"{key} must be an integer >= {lo}, got {v!r}")
     if seed_formulas is None:
@@ -453,9 +468,10 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
             run.restore(state)
         else:
             _cut_log(out / PROPOSALS_LOG, 0)
+    log: list = []                   # the proposals since the last checkpoint (written with it)
+    due = _CheckpointClock(checkpoint_every)
     while run.calls < budget:
         n = min(group_size, budget - run.calls)
-        log: list = []
         batch = run.seed_batch(seeds, n, log) if run.seeded < len(seeds) else []
         if not batch:
             batch = run.proposal_batch(n, max_rounds, log)
@@ -464,7 +480,10 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
         refreshed = run.db.tick(run.calls, run.rng)
         book = run.book()
         run.history.append(run.row(book, refreshed, updates))
-        run.checkpoint(log)
+        if run.calls >= budget or due.now(run.groups):
+            with due.timing():
+                run.checkpoint(log)
+            log = []
         if progress is not None:
             progress(run.history[-1])
     book = run.book()
@@ -497,6 +516,27 @@ def _rejection(group: int, p: Proposal, reason: str) -> dict:
     return {"group": group, "call": None, "origin": p.origin, "island": p.island,
             "parents": [q.id for q in p.parents], "answer": p.answer, "formula": p.text or None,
             "status": "rejected", "reason": reason}
+
+
+class _CheckpointClock:
+    """When the loop writes its checkpoint: after every `every`-th group, or (every=None) once the time since
+    the last checkpoint ended is CHECKPOINT_RATIO times what that checkpoint took (the first group: at once)."""
+
+    def __init__(self, every: int | None):
+        self.every = every
+        self.ended, self.took = time.perf_counter(), 0.0
+
+    def now(self, group: int) -> bool:
+        if self.every is not None:
+            return group % self.every == 0
+        return time.perf_counter() - self.ended >= CHECKPOINT_RATIO * self.took
+
+    @contextmanager
+    def timing(self):
+        t0 = time.perf_counter()
+        yield
+        self.ended = time.perf_counter()
+        self.took = self.ended - t0
 
 
 def _load_state(out: Path, settings: dict) -> dict | None:

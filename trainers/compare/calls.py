@@ -166,9 +166,10 @@ def calls_table(rows: list[dict]) -> str:
         lines.append(f"| {arm} | {r['budget']:,} | {len(r['seeds'])} | "
                      + " | ".join(_cell(r[k], spec) for k, _, spec in COLUMNS) + " |")
     lines += ["", "The evolve arms' schedule does not depend on the budget, so a row at fewer calls than the run is "
-                  "that budget's run (up to its last group, which a run stopped there shortens). So is `search`'s, once "
-                  "the budget fits all its seeds; a \"part-way\" row is a longer run read part-way at a budget "
-                  "that would have scored fewer seeds, not a run of that budget. Trained rungs and best_of_n keep no curve (comparison.md has them)."]
+                  "that budget's run (up to its last group, which a run stopped there shortens). So is `search`'s, "
+                  "once the budget fits all its seeds; a \"part-way\" row is a longer run read part-way at a budget "
+                  "that would have scored fewer seeds, not a run of that budget. Trained rungs and best_of_n keep "
+                  "no curve (comparison.md has them)."]
     return "\n".join(lines) + "\n"
 
 
