@@ -359,3 +359,27 @@ def test_the_run_writes_its_archive_and_its_correlation_capped_book(verifier, tm
     assert book["n_admitted"] == len(lines)
     err = capsys.readouterr().err
     assert "calls 48/48" in err and "best reward" in err and "members" in err
+
+
+def test_the_checkpoint_is_written_by_time_once_it_costs_more_than_a_share_of_the_run(monkeypatch):
+    """checkpoint_every=None: due at once after the first group, then once the time since the last checkpoint
+    is CHECKPOINT_RATIO times what it took (a clock set by hand)."""
+    from alpha_gym.search import evolution
+    now = [100.0]
+    monkeypatch.setattr(evolution.time, "perf_counter", lambda: now[0])
+    clock = evolution._CheckpointClock(None)
+    assert clock.now(1)                                  # nothing measured yet: the first group writes
+    with clock.timing():
+        now[0] += 0.5                                    # a checkpoint that took 0.5 s
+    for dt, due in ((1.0, False), (evolution.CHECKPOINT_RATIO * 0.5 - 0.01, False),
+                    (evolution.CHECKPOINT_RATIO * 0.5, True)):
+        now[0] = 100.5 + dt
+        assert clock.now(7) is due, dt
+    every = evolution._CheckpointClock(3)                # a fixed count ignores the clock
+    assert [g for g in range(1, 10) if every.now(g)] == [3, 6, 9]
+
+
+@pytest.mark.parametrize("bad", [0, -2, True, 2.5, "4"])
+def test_a_bad_checkpoint_count_is_refused_before_the_run(panel, bad):
+    with pytest.raises(EvolutionError, match="checkpoint_every must be an integer >= 1"):
+        evolve(Verifier(panel), TreeMutator(), budget=4, progress=None, checkpoint_every=bad)
