@@ -103,6 +103,16 @@ def cmd_holdout_formulas(args) -> int:
     return 0
 
 
+def validity_line(summary: dict) -> str:
+    """Whose verdict made the holdout's answers valid, in words (a holdout summary's `validity`)."""
+    from alpha_gym.evaluation.holdout import VALIDITY_BOTH
+    if summary.get("validity") == VALIDITY_BOTH:
+        return (f"valid on the training window under its rules, then a book that trades on the holdout "
+                f"(refused on the training window though trading here, so not scored: "
+                f"{summary.get('n_refused_on_train', 0)})")
+    return "the holdout's book alone (no training verdict: the training rules, e.g. the 2% turnover floor, not applied)"
+
+
 def _print_report(report) -> None:
     s, b = report.summary(), report.book
     print(f"holdout {report.holdout_start}..{report.holdout_end} ({len(report.dates)} decision days), "
@@ -124,6 +134,7 @@ def _print_report(report) -> None:
     interval = f" [{s['mean_score_lo']:+.3f}, {s['mean_score_hi']:+.3f}]" if s["mean_score_lo"] is not None else ""
     print(f"mean score {mean}{interval}  valid {s['n_valid']}/{s['n_answers']}  above 0: {s['n_positive']}  "
           f"families {s['n_families']}")
+    print(f"validity: {validity_line(s)}")
     if "brief_share" in s:  # the answers' briefs (extended checks, what R13 pays; an invalid answer meets none)
         print(f"brief compliance: mean share {s['brief_share']:.2f}  every check met {s['brief_met_all']}/"
               f"{s['n_briefs']}")
@@ -200,7 +211,9 @@ def register(subparsers) -> None:
     h.add_argument("--formulas", required=True, help="one formula per line, or JSONL with a 'formula' key")
     h.add_argument("--context", type=int, help="training sessions used as lookback history (default: holdout.context, "
                                              "252)")
-    h.add_argument("--no-train", action="store_true", help="skip the train-window CPCV of each formula")
+    h.add_argument("--no-train", action="store_true", help="skip the training window: each formula's CPCV there and "
+                   "its verdict (then the holdout judges validity alone, without the training rules such as the 2%% "
+                   "turnover floor)")
     h.add_argument("--no-baselines", action="store_true", help="skip the model-free baselines (rank(volume), "
                    "momentum, the reference's answers, the Alpha101 book) scored beside the answers")
     h.add_argument("--label", help="a label stored in holdout.json")
@@ -442,6 +455,7 @@ def _print_eval(s: dict, out: Path) -> None:
     if h:
         print(f"holdout: mean score {_eval_fmt(h.get('mean_score'), '+.3f')}  valid {h['n_valid']}/{h['n_answers']}  "
               f"families {h['n_families']}  ({out / 'holdout.json'}; page: alpha-gym report {out})")
+        print(f"holdout validity: {validity_line(h)}")
     print(f"answers: {out / 'answers.jsonl'}  raw: {out / 'endpoint.jsonl'}  page: alpha-gym report {out}")
 
 

@@ -28,12 +28,14 @@ Holdout score of one formula (the exact definition)
 6. Score, with turnover = mean daily sum_i |w_{t,i} - w_{t-1,i}| on the kept days:
        score = clip(cpcv - 2 * max(0, turnover - 0.5), -5, 5)
 
-A formula is valid when it parses under `config.limits` (the training verifier's, through
+A formula is valid on the holdout when it parses under `config.limits` (the training verifier's, through
 `HoldoutConfig.from_verifier`; `alpha_gym.book.answer.answer_to_book` is the path both share), its
-lookback fits in the context, and its
-book trades on at least one kept day (and turnover >= `min_turnover`, 0 by
-default: as in the reference's probe, the training 2% floor is NOT applied;
-`turnover` is reported so callers can apply it).
+lookback fits in the context, its book trades on at least one kept day (and turnover >= `min_turnover`,
+0 by default), and, in `evaluate_holdout`, the training window's verdict finds it valid too (one validity
+on every window): an answer the training verifier refuses under any of its rules (the 2% turnover floor,
+rounding noise, the price-level floor) is invalid here as well, with the training window's reason, and
+never scores. `evaluate_holdout` takes that verdict from a `train_verifier`, or from `train_valid` (the
+verdicts kept beside the answers); with neither, `summary()["validity"]` says the holdout judged alone.
 
 Equal-weight book of all valid answers: each day, the plain average of the
 valid formulas' weight vectors (not re-normalised, so its gross is <= 1 where
@@ -135,6 +137,7 @@ class FormulaHoldout:
     n_days: int = 0
     train_cpcv: float | None = None      # the same formula on the training window (None if not scored)
     train_turnover: float | None = None
+    train_valid: bool | None = None      # the training window's verdict under every rule (None: not known)
     alpha_tests: dict | None = None      # `alpha_tests.alpha_tests` of the holdout book (a diagnostic)
     brief: dict | None = None            # `compliance_record` of its brief's checks (None: scored without a brief)
     net: np.ndarray | None = field(default=None, repr=False)
@@ -149,6 +152,7 @@ class FormulaHoldout:
                 **{k: finite_or_none(getattr(self, k)) for k in numbers[2:]},
                 "form": self.form, "n_days": self.n_days,
                 "train_cpcv": finite_or_none(self.train_cpcv), "train_turnover": finite_or_none(self.train_turnover),
+                **({} if self.train_valid is None else {"train_valid": self.train_valid}),
                 **({} if self.alpha_tests is None else {"alpha_tests": jsonable(self.alpha_tests)}),
                 **({} if self.brief is None else {"brief": dict(self.brief)})}
 
@@ -324,6 +328,45 @@ class HoldoutEvaluator:
         return stats, net
 
 
+#: The start of the holdout's reason for an answer the training window refused (its training reason follows).
+TRAIN_REFUSED = "invalid on the training window"
+#: `summary()["validity"]`: whose verdict made an answer valid.
+VALIDITY_BOTH = "train and holdout"      # the training window's verdict, then the holdout book must trade
+VALIDITY_HOLDOUT = "holdout only"        # no training verdict was given: the holdout judged alone
+
+
+@dataclass(frozen=True, eq=False)
+class TrainVerdict:
+    """One formula on the training window under every validity rule of the training verifier."""
+
+    valid: bool
+    reason: str
+    cpcv: float | None = None       # the book's CPCV there (None where it never traded)
+    turnover: float | None = None
+    net: np.ndarray | None = field(default=None, repr=False)  # a valid book's daily net P&L (self-correlation)
+
+
+def train_verdict(train_verifier, formula: str) -> TrainVerdict:
+    """`Verifier.admit` on the training window: every rule a training score applies (the turnover floor, rounding
+    noise, the price-level floor). A refused book keeps its CPCV (from the slice Sharpes its verdict reports) and
+    turnover, so the holdout table shows what training measured beside why it refused."""
+    from alpha_gym.scoring.verifier import Score
+    out = train_verifier.admit(formula)
+    if not isinstance(out, Score):
+        return TrainVerdict(True, "ok", float(out.cpcv), float(out.turnover), out.net)
+    slices, turnover = out.diagnostics.get("cpcv_slices"), out.diagnostics.get("turnover")
+    cpcv = (None if slices is None else
+            cpcv_mod.cpcv_score(np.asarray(slices, dtype=np.float64), train_verifier.config.cpcv.std_penalty))
+    return TrainVerdict(False, out.reason, cpcv, None if turnover is None else float(turnover))
+
+
+def refused_on_train(result: FormulaHoldout, reason: str) -> FormulaHoldout:
+    """A holdout result made invalid by the training window's verdict: no score, its reason the training one."""
+    return FormulaHoldout(formula=result.formula, valid=False, reason=f"{TRAIN_REFUSED}: {reason}", form=result.form,
+                          train_cpcv=result.train_cpcv, train_turnover=result.train_turnover,
+                          train_valid=False, brief=result.brief)
+
+
 def holdout_score(formula: str, train_panel: Panel, holdout_panel: Panel, costs: RealisticCosts = RealisticCosts(),
                   config: HoldoutConfig = HoldoutConfig()) -> FormulaHoldout:
     """Score one formula on the holdout window (definition: this module's docstring).
@@ -356,6 +399,7 @@ class HoldoutReport:
     step: int | None = None
     baselines: tuple[dict, ...] = ()   # `baselines.score_baselines` rows on the same window and costs
     universe: dict | None = None       # what was scored: name, size, tickers_sha256 (holdout-formulas, holdout)
+    validity: str = VALIDITY_HOLDOUT   # whose verdicts make an answer valid (VALIDITY_BOTH or VALIDITY_HOLDOUT)
 
     @property
     def valid(self) -> list[FormulaHoldout]:
@@ -369,7 +413,8 @@ class HoldoutReport:
         interval = mean_interval(scores)
         from alpha_gym.tasks.compliance import compliance_summary
         briefs = compliance_summary(a.brief for a in self.answers)   # only where answers had briefs
-        return {"n_answers": len(self.answers), "n_valid": len(valid),
+        return {"n_answers": len(self.answers), "n_valid": len(valid), "validity": self.validity,
+                "n_refused_on_train": sum(a.reason.startswith(TRAIN_REFUSED) for a in self.answers),
                 "mean_score": float(np.mean(scores)) if scores else None,
                 "mean_score_lo": interval[0] if interval else None,
                 "mean_score_hi": interval[1] if interval else None,
@@ -427,19 +472,22 @@ def load_holdout(path) -> dict[str, Any]:
 def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout_panel: Panel,
                      costs: RealisticCosts = RealisticCosts(), config: HoldoutConfig | None = None,
                      train_verifier=None, label: str = "", step: int | None = None,
-                     baselines: bool = False, alpha_tests: bool = True, briefs=None) -> HoldoutReport:
+                     baselines: bool = False, alpha_tests: bool = True, briefs=None,
+                     train_valid: Sequence[bool] | None = None) -> HoldoutReport:
     """Score every formula on the holdout and build the equal-weight book of the valid ones.
 
     `formulas`: formula texts or raw answers (None for a missing answer: invalid).
-    `train_verifier`: optional `Verifier` on the TRAINING panel; when given,
-    each formula's train-window CPCV and turnover are recorded beside its
-    holdout numbers. It must end before the holdout (HoldoutOverlapError);
-    it only ever evaluates on its own panel. `config` None: the training verifier's rules
-    (`HoldoutConfig.from_verifier`), or the defaults without one. `baselines`: also score the
+    `train_verifier`: optional `Verifier` on the TRAINING panel; when given, each parsed formula's
+    training verdict (`train_verdict`: every rule of a training score) decides its validity here too, and
+    its train-window CPCV and turnover are recorded beside its holdout numbers. It must end before the
+    holdout (HoldoutOverlapError); it only ever evaluates on its own panel. `train_valid`: instead of a
+    verifier, the training verdict of each formula as kept beside it (a comparison's rows), one bool each.
+    With neither the holdout judges alone (`summary()["validity"]` says so). `config` None: the training
+    verifier's rules (`HoldoutConfig.from_verifier`), or the defaults without one. `baselines`: also score the
     model-free baselines of `alpha_gym.evaluation.baselines` on the same window and costs. `alpha_tests`:
     each valid answer's industry tests (`HoldoutEvaluator.alpha_tests`; the sub-universe test scores it again).
     `briefs`: the brief of each formula (a `Brief` or None each, as many as formulas): each answer then carries
-    its compliance (`compliance_record`, extended checks; an answer invalid on the holdout meets none) and the
+    its compliance (`compliance_record`, extended checks; an invalid answer meets none) and the
     summary the share met and how many met every check. Without briefs the report is as before, key for key.
     """
     from alpha_gym.tasks.compliance import compliance_record
@@ -448,6 +496,12 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
         briefs = list(briefs)
         if len(briefs) != len(formulas):
             raise InputError(f"{len(briefs)} briefs for {len(formulas)} formulas: give one brief (or None) each")
+    if train_valid is not None:
+        if train_verifier is not None:
+            raise InputError("give a train_verifier or the kept train_valid verdicts, not both")
+        train_valid = [bool(v) for v in train_valid]
+        if len(train_valid) != len(formulas):
+            raise InputError(f"{len(train_valid)} train_valid verdicts for {len(formulas)} formulas: give one each")
     if config is None:
         config = HoldoutConfig.from_verifier(train_verifier.config) if train_verifier is not None else HoldoutConfig()
     ev = HoldoutEvaluator(train_panel, holdout_panel, costs, config)
@@ -459,14 +513,18 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     n_members = 0
     for k, f in enumerate(formulas):
         r = ev.score(f, cache)
+        train_net, refused = None, None
+        if train_verifier is not None and r.form is not None:   # parsed: its verdict on the training window too
+            tr = train_verdict(train_verifier, r.formula)
+            r = replace(r, train_cpcv=tr.cpcv, train_turnover=tr.turnover, train_valid=tr.valid)
+            train_net, refused = tr.net, (None if tr.valid else tr.reason)
+        elif train_valid is not None:
+            r = replace(r, train_valid=train_valid[k])
+            refused = None if train_valid[k] else "refused by the training verifier (its kept verdict)"
+        if r.valid and refused is not None:   # one validity: the training window's refusal holds here too
+            r = refused_on_train(r, refused)
         if briefs is not None and briefs[k] is not None:
             r = replace(r, brief=compliance_record(briefs[k], r.formula, r.valid))
-        train_net = None
-        if train_verifier is not None and r.form is not None:   # parsed: score it on the training window too
-            tr = train_verifier.trade(r.formula)
-            if not isinstance(tr, InvalidVerdict):
-                r = replace(r, train_cpcv=float(tr.cpcv), train_turnover=float(tr.turnover))
-                train_net = tr.net
         if alpha_tests and r.valid:
             archive = train_verifier.archive if train_verifier is not None else None
             r = replace(r, alpha_tests=ev.alpha_tests(r, archive, train_net))
@@ -479,7 +537,8 @@ def evaluate_holdout(formulas: Iterable[str | None], train_panel: Panel, holdout
     if baselines:
         from alpha_gym.evaluation.baselines import score_baselines
         rows = tuple(score_baselines(ev))
+    validity = VALIDITY_BOTH if train_verifier is not None or train_valid is not None else VALIDITY_HOLDOUT
     return HoldoutReport(answers=tuple(results), book=stats, dates=ev.dates, book_returns=book_net,
                          market_returns=ev.market, train_end=str(ev.train_end),
                          holdout_start=str(ev.holdout_dates[0]), holdout_end=str(ev.holdout_dates[-1]),
-                         costs=costs, config=config, label=label, step=step, baselines=rows)
+                         costs=costs, config=config, label=label, step=step, baselines=rows, validity=validity)

@@ -7,13 +7,14 @@ where `alpha-gym report` puts it):
 holdout.json     (format "alpha-gym/holdout/v1", written by `evaluate_holdout(...).save(run_dir)`)
     {"format", "label", "step", "train_end", "holdout_start", "holdout_end", "n_days", "definition",
      "costs": {...}, "config": {...},
-     "summary": {"n_answers", "n_valid", "mean_score", "n_positive", "n_families", "mean_train_cpcv"},
+     "summary": {"n_answers", "n_valid", "validity", "n_refused_on_train", "mean_score", "n_positive",
+                 "n_families", "mean_train_cpcv"},
      "book": {"n_members", "total_return", "annual_return", "sharpe", "beta", "market_correlation",
               "max_drawdown", "down_day_return", "n_down_days", "turnover", "mean_cost", "market_total_return"},
      "series": {"dates": ["YYYY-MM-DD", ...], "book": [daily net return], "market": [daily return]},
      "answers": [{"formula", "valid", "reason", "score", "cpcv", "slice_sharpes": [15 floats], "sharpe",
                   "total_return", "turnover", "mean_cost", "max_drawdown", "beta", "market_correlation",
-                  "form", "n_days", "train_cpcv", "train_turnover",
+                  "form", "n_days", "train_cpcv", "train_turnover", "train_valid" (with a training verdict),
                   "alpha_tests" (valid answers: `alpha_tests.alpha_tests`, the industry's tests)}, ...]}
     -> growth of $1 (book vs market), book vs market daily returns with the beta line,
        the 15 CPCV slice Sharpes of every valid answer, and the answers table.
@@ -146,6 +147,17 @@ def _load_json(path: Path, fmt: str | None = None) -> dict | None:
     return d
 
 
+def _validity_words(s: dict) -> str:
+    """Whose verdict made an answer valid (a holdout summary's `validity`; a file written before it: not said)."""
+    from alpha_gym.evaluation.holdout import VALIDITY_BOTH, VALIDITY_HOLDOUT
+    if s.get("validity") == VALIDITY_BOTH:
+        return (f"valid on the training window under its rules and trading on the holdout; "
+                f"{s.get('n_refused_on_train', 0)} refused on the training window though trading here")
+    if s.get("validity") == VALIDITY_HOLDOUT:
+        return "the holdout's book alone (no training verdict given: the training rules were not applied)"
+    return "not recorded (a holdout.json written before the training verdict was applied here)"
+
+
 def _holdout_section(h: dict, others: list[dict], answers_table: bool = True) -> list[str]:
     """The holdout's summary, plots and baselines; its answers table unless the eval part shows them."""
     s, b = h["summary"], h["book"]
@@ -155,6 +167,7 @@ def _holdout_section(h: dict, others: list[dict], answers_table: bool = True) ->
            f"days. Score: {html.escape(h['definition'])}</p>",
            _kv_table([
                ("answers (valid / all)", f"{s['n_valid']} / {s['n_answers']}"),
+               ("valid means", html.escape(_validity_words(s))),
                ("mean holdout score (valid answers) [95% CI]", _fmt(s.get("mean_score"))
                 + (f" [{_fmt(s.get('mean_score_lo'))}, {_fmt(s.get('mean_score_hi'))}]"
                    if s.get("mean_score_lo") is not None else "")),

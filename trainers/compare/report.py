@@ -16,12 +16,15 @@ from alpha_gym.evaluation.kept import read_object, read_rows
 from trainers.compare.runner import CompareError
 
 
-def rescore(rows, train, holdout):
+def rescore(rows, train, holdout, valid=None):
     """Per-brief pseudo-holdout scores (NaN: invalid), the valid answers' daily net P&L, the book, and the
-    share of valid answers passing each industry test that ran (docs/alpha_tests.md) and all of them."""
+    share of valid answers passing each industry test that ran (docs/alpha_tests.md) and all of them.
+    One validity on both windows: an answer invalid on the training window (`valid`, one verdict a row, what
+    the table's valid column counts; None: each row's kept `train_valid`) is invalid on the pseudo-holdout too."""
     import numpy as np
     from alpha_gym.evaluation.holdout import evaluate_holdout
-    report = evaluate_holdout([r["formula"] for r in rows], train, holdout)
+    valid = [bool(r.get("train_valid")) for r in rows] if valid is None else list(valid)
+    report = evaluate_holdout([r["formula"] for r in rows], train, holdout, train_valid=valid)
     scores = np.array([a.score if a.valid and a.score is not None else np.nan for a in report.answers])
     nets = [a.net for a in report.answers if a.valid and a.net is not None]
     families = len({a.form for a in report.answers if a.valid})
