@@ -168,9 +168,10 @@ def test_holdout_formulas_and_score_report_compliance(tmp_path, small_synthetic,
     assert out["brief"]["share"] == 1.0 and out["brief"]["met_all"] and out["channels"]["brief"] == 1.0
     assert main(["score", "rank(-ts_delta(close, 5))", "--data", str(data), "--brief", BRIEF.id]) == 0
     text = capsys.readouterr().out
-    assert f"brief   : {BRIEF.id}  share" in text and "all met: no" in text and "missed: mechanism" in text
+    assert f"brief   : {BRIEF.id}" in text and "checks met (share" in text and "all met: no" in text
+    assert "  missed  mechanism" in text
     assert main(["score", "rank(close -)", "--data", str(data), "--brief", BRIEF.id]) == 0
-    assert "share 0.00 of 10 checks met, all met: no (an invalid answer meets none)" in capsys.readouterr().out
+    assert "0 of 10 checks met (share 0.00), all met: no; an invalid answer meets none" in capsys.readouterr().out
     assert main(["score", "rank(close)", "--data", str(data), "--brief", "nope"]) == 2
 
 

@@ -36,6 +36,12 @@ def _roundtrip(obj):
     return json.loads(json.dumps(obj))
 
 
+def _with_brief(score, brief) -> dict:
+    """A score as `alpha-gym score --brief ID --json` prints it (without the alpha tests): with its brief object."""
+    from alpha_gym.scoring.report import brief_object
+    return {**score.to_dict(), "brief": brief_object(brief, score.formula, score.valid)}
+
+
 @pytest.fixture(scope="module")
 def panel():
     return synthetic_panel(n_stocks=12, n_days=400, seed=3)
@@ -81,11 +87,12 @@ def test_a_brief_id_reaches_the_scoring_and_leaves_the_reward(served, panel):
     _, client = served
     direct, brief = Verifier(panel), brief_set("train")[0]
     got = client.score_group(ANSWERS, brief_id=brief.id)
-    assert got == _roundtrip([s.to_dict() for s in direct.score_group(ANSWERS, brief=brief).scores])
+    assert got == _roundtrip([_with_brief(s, brief) for s in direct.score_group(ANSWERS, brief=brief).scores])
     assert [g["reward"] for g in got] == [s.reward for s in direct.score_group(ANSWERS).scores]
     assert "brief_compliance" in got[0]["diagnostics"]
     assert "brief_compliance" not in client.score(ANSWERS[0])["diagnostics"]
-    assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(direct.score(ANSWERS[0], brief=brief).to_dict())
+    assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(_with_brief(direct.score(ANSWERS[0], brief=brief),
+                                                                                 brief))
 
 
 def test_concurrent_requests_get_the_direct_answer(served, panel):
@@ -230,7 +237,7 @@ def test_cli_serve_takes_the_settings_file(changed_settings):
         assert want.reward != Verifier(default_panel()).score(ANSWERS[0]).reward
         brief = brief_set("probe")[0]  # R13, on in the changed settings, reads the request's brief
         with_brief = Verifier(default_panel(), config).score(ANSWERS[0], brief=brief)
-        assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(with_brief.to_dict())
+        assert client.score(ANSWERS[0], brief_id=brief.id) == _roundtrip(_with_brief(with_brief, brief))
         # R13 is not the last term of the sum (R14 `book` follows it): the same up to rounding
         assert with_brief.reward == pytest.approx(want.reward + with_brief.channels["brief"], abs=1e-12)
         assert with_brief.reward != want.reward

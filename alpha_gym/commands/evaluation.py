@@ -19,7 +19,8 @@ Writes into --out:
                      a rerun asks only for the items it does not hold answered, so a killed run resumes
                      and a finished one re-scores without calling the endpoint (also: --report-only)
     answers.jsonl    the answered items in the comparison's kept format (brief_id, step, answer, formula,
-                     train_cpcv, train_valid; plus sample, reward, reason): `holdout-formulas --formulas` reads it
+                     train_cpcv, train_valid; plus sample, reward, reason, and brief: the answer's compliance with
+                     its brief, each check met or not): `holdout-formulas --formulas` reads it
     holdout.json     with --holdout-start: the holdout evaluator's report beside the no-model baselines
                      (`alpha-gym report OUT` makes the page)
     eval.json        the run: endpoint, model, sampling, items answered/failed, every error counted by kind,
@@ -53,7 +54,7 @@ from alpha_gym.evaluation.answers_file import (answers_universe, read_briefs, re
                                                universe_warning)
 from alpha_gym.evaluation.eval_folder import (answered_briefs, claim_eval_dir, error_counts, eval_stamp, mean,
                                              score_rows)
-from alpha_gym.tasks.compliance import compliance_record, compliance_summary
+from alpha_gym.tasks.compliance import compliance_summary
 from alpha_gym.jsonable import json_dumps
 
 
@@ -417,8 +418,7 @@ def _eval(args, out: Path) -> int:
                   "mean_cpcv": mean([r["train_cpcv"] for r in valid]),
                   "mean_reward": mean([r["reward"] for r in rows]),
                   "world_model": verifier.world_model,  # what R3 used: a content hash, or "off"
-                  **(compliance_summary(compliance_record(b, r["formula"], r["train_valid"])
-                                        for b, r in zip(row_briefs, rows)) or {})},
+                  **(compliance_summary(r["brief"] for r in rows) or {})},
     }
     if holdout is not None:
         from alpha_gym.evaluation.holdout import evaluate_holdout

@@ -29,8 +29,8 @@ def cmd_score(args) -> int:
     verifier = Verifier(panel_from_args(args), settings_from_args(args, flags).verifier)
     result = (verifier.score(args.answer, brief=brief) if args.answer is not None
               else verifier.score_formula(args.formula, brief=brief))
-    from alpha_gym.tasks.compliance import compliance_report
-    compliance = compliance_report(brief, result.formula, result.valid)
+    from alpha_gym.scoring.report import brief_object
+    compliance = brief_object(brief, result.formula, result.valid)
     # the industry's tests, reported beside the score (never a reward; they trade the formula a second time)
     from alpha_gym.evaluation.alpha_tests import format_alpha_tests, score_alpha_tests
     tests = score_alpha_tests(verifier, result.formula) if result.valid else None
@@ -50,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--answer", help="a raw model answer holding <alpha>...</alpha>")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--brief", metavar="ID", help="score for this seeded or fixed brief (e.g. g0-0113, fixed-003): R13 "
-                                                 "reads it, and the report says which of its checks the answer meets")
+                                                 "reads it, and the report shows the brief's text and each of its "
+                                                 "checks in words, met or missed (a fixed brief has none)")
     p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
                    help="R3's world model: a fitted model's folder, 'auto' (default: the model `alpha-gym stress "
                         "fit` registered for this panel) or 'none' (R3 off)")

@@ -109,8 +109,11 @@ def claim_eval_dir(out: Path, stamp: dict, asking: bool, answered: bool = True) 
 
 
 def score_rows(raw: dict, briefs, samples: int, verifier) -> list[dict]:
-    """The answered items in brief, then sample, order: kept rows scored on the train window."""
+    """The answered items in brief, then sample, order: kept rows scored on the train window, each with its
+    compliance with its brief ("brief": `compliance_report`, the extended checks R13 pays, each met or not; an
+    answer invalid on the train window meets none)."""
     from alpha_gym.language.answer import formula_or_none
+    from alpha_gym.tasks.compliance import compliance_report
     rows = []
     for b in briefs:
         for s in range(samples):
@@ -119,9 +122,11 @@ def score_rows(raw: dict, briefs, samples: int, verifier) -> list[dict]:
                 continue  # missing or failed: counted, never scored
             score = verifier.score(r["completion"], brief=b)
             cpcv = score.channels.get("cpcv") if score.valid else None
+            formula = formula_or_none(r["completion"])
             rows.append({"brief_id": b.id, "sample": s, "step": None, "answer": r["completion"],
-                         "formula": formula_or_none(r["completion"]), "train_cpcv": cpcv,
-                         "train_valid": bool(score.valid), "reward": score.reward, "reason": score.reason})
+                         "formula": formula, "train_cpcv": cpcv,
+                         "train_valid": bool(score.valid), "reward": score.reward, "reason": score.reason,
+                         "brief": compliance_report(b, formula, score.valid)})
     return rows
 
 

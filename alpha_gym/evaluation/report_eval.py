@@ -4,7 +4,8 @@
 endpoint.jsonl and returns HTML parts: the run (model, endpoint as written, data, items answered and
 failed, endpoint errors by kind, the train-window summary) and one row per item, in brief then sample
 order: brief id, sample, whether the answer is valid on the training window, its formula, train CPCV,
-reward, an excerpt of the raw answer and, for an invalid one, the verifier's reason. An item the
+reward, its brief's checks met and missed (in words), an excerpt of the raw answer and, for an invalid one,
+the verifier's reason. An item the
 endpoint never answered shows its error instead. With a holdout.json of the same answers (what
 `alpha-gym eval --holdout-start` writes: one holdout answer per answered item, in order) each row also
 shows the holdout score or the holdout's reason, so the page needs no second table of bare formulas.
@@ -57,6 +58,30 @@ def _rows(run_dir: Path) -> list[dict]:
     return rows
 
 
+def brief_cell(record, words: dict[str, str] | None = None) -> str:
+    """An answer's compliance with its brief, for a person: how many checks it met and each missed one, in words
+    where the brief is known (`words`: check name -> description). `record`: answers.jsonl's "brief"."""
+    if not isinstance(record, dict) or not isinstance(record.get("n"), int):
+        return "n/a"
+    n, checks = record["n"], record.get("checks")
+    if n == 0:
+        return "the brief has no checks"
+    if not isinstance(checks, dict) or not checks:
+        return f"0/{n} met (an invalid answer meets none)"
+    missed = [k for k, ok in checks.items() if not ok]
+    words = words or {}
+    return f"{n - len(missed)}/{n} met" + ("; missed: " + "; ".join(f"{k} ({words[k]})" if k in words else k
+                                                                      for k in missed) if missed else "")
+
+
+def _check_words(brief_id) -> dict[str, str]:
+    """Check name -> description for a seeded or fixed brief (empty for a brief from a file: names alone)."""
+    from alpha_gym.tasks.compliance import described_checks
+    from alpha_gym.tasks.sets import brief_by_id
+    brief = brief_by_id(brief_id) if isinstance(brief_id, str) else None
+    return {} if brief is None else {d["name"]: d["description"] for d in described_checks(brief, None, False)}
+
+
 def eval_section(run_dir, holdout: dict | None = None) -> list[str]:
     """HTML parts of the eval folder's run and every item (see the module docstring)."""
     run_dir = Path(run_dir)
@@ -90,12 +115,15 @@ def eval_section(run_dir, holdout: dict | None = None) -> list[str]:
     by_key = {(r.get("brief_id"), r.get("sample")): (k, r) for k, r in enumerate(rows)}
     raw = read_raw(run_dir / "endpoint.jsonl")
     failed = [r for r in raw.values() if not r.get("ok") and (r.get("brief_id"), r.get("sample")) not in by_key]
-    out = []
+    out, words = [], {}
     for k, r in enumerate(rows):
         valid = bool(r.get("train_valid"))
+        if r.get("brief_id") not in words:
+            words[r.get("brief_id")] = _check_words(r.get("brief_id"))
         cells = [html.escape(str(r.get("brief_id"))), str(r.get("sample")), "yes" if valid else "no",
                  f"<code>{html.escape(r['formula'])}</code>" if r.get("formula") else "(none)",
                  fmt(r.get("train_cpcv")), fmt(r.get("reward")),
+                 html.escape(brief_cell(r.get("brief"), words[r.get("brief_id")])),
                  f"<code>{html.escape(excerpt(r.get('answer')))}</code>",
                  "" if valid else html.escape(str(r.get("reason") or ""))]
         if held is not None:
@@ -103,15 +131,17 @@ def eval_section(run_dir, holdout: dict | None = None) -> list[str]:
             cells.append(fmt(h.get("score")) if h.get("valid") else html.escape(str(h.get("reason") or "invalid")))
         out.append(cells)
     for r in sorted(failed, key=lambda r: str(r.get("key"))):
-        cells = [html.escape(str(r.get("brief_id"))), str(r.get("sample")), "no answer", "(none)", "n/a", "n/a", "",
-                 html.escape(f"endpoint: {r.get('error')}: {r.get('detail') or ''}")]
+        cells = [html.escape(str(r.get("brief_id"))), str(r.get("sample")), "no answer", "(none)", "n/a", "n/a",
+                 "n/a", "", html.escape(f"endpoint: {r.get('error')}: {r.get('detail') or ''}")]
         out.append(cells + ([""] if held is not None else []))
-    head = ["brief", "sample", "valid (train)", "formula", "train CPCV", "reward", "raw answer (excerpt)",
-            "why invalid"] + (["holdout score or reason"] if held is not None else [])
+    head = ["brief", "sample", "valid (train)", "formula", "train CPCV", "reward", "brief checks",
+            "raw answer (excerpt)", "why invalid"] + (["holdout score or reason"] if held is not None else [])
     n_invalid = sum(not r.get("train_valid") for r in rows)
     parts += ["<h3>Every item</h3>",
               f'<p class="note">{len(rows)} answered, {n_invalid} invalid on the training window (the verifier\'s '
-              f"reason beside each), {len(failed)} not answered by the endpoint. The first {EXCERPT_CHARS} "
+              f"reason beside each), {len(failed)} not answered by the endpoint. Brief checks: the checks of "
+              "the answer's brief it met (R13's extended checks), each missed one named and said in words; an "
+              f"answer invalid on the training window meets none. The first {EXCERPT_CHARS} "
               "characters of each raw answer; the whole answers are in answers.jsonl.</p>",
-              table(head, out, left={0, 3, 6, 7, 8})]
+              table(head, out, left={0, 3, 6, 7, 8, 9})]
     return parts

@@ -1,11 +1,13 @@
 """The ASGI app of the scoring service (Starlette).
 
     GET  /health                      {"status": "starting" | "ready" | "failed", ...}; 503 until ready
-    POST /score {"answer": TEXT}      the same JSON object as `alpha-gym score --answer TEXT --json`
+    POST /score {"answer": TEXT}      the same JSON object as `alpha-gym score --answer TEXT --json` (without
+                                      its "alpha_tests", which trade the formula a second time)
     POST /score {"formula": TEXT}     the same as `alpha-gym score TEXT --json`
     POST /score {"answers": [TEXT...]} a list of those objects, scored as one group (`Verifier.score_group`)
                                       each may add "brief_id": the seeded or fixed brief the answers were written
-                                      for, passed to the scoring (`score_group(..., brief=)`; 422 if unknown)
+                                      for, passed to the scoring (`score_group(..., brief=)`; 422 if unknown);
+                                      each object then carries the "brief" object `score --brief ID --json` prints
 
 The verifier is built (and its archive warmed, and with `workers` >= 2 its scoring processes started) in
 a background thread at start-up, so /health answers at once and says when scoring is possible. Requests
@@ -69,6 +71,17 @@ def parse_request(body: bytes, max_answers: int = MAX_ANSWERS) -> tuple[str, obj
     return key, value, brief
 
 
+def score_object(score, brief=None) -> dict:
+    """A score as `alpha-gym score --json` prints it: with a brief, its "brief" object too (`brief_object`: the
+    checks met, the brief's text, each check in words). The industry's tests are the command's alone: they trade
+    the formula a second time."""
+    from alpha_gym.scoring.report import brief_object
+    out = score.to_dict()
+    if brief is not None:
+        out["brief"] = brief_object(brief, score.formula, score.valid)
+    return out
+
+
 def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYTES, max_answers: int = MAX_ANSWERS,
                concurrency: int = 2, workers: int | None = 1) -> Starlette:
     """The service for the verifier `build_verifier()` returns (called once, in a background thread).
@@ -109,7 +122,8 @@ def create_app(build_verifier: Callable[[], object], *, max_bytes: int = MAX_BYT
             return json_response({"error": str(err)}, err.status)
         items = [("answer", a) for a in value] if key == "answers" else [(key, value)]
         result = await anyio.to_thread.run_sync(score_items, verifier, items, brief, limiter=limiter)
-        return json_response([s.to_dict() for s in result.scores] if key == "answers" else result.scores[0].to_dict())
+        objects = [score_object(s, brief) for s in result.scores]
+        return json_response(objects if key == "answers" else objects[0])
 
     def score_items(verifier, items, brief):
         """`score_group`, `score` or `score_formula` of the request, prepared on the scoring processes."""

@@ -500,16 +500,22 @@ def _as_node(node_or_formula) -> Node:
     return node_or_formula
 
 
-def check_constraints(constraints: Iterable[Constraint], node_or_formula) -> dict[str, bool]:
-    """name -> met, for each constraint. Names are the constraint's part (or kind), suffixed _2, _3 if repeated."""
-    node = _as_node(node_or_formula)
-    out: dict[str, bool] = {}
+def check_names(constraints: Iterable[Constraint]) -> list[str]:
+    """Each constraint's name in a report: its part (or kind), suffixed _2, _3 if repeated."""
+    out: list[str] = []
     for c in constraints:
         key, k = c.name, 2
         while key in out:
             key, k = f"{c.name}_{k}", k + 1
-        out[key] = bool(c.check(node))
+        out.append(key)
     return out
+
+
+def check_constraints(constraints: Iterable[Constraint], node_or_formula) -> dict[str, bool]:
+    """name -> met, for each constraint (names: `check_names`)."""
+    node = _as_node(node_or_formula)
+    constraints = tuple(constraints)
+    return {key: bool(c.check(node)) for key, c in zip(check_names(constraints), constraints)}
 
 
 def check_compliance(brief, node_or_formula, extended: bool = False) -> dict[str, bool]:
@@ -554,6 +560,15 @@ def compliance_report(brief, formula, valid: bool = True) -> dict[str, Any] | No
     if record is None:
         return None
     return {**record, "checks": check_compliance(brief, formula, extended=True) if valid else {}}
+
+
+def described_checks(brief, formula, valid: bool = True) -> list[dict[str, Any]]:
+    """Each extended check of the brief (what R13 pays) in words, for a person: [{"name", "description", "met"}] in
+    `check_compliance`'s order and names. An invalid answer (or none) meets none of them."""
+    constraints = extended_constraints(brief)
+    met = check_constraints(constraints, formula) if valid and formula is not None else {}
+    return [{"name": name, "description": c.description, "met": bool(met.get(name, False))}
+            for name, c in zip(check_names(constraints), constraints)]
 
 
 def compliance_summary(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
