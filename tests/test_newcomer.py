@@ -142,7 +142,8 @@ def test_batch_refusal_names_what_differs_in_words(tmp_path):
     out = tmp_path / "out.jsonl"
     check_meta(out, {"input": "a", "items": 2, "panel": "p", "config": "c"})
     out.write_text("")
-    with pytest.raises(BatchError, match=r"was made with a different number of items \(2, now 3\); remove it"):
+    with pytest.raises(BatchError, match=r"was made with a different number of items \(2, now 3\); choose another "
+                                         r"--out, or rerun with --restart"):
         check_meta(out, {"input": "a", "items": 3, "panel": "p", "config": "c"})
 
 

@@ -60,6 +60,24 @@ _HOW_TO_GET = ("llama.cpp's converter (convert_hf_to_gguf.py) was not found: pas
                f"checkout), set ${CONVERTER_ENV}, or download the archive into {{cache}}")
 
 
+#: What an export needs beyond the base install: the `train` extra's torch and transformers (the model is read and
+#: adapters merged) and sentencepiece, which llama.cpp's converter imports for every tokenizer (no extra brings it).
+EXPORT_MODULES = ("torch", "transformers", "sentencepiece")
+#: The one install line that brings all of them.
+EXPORT_INSTALL = "install torch==2.13.0 (CPU) first, then: pip install -e '.[train]' sentencepiece"
+
+
+def missing_modules() -> list[str]:
+    """The modules of `EXPORT_MODULES` that cannot be imported here (found, never imported)."""
+    return [m for m in EXPORT_MODULES if importlib.util.find_spec(m) is None]
+
+
+def needs_message(missing) -> str:
+    """One line naming every need of an export at once, and which of them are missing."""
+    return (f"export-gguf needs the `train` extra (torch, transformers) and sentencepiece (llama.cpp's converter "
+            f"imports it); missing here: {', '.join(missing)}; {EXPORT_INSTALL}")
+
+
 class ExportError(InputError):
     """A folder that is not a model, a converter that cannot be found, or a conversion that failed."""
 
@@ -201,12 +219,13 @@ def export_gguf(source, out, *, outtype: str = "f32", converter=None, base=None,
         raise ExportError(f"--out {out}: name the GGUF file to write (ending in .gguf)")
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists: pass --force to replace it, or another --out")
+    missing = missing_modules()  # every need at once, before any work: not one install per try
+    if missing:
+        raise ExportError(needs_message(missing))
     found = model_source(source)
     if base is not None and found.kind != "adapter":
         raise ExportError(f"--base is for adapter folders; {found.folder} is a full model")
     converter_path = find_converter(converter)
-    if importlib.util.find_spec("sentencepiece") is None:
-        raise ExportError("llama.cpp's converter imports sentencepiece: pip install sentencepiece")
     from alpha_gym.stress.checkpoint import file_sha256
     from trainers.models import model_identity
     out.parent.mkdir(parents=True, exist_ok=True)

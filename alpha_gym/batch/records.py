@@ -138,8 +138,8 @@ def check_meta(out, meta: dict) -> None:
             return None
         what = ", ".join(f"{_META_WORDS.get(k, k)}" + (f" ({old.get(k)}, now {meta.get(k)})" if k == "items" else "")
                          for k in diff)
-        return BatchError(f"{out} was made with a different {what}; remove it (and {path.name}) or "
-                          f"choose another --out")
+        return BatchError(f"{out} was made with a different {what}; {RESTART_HINT} (it removes {Path(out).name} "
+                          f"and {path.name})")
     claim_stamp(path, json_dumps(meta, indent=1), refusal, check=Path(out).exists())
 
 

@@ -63,6 +63,23 @@ def _day_before(date: str) -> str:
     return str(np.datetime64(date, "D") - np.timedelta64(1, "D"))
 
 
+def split_at_holdout(full, holdout_start: str, holdout_end: str | None = None):
+    """(training panel, holdout panel) cut from one panel: training ends the day before `holdout_start`.
+    A start that leaves either side without a session is an InputError naming the data's span and a start
+    that works there (its last 252 sessions), not the panel's bare "no sessions" error."""
+    import numpy as np
+    first, last = str(full.dates[0]), str(full.dates[-1])
+    last_year = str(full.dates[-min(252, full.n_days - 1)]) if full.n_days > 1 else last
+    hint = f"pass a date inside the data (its last 252 sessions start on {last_year})"
+    if np.datetime64(holdout_start, "D") > full.dates[-1]:
+        raise InputError(f"--holdout-start {holdout_start}: the data end on {last}, so the holdout would hold no "
+                         f"session; {hint}, or a file that also holds the later sessions")
+    if np.datetime64(holdout_start, "D") <= full.dates[0]:
+        raise InputError(f"--holdout-start {holdout_start}: the data begin on {first}, so training would hold no "
+                         f"session; {hint}")
+    return full.window(end=_day_before(holdout_start)), full.window(start=holdout_start, end=holdout_end)
+
+
 def _holdout_settings(args):
     """The settings with --context applied to holdout.context."""
     return settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
@@ -76,8 +93,7 @@ def cmd_holdout_formulas(args) -> int:
     # One read of the file, cut in two: the training panel holds copies of the sessions before the
     # holdout only, so nothing in it reaches the holdout window.
     full = load_panel(args.data, universe=universe, start=args.train_start, end=args.holdout_end)
-    train = full.window(end=_day_before(args.holdout_start))
-    holdout = full.window(start=args.holdout_start, end=args.holdout_end)
+    train, holdout = split_at_holdout(full, args.holdout_start, args.holdout_end)
     del full
     formulas = read_formulas(args.formulas)
     briefs = read_briefs(args.formulas)
@@ -169,8 +185,7 @@ def cmd_holdout(args) -> int:
     settings = _holdout_settings(args)
     universe = universe_arg(args.universe)
     full = load_panel(args.data, universe=universe, end=args.holdout_end)
-    train = full.window(end=_day_before(args.holdout_start))
-    holdout = full.window(start=args.holdout_start, end=args.holdout_end)
+    train, holdout = split_at_holdout(full, args.holdout_start, args.holdout_end)
     del full
     briefs = list(brief_set("probe"))[: args.probe]
     model, tokenizer = load_for_inference(args.checkpoint)
@@ -308,11 +323,7 @@ def _eval_panels(args):
     if args.end is not None:
         raise InputError("give --end or --holdout-start, not both: with --holdout-start training ends the day before")
     full = resolve_panel(data=args.data, universe=universe, train_start=args.start, train_end=args.holdout_end)
-    train = full.window(end=_day_before(args.holdout_start))
-    holdout = full.window(start=args.holdout_start, end=args.holdout_end)
-    if train.n_days == 0 or holdout.n_days == 0:
-        raise InputError(f"--holdout-start {args.holdout_start}: the data hold no sessions on one side of it")
-    return train, holdout
+    return split_at_holdout(full, args.holdout_start, args.holdout_end)
 
 
 def _check_model(client, model: str) -> list[str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
@@ -32,10 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         from alpha_gym.commands.train import register as register_train, register_export
         from alpha_gym.commands.compare import register as register_compare
     except ImportError as err:
-        for name, what in (("train", "RL training"), ("compare", "the trainer comparison"),
-                           ("export-gguf", "a model folder as a GGUF file")):
+        for name, what in (("train", "RL training"), ("compare", "the trainer comparison")):
             p = sub.add_parser(name, help=f"{what} (needs: pip install alpha-gym[train])")
-            p.set_defaults(func=lambda args, err=err: missing_extra("train", err))
+            p.set_defaults(func=lambda args, err=err: missing_extra("train", err), any_arguments=True)
+        p = sub.add_parser("export-gguf", help="a model folder as a GGUF file (needs the train extra and "
+                                               "sentencepiece: pip install -e '.[train]' sentencepiece)")
+        p.set_defaults(func=lambda args, err=err: _export_gguf_missing(err), any_arguments=True)
     else:
         register_train(sub)
         register_compare(sub)  # the trainer comparison (trainers/compare/)
@@ -51,6 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     from alpha_gym.commands.evolve import register as register_evolve  # issue 40: evolution
     register_evolve(sub)
     return parser
+
+
+def _export_gguf_missing(err: Exception) -> int:
+    """`export-gguf` where the train command cannot be imported: every need named at once (the export's own
+    line where its module imports, else the train extra's)."""
+    try:
+        from trainers.export_gguf import missing_modules, needs_message
+    except ImportError:
+        return missing_extra("train", err)
+    print(f"alpha-gym: {needs_message(missing_modules() or ['the train command ({err})'])}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
@@ -69,13 +83,14 @@ def main(argv=None) -> int:
 _default_showwarning = warnings.showwarning
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(message, category, filename, lineno, file=None, line=None, *, data_flag: str = "--data") -> None:
     """A notice meant for the user (the synthetic market's) is one line, `alpha-gym: note: ...`, without the
-    source path and code line Python adds; every other warning is shown as Python shows it."""
+    source path and code line Python adds, naming the command's own market-data flag (`data_flag`: `sft` reads its
+    SFT rows from --data and prices from --market-data); every other warning is shown as Python shows it."""
     from alpha_gym.market.synthetic import SyntheticDataNotice
     if issubclass(category, SyntheticDataNotice):
         text = str(message).removeprefix("alpha-gym: ").replace(
-            "load real data with alpha_gym.market.load_panel", "give --data FILE for real prices")
+            "load real data with alpha_gym.market.load_panel", f"give {data_flag} FILE for real prices")
         print(f"alpha-gym: note: {text}", file=sys.stderr if file is None else file)
         return
     _default_showwarning(message, category, filename, lineno, file, line)
@@ -90,12 +105,21 @@ def user_errors() -> tuple[type, ...]:
     return (InputError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
+def market_data_flag(args) -> str:
+    """The flag a command reads market prices from: `--market-data` where --data means something else (`sft`:
+    its SFT rows; `add_data_args(data_flag=...)`), else `--data`."""
+    return "--market-data" if hasattr(args, "market_data") else "--data"
+
+
 def _main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "any_arguments", False):  # a command standing in for one that cannot load
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # takes the real one's flags, to say so
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = _show_warning
+            warnings.showwarning = functools.partial(_show_warning, data_flag=market_data_flag(args))
             return args.func(args)
     except ModuleNotFoundError as err:
         if not args.debug and err.name and err.name.split(".")[0] in OPTIONAL_MODULES:

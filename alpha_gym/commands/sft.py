@@ -69,6 +69,9 @@ def cmd_sft(args) -> int:
 
 #: `trainers.sft.SFTSettings.max_length`'s default (the write task's rows fit; kept here so --help needs no torch).
 SFT_MAX_LENGTH = 768
+#: The --max-length improve-task pairs need: their templated rows ran 660-1,037 tokens (BENCHMARKS.md, the
+#: improve warm start's 189 pairs), above the default; README's improve example passes it.
+IMPROVE_MAX_LENGTH = 1100
 
 
 def register(sub) -> None:
@@ -107,7 +110,8 @@ def register(sub) -> None:
                    help="torch threads (default: torch's own); the weights are bit-reproducible for a fixed count")
     p.add_argument("--max-length", type=flag(ints(16, 1_000_000)), default=SFT_MAX_LENGTH, metavar="TOKENS",
                    help=f"longest templated prompt + answer (default {SFT_MAX_LENGTH}); a longer row is refused, not "
-                        "cut (TRL keeps a row's start: the answer would be lost). Improve-task pairs need ~1,500")
+                        "cut (TRL keeps a row's start: the answer would be lost). Improve-task pairs run to about "
+                        f"1,050 tokens: pass --max-length {IMPROVE_MAX_LENGTH}")
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
     add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
     add_settings_args(p)

@@ -152,8 +152,14 @@ def cmd_train(args) -> int:
 
 def register_export(subparsers) -> argparse.ArgumentParser:
     """Add `export-gguf` (a model folder as a GGUF file for llama.cpp; trainers/export_gguf.py)."""
+    from trainers.export_gguf import EXPORT_INSTALL
     p = subparsers.add_parser("export-gguf", help="a trained or SFT model folder as one GGUF file for llama.cpp's "
-                                                  "server (llama.cpp's own converter)")
+                                                  "server (llama.cpp's own converter; needs the train extra and "
+                                                  f"sentencepiece: {EXPORT_INSTALL})",
+                              description="A trained or SFT model folder as one GGUF file for llama.cpp's server, "
+                                          "written by llama.cpp's own converter. Needs the train extra (torch, "
+                                          "transformers) and sentencepiece, which the converter imports: "
+                                          f"{EXPORT_INSTALL}.")
     p.add_argument("source", help="a model folder (alpha-gym sft's OUT/model, or OUT), a checkpoint-N folder of "
                                   "adapters (merged into their base) or a training run folder (its latest checkpoint)")
     p.add_argument("--out", required=True, help="the GGUF file to write (FILE.gguf)")

@@ -5,7 +5,7 @@
     for task in taskset.take(2): print(task.data.brief_id, task.data.prompt[:60])
 
 Each task is one brief (`TaskData.prompt` is the brief's prompt, `brief_id`/`family` ride
-along). Its rewards are 12 `@vf.reward` methods, one per channel, each returning the
+along). Its rewards are 14 `@vf.reward` methods, one per channel, each returning the
 channel's raw value with the verifier's priority as its weight, plus `verifier_adjustment`
 (weight 1): the verifier's reward minus the weighted channels (0 whenever the reward is their
 weighted sum; otherwise a rule such as a fixed invalid-answer reward or a cap). So `trace.reward`,
