@@ -356,9 +356,13 @@ def cmd_eval(args) -> int:
 
 def _eval(args, out: Path) -> int:
     from alpha_gym.evaluation.endpoint import (EVAL_FORMAT, EndpointClient, EndpointConfig, EndpointFailure,
-                                               Interrupted, extra_body, item_key, read_raw, run_requests)
+                                               Interrupted, extra_body, item_key, model_problem, read_raw,
+                                               run_requests)
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.task import render_prompt
+    problem = model_problem(args.model)
+    if problem:  # before anything is sent, written or printed: the name goes into requests, files and pages
+        raise InputError(f"--model {args.model!r}: {problem}; give the name the server lists")
     _check_eval_numbers(args)
     extra = extra_body(args.extra_body)
     briefs = _briefs(args)

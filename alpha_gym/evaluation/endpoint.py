@@ -51,6 +51,7 @@ import ssl
 import sys
 import threading
 import time
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -131,23 +132,79 @@ def server_message(body: bytes) -> str | None:
 #: with a flag of their own, which the folder's stamp records.
 CLIENT_FIELDS = {"model": "--model", "messages": "the brief", "n": "--samples", "stream": "the client",
                  "temperature": "--temperature", "max_tokens": "--max-tokens", "seed": "--seed"}
+#: The answer's token limit under the names servers read it by, compared without case or separators (OpenAI's
+#: max_tokens and max_completion_tokens, TGI's and transformers' max_new_tokens and max_length, llama.cpp's
+#: n_predict, Ollama's num_predict, Anthropic's max_tokens_to_sample, Gemini's max_output_tokens): --max-tokens
+#: sets the limit the stamp records, so a second one at any depth of `--extra-body` would make that record untrue.
+TOKEN_LIMIT_NAMES = frozenset({"maxtokens", "maxcompletiontokens", "maxnewtokens", "maxlength", "npredict",
+                               "numpredict", "maxtokenstosample", "maxoutputtokens"})
+#: The deepest `--extra-body` read (request fields nest 1-3 deep); deeper is refused before decoding.
+MAX_EXTRA_BODY_DEPTH = 32
+
+
+def _squeezed(name: str) -> str:
+    """A field name without case or separators: `Max-Tokens`, `max_tokens` and `maxTokens` are one name."""
+    return "".join(c for c in name.casefold() if c.isalnum())
+
+
+def _json_values(value):
+    """(path, key, value) of `value` and everything inside it, depth first and without recursion; key is the
+    name the value sits under in an object (None in an array and at the top), path reads `options.stop[1]`."""
+    stack = [("", None, value)]
+    while stack:
+        path, key, v = stack.pop()
+        yield path, key, v
+        if isinstance(v, dict):
+            stack.extend((f"{path}.{k}" if path else k, k, x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{path}[{i}]", None, x) for i, x in reversed(list(enumerate(v))))
 
 
 def extra_body(text: str | None) -> dict | None:
     """`--extra-body`'s JSON object: request fields a server reads beyond the OpenAI ones, e.g. llama.cpp's
-    `{"repeat_penalty": 1.0}` (its default 1.1 makes temperature 0 differ from greedy decoding)."""
+    `{"repeat_penalty": 1.0}` (its default 1.1 makes temperature 0 differ from greedy decoding).
+
+    Refused: anything but an object, a field with a flag of its own (`CLIENT_FIELDS`) or another name for the
+    token limit (`TOKEN_LIMIT_NAMES`, at any depth), and a number JSON cannot carry (NaN, Infinity, or a literal
+    past the float range, which Python reads as infinity): it would be sent as null without a word."""
     if text is None:
         return None
+    from alpha_gym.service.http_json import json_depth
+    depth = json_depth(text.encode("utf-8", "surrogatepass"))
+    if depth > MAX_EXTRA_BODY_DEPTH:
+        raise InputError(f"--extra-body nests {depth} levels deep; request fields nest at most "
+                         f"{MAX_EXTRA_BODY_DEPTH}")
     try:
         fields = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"--extra-body is not JSON ({err}): give an object, e.g. '{{\"repeat_penalty\": 1.0}}'")
+    except ValueError as err:  # an integer of thousands of digits, past Python's limit on int conversion
+        raise InputError(f"--extra-body holds a number no JSON reader takes ({str(err).split(';')[0]})") from None
     if not isinstance(fields, dict):
         raise InputError(f"--extra-body must be a JSON object of request fields, got {type(fields).__name__}")
     taken = sorted(k for k in fields if k in CLIENT_FIELDS)
     if taken:
         raise InputError("--extra-body may not set " + ", ".join(f"{k} (set by {CLIENT_FIELDS[k]})" for k in taken))
+    for path, key, value in _json_values(fields):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"--extra-body {path}: {value} is not a finite number (NaN, Infinity or past 1.8e308), "
+                             "which no JSON request carries; give a finite one")
+        if key is not None and _squeezed(key) in TOKEN_LIMIT_NAMES:
+            raise InputError(f"--extra-body may not set {path}: it is the answer's token limit, set by --max-tokens")
     return fields or None
+
+
+def model_problem(model: str) -> str | None:
+    """Why a model name cannot be sent, recorded or shown (None when it can): empty, or holding a character no
+    model name has (a control character such as a pasted line break or an escape sequence, a line or paragraph
+    separator, a zero-width or bidirectional mark, a lone surrogate). Never prints the name itself."""
+    if not model.strip():
+        return "it is empty"
+    odd = next((c for c in model if not (c.isprintable() or c == " ")), None)
+    if odd is None:
+        return None
+    what = "a line break, pasted?" if odd in "\r\n" else unicodedata.name(odd, "a control character").lower()
+    return f"it holds U+{ord(odd):04X} ({what}), which no model name has"
 
 
 @dataclass(frozen=True)
