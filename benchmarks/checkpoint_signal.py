@@ -36,7 +36,7 @@ def checkpoint_rows(run_dir: Path, brief_ids: list[str]) -> list[dict]:
             raise SystemExit(f"{f}: {len(d['formulas'])} answers for {len(brief_ids)} probe briefs")
         rows = [{"brief_id": b, "formula": x, "train_valid": c is not None}
                 for b, x, c in zip(brief_ids, d["formulas"], d["train_cpcv"])]
-        comp = brief_compliance_of(rows) or {}
+        comp = brief_compliance_of(rows, [r["train_valid"] for r in rows]) or {}  # the run's own verdicts
         valid = [c for c in d["train_cpcv"] if c is not None]
         window = [x for x in log if previous < x["step"] <= step]
         previous = step

@@ -184,19 +184,20 @@ def test_the_comparison_table_says_each_rungs_compliance(tmp_path):
     from alpha_gym.evaluation.kept import read_rows
     from trainers.compare.report import brief_compliance_of, write_table
     kept = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "compare-long" / "step-0.jsonl"
-    step0 = brief_compliance_of(read_rows(kept))
+    step0_rows = read_rows(kept)
+    step0 = brief_compliance_of(step0_rows, [r["train_valid"] for r in step0_rows])  # the long run's own verdicts
     assert step0["n_briefs"] == 50 and step0["brief_met_all"] == 0 and step0["brief_share"] == pytest.approx(0.412, abs=5e-4)
-    rows = [{"brief_id": BRIEF.id, "formula": a.removeprefix("<alpha>").removesuffix("</alpha>"), "train_valid": ok}
-            for a, ok in zip(ANSWERS[:3], (True, True, False))]
-    assert brief_compliance_of(rows)["brief_met_all"] == 0          # the third meets every check but was refused
-    assert brief_compliance_of([{**rows[2], "train_valid": True}])["brief_met_all"] == 1
-    assert brief_compliance_of([{"brief_id": "x", "formula": "rank(close)", "train_valid": True}]) is None
+    rows = [{"brief_id": BRIEF.id, "formula": a.removeprefix("<alpha>").removesuffix("</alpha>")} for a in ANSWERS[:3]]
+    valid = [True, True, False]
+    assert brief_compliance_of(rows, valid)["brief_met_all"] == 0          # the third meets every check but was refused
+    assert brief_compliance_of(rows[2:], [True])["brief_met_all"] == 1
+    assert brief_compliance_of([{"brief_id": "x", "formula": "rank(close)"}], [True]) is None
     keys = dict(seeds=[42], valid=3.0, score=0.1, lo=0.0, hi=0.2, families=1.0, effective_bets=1.0, mean_abs_corr=0.5,
                 book_sharpe=0.1, book_beta=0.1, book_market_corr=0.1, book_max_drawdown=-0.1, book_down_day=0.0)
     report = {"seeds": [42], "briefs": 3, "rows": {"cispo": {"label": "cispo", **keys, **{
-        k: v for k, v in brief_compliance_of(rows).items() if k != "n_briefs"}}}}
+        k: v for k, v in brief_compliance_of(rows, valid).items() if k != "n_briefs"}}}}
     text = write_table(report, "smoke", tmp_path)
-    share = brief_compliance_of(rows)["brief_share"]
+    share = brief_compliance_of(rows, valid)["brief_share"]
     assert "| rung | brief share | every check met |" in text and f"| cispo | {share:.2f} | 0.0 |" in text
     report["rows"]["cispo"].update(brief_share=None, brief_met_all=None)
     assert "brief share" not in write_table(report, "smoke", tmp_path)

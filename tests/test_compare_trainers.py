@@ -539,7 +539,7 @@ def test_checkpoint_signal_reads_a_run_folders_probe_answers_and_log(tmp_path):
         {"step": s, "nonzero_adv_share": v, "distinct_forms_mean": f, "refills": 1, "form_refills": 2,
          "verifier_calls": 16 * s + 3}) + "\n" for s, v, f in ((9, 0.5, 6.0), (10, 0.25, 4.0))))
     [got] = mod.checkpoint_rows(tmp_path, ids)
-    want = brief_compliance_of(rows)
+    want = brief_compliance_of(rows, [r["train_valid"] for r in rows])
     assert (got["met_all"], got["share"]) == (want["brief_met_all"], want["brief_share"])
     assert got["valid"] == sum(c is not None for c in cpcv) == sum(bool(r["train_valid"]) for r in rows)
     assert got["distinct"] == len({r["formula"] for r in rows if r["train_valid"]})

@@ -212,6 +212,19 @@ def model_identity(model: str | os.PathLike | None = None) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
+def model_not_found(model: str | os.PathLike | None) -> str | None:
+    """Why `model` names no model `load_base` could load (None when it may: the default, a packaged model's
+    name, a path that exists, or an `owner/name` Hub id); a command checks it before a run spends anything."""
+    if model is None or packaged_model(model) is not None:
+        return None
+    path = str(model)
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if path.strip() and (Path(path).expanduser().exists() or looks_like_hub_id):
+        return None
+    return (f"model {path!r} not found: pass a packaged model ({', '.join(PACKAGED_MODELS)}), a local model folder, "
+            "a Hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct', or nothing for the built-in default")
+
+
 def load_base(model: str | os.PathLike | None = None, *, load_in_4bit: bool = False):
     """(base model, tokenizer) without adapters. `model`: None (the default), a packaged model's name
     (`PACKAGED_MODELS`), a local folder or a Hub id."""
@@ -221,11 +234,9 @@ def load_base(model: str | os.PathLike | None = None, *, load_in_4bit: bool = Fa
         path = str(materialise_default_model(packaged.name))
     else:
         path = str(model)
-        looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
-        if not Path(path).expanduser().exists() and not looks_like_hub_id:
-            raise FileNotFoundError(f"model {path!r} not found: pass a packaged model ({', '.join(PACKAGED_MODELS)}"
-                                    "), a local model folder, a Hub id such as "
-                                    "'HuggingFaceTB/SmolLM2-135M-Instruct', or nothing for the built-in default")
+        problem = model_not_found(path)
+        if problem:
+            raise FileNotFoundError(problem)
         path = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
     cuda = torch.cuda.is_available()
     kwargs = {"dtype": torch.bfloat16 if cuda else torch.float32}

@@ -155,13 +155,20 @@ def cmd_compare(args) -> int:
     if unknown or "" in names:
         what = f"unknown rungs {', '.join(unknown)}" if unknown else "an empty rung name"
         raise CompareError(f"--rungs {args.rungs[:80]!r}: {what}; the ladder has {', '.join(known)}")
-    if args.mutator_model is not None and not args.report_only:
+    if args.mutator_model is not None and args.report_only:
+        raise CompareError("--mutator-model is the model the evolve_model and evolve_rl arms mutate with; "
+                           "--report-only runs no arm, so it would be ignored: leave it out")
+    if args.mutator_model is not None:
         if not {"evolve_model", "evolve_rl"} & set(names):
             raise CompareError("--mutator-model is the model of the evolve_model and evolve_rl arms; --rungs "
                                f"{args.rungs!r} runs neither")
         if "," in args.mutator_model or "=" in args.mutator_model:
             raise CompareError(f"--mutator-model {args.mutator_model!r}: a mutator spec cannot name a path holding "
                                "',' or '=' (move or link the folder)")
+        from trainers.models import model_not_found
+        problem = model_not_found(args.mutator_model)
+        if problem:  # now, not once step 0 and the arms before it have run
+            raise CompareError(f"--mutator-model: {problem}")
     train, holdout = panels(args.scale, args.data, args.universe)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison

@@ -18,7 +18,8 @@ Every row of a kept .jsonl and every kept .json object carries a content hash of
 (`alpha_gym.jsonable.content_hash`, the score-batch records' hash): the table is rebuilt from these files
 alone, so a row edited by hand (a formula swapped, a train_cpcv changed), a torn file or a damaged stamp is
 refused with the file and row named (`KeptError`), never read. After an intentional edit, seal the folder
-again with `python -m alpha_gym.evaluation.kept --rehash FOLDER` (it re-hashes every kept file under FOLDER).
+again with `python -m alpha_gym.evaluation.kept --rehash FOLDER` (it re-hashes every kept file under FOLDER, and
+leaves any other JSON there, one without the keys its kind of kept file has, as it was).
 The `.archive.jsonl` files (the formulas a run's archive admitted) and `filter.json` (the difficulty filter's
 pass rates) are logs the table does not read, and carry no hash.
 """
@@ -209,16 +210,63 @@ def kept_files(folder: Path) -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
-def rehash(folder: Path) -> list[Path]:
-    """Seal every kept file under `folder` again (after an intentional edit, or kept before hashes existed);
-    returns the files. A torn or damaged file is refused, not sealed."""
-    files = kept_files(folder)
-    for p in files:
-        if p.suffix == ".jsonl":
-            write_rows(p, read_jsonl(p))
+#: Keys that mark each kind of kept file, held by every one ever written: a row (`answer_row`), a run's numbers
+#: (`control_numbers` and the rungs'), a run's book (`trainers.compare.runner.keep_run_book`) and the comparison's
+#: settings.json (`trainers.compare.run`; a compare --out folder's stamp names no probe briefs). `--rehash` seals
+#: only files that hold them: a folder may also hold JSON no comparison wrote (an editor's settings.json, notes).
+KEPT_KEYS = {"row": frozenset({"brief_id", "formula", "train_valid"}),
+             "numbers": frozenset({"rung", "seed", "selected_step", "checkpoints"}),
+             "book": frozenset({"rung", "seed", "members"}),
+             "settings": frozenset({"scale", "probe_briefs"})}
+
+
+def _kind(path: Path) -> str:
+    if path.suffix == ".jsonl":
+        return "row"
+    if path.name == "settings.json" and not path.parent.name.startswith("seed-"):
+        return "settings"
+    return "book" if path.name.endswith(".book.json") else "numbers"
+
+
+def not_kept(path: Path, content) -> str | None:
+    """Why a file's decoded content (a .jsonl's list of rows) is no kept file of its kind (None when it is one):
+    not a JSON object, or without the keys its kind always has (`KEPT_KEYS`)."""
+    kind = _kind(path)
+    objects = content if kind == "row" else [content]
+    if not objects:
+        return "holds no rows"
+    if not all(isinstance(o, dict) for o in objects):
+        return "a line is not a JSON object" if kind == "row" else "not a JSON object"
+    missing = sorted(set().union(*(KEPT_KEYS[kind] - o.keys() for o in objects)))
+    return f"no {', '.join(missing)}" if missing else None
+
+
+def _decoded(path: Path):
+    """A kept file's content: its rows (.jsonl) or its value (.json); a text that is not JSON is a KeptError (a
+    torn kept file and a foreign one cannot be told apart: neither is sealed)."""
+    if path.suffix == ".jsonl":
+        return [_parse(line, path, f"line {n}") for n, line in enumerate(_text(path).splitlines(), start=1)
+                if line.strip()]
+    return _parse(_text(path), path, "the file")
+
+
+def rehash(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Seal every kept file under `folder` again (after an intentional edit, or kept before hashes existed).
+    Returns (the files sealed, [(a file left as it was, why it is no kept file)]): a JSON file without the keys
+    of its kind is none of this command's business and is not touched. A text that is not JSON is refused."""
+    sealed_files, left = [], []
+    for p in kept_files(folder):
+        content = _decoded(p)
+        why = not_kept(p, content)
+        if why is not None:
+            left.append((p, why))
+        elif p.suffix == ".jsonl":
+            write_rows(p, content)
+            sealed_files.append(p)
         else:
-            write_object(p, read_json(p))
-    return files
+            write_object(p, content)
+            sealed_files.append(p)
+    return sealed_files, left
 
 
 def main(argv=None) -> int:
@@ -233,11 +281,12 @@ def main(argv=None) -> int:
             print(f"error: {folder} is not a folder", file=sys.stderr)
             return 2
         try:
-            files = rehash(Path(folder))
+            files, left = rehash(Path(folder))
         except KeptError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        print(f"{folder}: sealed {len(files)} kept files")
+        print(f"{folder}: sealed {len(files)} kept files"
+              + "".join(f"; left {p.relative_to(folder)} as it was (not a kept file: {why})" for p, why in left))
     return 0
 
 

@@ -37,13 +37,28 @@ def rescore(rows, train, holdout, valid=None):
     return scores, nets, families, report.book, shares
 
 
-def brief_compliance_of(rows) -> dict | None:
+def train_validity(rows, verifier, cache: dict | None = None) -> list[bool]:
+    """Whether the train verifier finds each kept row's formula valid, scored again: the row's own
+    `train_valid` is never read, so a row edited by hand and resealed counts for what its formula is.
+    `cache`: formula -> verdict, shared across calls (step 0's rows are read once per seed)."""
+    cache = {} if cache is None else cache
+    out = []
+    for r in rows:
+        formula = r.get("formula") if isinstance(r.get("formula"), str) else None
+        if formula not in cache:
+            cache[formula] = formula is not None and verifier.valid_book(formula) is not None
+        out.append(cache[formula])
+    return out
+
+
+def brief_compliance_of(rows, valid) -> dict | None:
     """The answers' compliance with their briefs (`compliance_summary`: mean share of the extended checks met,
-    how many met every check); an answer the train verifier refused meets none, as R13 pays it."""
+    how many met every check); `valid`: the train verifier's verdict on each row (`train_validity`), an
+    answer it refused meeting none, as R13 pays it."""
     from alpha_gym.tasks.compliance import compliance_record, compliance_summary
     from alpha_gym.tasks.sets import brief_by_id
-    return compliance_summary(compliance_record(brief_by_id(r.get("brief_id")), r.get("formula"),
-                                                bool(r.get("train_valid"))) for r in rows)
+    return compliance_summary(compliance_record(brief_by_id(r.get("brief_id")), r.get("formula"), ok)
+                              for r, ok in zip(rows, valid))
 
 
 def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | None:
@@ -89,19 +104,25 @@ def training_signal(sums) -> dict:
 
 
 def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, evals=(), brief_ids=(),
-                 controls=()) -> dict:
+                 controls=(), verifier=None) -> dict:
     """Every rung over every seed found under `results` (seeds may come from several sessions), then the
     `controls` (no training, the same verifier calls: each rung is paired against each of them), then one row
     per `evaluated.read_eval` result in `evals`, its samples in place of seeds.
 
     The probe briefs are those of results/step-0.jsonl, or `brief_ids` when there is none (a table of
-    eval folders alone).
+    eval folders alone). `verifier`: the comparison's train verifier, which the valid column and the brief
+    compliance score every kept formula with again (None: one on `train` with the default settings).
     """
     import numpy as np
     from alpha_gym.evaluation.baselines import beats, score_baselines
     from alpha_gym.evaluation.holdout import HoldoutEvaluator
     from alpha_gym.evaluation.selection import effective_bets
     from trainers.compare.stats import mean_pairwise_corr, paired_difference, table_interval, valid_mean
+    if verifier is None:
+        from alpha_gym.scoring.config import VerifierConfig
+        from alpha_gym.scoring.verifier import Verifier
+        verifier = Verifier(train, VerifierConfig())
+    verdicts: dict = {}  # formula -> valid on the train window, across every row and seed
     step0 = read_rows(results / "step-0.jsonl") if (results / "step-0.jsonl").exists() else None
     briefs = [r["brief_id"] for r in step0] if step0 is not None else list(brief_ids)
     seeds = sorted(int(p.name.split("-")[1]) for p in results.glob("seed-*") if p.is_dir())
@@ -114,11 +135,12 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         for seed, rs in per_seed.items():
             if [r["brief_id"] for r in rs] != briefs:
                 raise CompareError(f"{label} seed {seed}: the answers are not for the same probe briefs as step 0")
-            complies.append(brief_compliance_of(rs))
-            scores, nets, fams, book, shares = rescore(rs, train, holdout)
+            ok = train_validity(rs, verifier, verdicts)
+            complies.append(brief_compliance_of(rs, ok))
+            scores, nets, fams, book, shares = rescore(rs, train, holdout, ok)
             tests.append(shares)
             tables.append(scores)
-            valid.append(sum(bool(r["train_valid"]) for r in rs))
+            valid.append(sum(ok))
             families.append(fams)
             if len(nets) >= 2:
                 corrs.append(mean_pairwise_corr(np.array(nets)))

@@ -173,7 +173,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     shown = list(arms) if table is None else [a for a in table if a.name in named or a.name in kept]
     report = build_report(results, [(a.name, a.kind, a.about) for a in shown if a.kind == "rl"], context.train,
                           context.holdout, evals=evals, brief_ids=[b.id for b in context.probe],
-                          controls=[a.name for a in shown if a.kind == "control"])
+                          controls=[a.name for a in shown if a.kind == "control"], verifier=context.verifier())
     text = write_table(report, context.scale_name, out)
     folders = {out, results} if write_results else {out}
     if write_results:
