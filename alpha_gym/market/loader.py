@@ -52,9 +52,11 @@ OHLC_RTOL = 1e-6
 #: Relative tolerance of the vwap sanity check: a vendor's vwap may include trades just outside
 #: the regular session's [low, high], and is rounded, but never by more than this.
 VWAP_RTOL = 1e-3
-#: The most shares a stock can trade in a day (the record is a few billion): above it a value is a unit
-#: or parsing error, and vwap x volume would overflow long before any kernel could flag it.
-MAX_VOLUME = 1e12
+#: The shares a stock can trade in a day, 0 (no trade) aside: above the most (the record is a few billion) a
+#: value is a unit or parsing error, and vwap x volume would overflow long before any kernel could flag it;
+#: below the least it is one too (split-adjusted volumes run to fractions of a share, and one share counted
+#: in millions is 1e-6, never less), and volume x volume or its averages underflow to zero in formulas.
+VOLUME_RANGE = (1e-6, 1e12)
 class _ValueError(DataError):
     """A bad value found while converting a column, before the message can name the file (`_read` adds it)."""
 
@@ -185,17 +187,45 @@ def _normalise_header(names: Sequence[str], path: Path) -> dict[str, str]:
     return {c: mapping[c] for c in REQUIRED_COLUMNS + OPTIONAL_FIELDS if c in mapping}
 
 
-def _floats(values: Sequence, name: str, label) -> np.ndarray:
-    """Strings (or numbers) to float64; empty / NA strings become NaN, anything else unparseable is an error."""
+def _cell_problem(value) -> str | None:
+    """Why a cell `float()` reads is still no number a market file holds (None when it is one): a boolean (True
+    would be one share), or text outside ASCII decimal notation, which `float()` reads too: `1_000` (a digit
+    separator), another script's digits (`١٠٠`, fullwidth `１００`: float reads every Unicode digit) or a
+    space that is not ASCII (a no-break space)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean, not a number"
+    if isinstance(value, str) and (not value.isascii() or "_" in value):
+        return "not in ASCII decimal notation: digits 0-9, with a sign, point or exponent, and no '_'"
+    return None
+
+
+def _plain_numbers(values: Sequence) -> bool:
+    """Whether every value can go to float64 as it is: numbers (no booleans), or strings that are all ASCII and
+    hold no `_` (float() then reads exactly the decimal notation, `inf` and `nan`). One pass in C for strings."""
     try:
-        return np.array(values, dtype=np.float64)
-    except (ValueError, TypeError):
-        pass
+        text = "".join(values)
+    except TypeError:  # not all strings: numbers pass as they are, booleans and mixtures cell by cell
+        return not any(issubclass(k, (str, bool, np.bool_)) for k in set(map(type, values)))
+    return text.isascii() and "_" not in text
+
+
+def _floats(values: Sequence, name: str, label) -> np.ndarray:
+    """Strings (or numbers) to float64; empty / NA strings become NaN; anything else that is not a number in ASCII
+    decimal notation (`_cell_problem`: booleans, `1_000`, other scripts' digits) or does not parse is an error."""
+    if _plain_numbers(values):
+        try:
+            return np.array(values, dtype=np.float64)
+        except (ValueError, TypeError):
+            pass
     out = np.empty(len(values), dtype=np.float64)
     bad = []
     for i, v in enumerate(values):
         if v is None:
             out[i] = np.nan
+            continue
+        problem = _cell_problem(v)
+        if problem is not None:
+            bad.append(f"{label(i)}: {v!r} ({problem})")
             continue
         s = str(v).strip()
         if s in _NA_STRINGS:
@@ -208,6 +238,20 @@ def _floats(values: Sequence, name: str, label) -> np.ndarray:
     if bad:
         raise _ValueError(f"{len(bad)} non-numeric value(s) in column {name!r}: {_show(bad)}")
     return out
+
+
+def _column_floats(col, name: str, label) -> np.ndarray:
+    """A frame's numeric column as float64. A boolean column (numpy's, pandas' nullable, Arrow's) is refused: it
+    would load as 0/1 shares or dollars; a date or duration column likewise. Text and mixed objects go cell by
+    cell through `_floats` (pandas' own conversion reads any Unicode digit, as float() does)."""
+    kind = col.dtype.kind
+    if kind == "b":
+        raise _ValueError(f"column {name!r} holds booleans (true/false), not numbers")
+    if kind in "mM":
+        raise _ValueError(f"column {name!r} holds {'durations' if kind == 'm' else 'dates'}, not numbers")
+    if kind in "iuf":
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    return _floats(col.astype(object).where(col.notna(), None).to_numpy(), name, label)
 
 
 def _factorize_py(values: Iterable) -> tuple[np.ndarray, list]:
@@ -282,14 +326,7 @@ def _from_frame(df, columns: Mapping[str, str], label) -> _Raw:
     tick = df[columns["ticker"]]
     ticker_codes, ticker_uniques = _pd.factorize(tick)
     ticker_values = [None if _pd.isna(t) else str(t) for t in ticker_uniques]
-    numeric = {}
-    for c in NUMERIC_COLUMNS:
-        if c in columns:
-            col = df[columns[c]]
-            try:
-                numeric[c] = col.to_numpy(dtype=np.float64, na_value=np.nan)
-            except (ValueError, TypeError):
-                numeric[c] = _floats(col.astype(object).to_numpy(), c, label)
+    numeric = {c: _column_floats(df[columns[c]], c, label) for c in NUMERIC_COLUMNS if c in columns}
     if isinstance(date_uniques, _pd.DatetimeIndex):
         if date_uniques.tz is not None:
             date_uniques = date_uniques.tz_localize(None)
@@ -368,6 +405,46 @@ def _head(path: Path, n: int = 8) -> bytes:
         return fh.read(n)
 
 
+#: The first two bytes of every gzip member.
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gzip_tail(path: Path) -> str | None:
+    """What follows the last whole gzip member of a file that starts as gzip, in words, at its byte offset: bytes
+    that are not gzip (trailing garbage), or a member that is damaged or cut off. None when the first member is
+    itself damaged (the generic message says that) or nothing follows. Zero padding after a member is gzip's
+    own allowance (Python's gzip skips it). Reads the file again, on the error path only; output is discarded."""
+    data = path.read_bytes()
+    pos = complete = 0                     # where the next member would start; where the last whole one ended
+    while True:
+        while pos < len(data) and data[pos] == 0:
+            pos += 1
+        if pos == len(data):
+            return None
+        if not data.startswith(_GZIP_MAGIC[: len(data) - pos], pos):
+            return None if not complete else (
+                f"the gzip data ends at byte {complete}, followed by {len(data) - complete} byte(s) that are not "
+                f"gzip (from byte {pos}: {data[pos:pos + 8]!r}): the file was appended to or damaged after it was "
+                "compressed; cut them off or compress the CSV again")
+        inflater, chunk = zlib.decompressobj(31), data[pos:]
+        try:
+            while not inflater.eof:
+                out = inflater.decompress(chunk, 1 << 20)  # bounded output, thrown away: only where it ends counts
+                chunk = inflater.unconsumed_tail
+                if not chunk and not out:
+                    break
+        except zlib.error as err:
+            return None if not complete else (
+                f"the gzip data is whole up to byte {complete}; the gzip member that starts there is damaged "
+                f"({err}): the file was appended to or damaged after it was compressed; compress the CSV again")
+        if not inflater.eof:
+            return None if not complete else (
+                f"the gzip data is whole up to byte {complete}; the {len(data) - complete} byte(s) after it begin a "
+                "gzip member that is cut off: the file was appended to or damaged after it was compressed; "
+                "compress the CSV again")
+        pos = complete = len(data) - len(inflater.unused_data)
+
+
 def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
     """A DataError naming the file for an exception a reader library raised on a broken or mislabelled file."""
     head = _head(path)
@@ -376,7 +453,11 @@ def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
             return DataError(f"{path} is not a Parquet file (it starts with {head!r}, not b'PAR1'); "
                              "a CSV file must be named .csv or .csv.gz")
         return DataError(f"{path} is a damaged or truncated Parquet file ({type(exc).__name__}: {exc})")
-    if isinstance(exc, gzip.BadGzipFile) or (path.name.lower().endswith(".gz") and not head.startswith(b"\x1f\x8b")):
+    if head.startswith(_GZIP_MAGIC) and path.name.lower().endswith(".gz"):
+        tail = _gzip_tail(path)
+        if tail is not None:
+            return DataError(f"{path}: {tail}")
+    if isinstance(exc, gzip.BadGzipFile) or (path.name.lower().endswith(".gz") and not head.startswith(_GZIP_MAGIC)):
         return DataError(f"{path} is not gzip-compressed although its name ends in .gz (it starts with {head!r}); "
                          "rename it to .csv or compress it")
     if isinstance(exc, (EOFError, zlib.error, lzma.LZMAError)) or (isinstance(exc, OSError) and exc.errno is None):
@@ -610,9 +691,14 @@ def load_panel(path: PathLike, universe=None, start=None, end=None, *, sectors=N
     bad_rows = np.flatnonzero(values["volume"] < 0)
     if len(bad_rows):
         fail("with a negative volume", bad_rows, ["volume"])
-    bad_rows = np.flatnonzero(values["volume"] > MAX_VOLUME)
+    lo_volume, hi_volume = VOLUME_RANGE
+    bad_rows = np.flatnonzero(values["volume"] > hi_volume)
     if len(bad_rows):
-        fail(f"with a volume over {MAX_VOLUME:g} shares a day (a unit or parsing error)", bad_rows, ["volume"])
+        fail(f"with a volume over {hi_volume:g} shares a day (a unit or parsing error)", bad_rows, ["volume"])
+    bad_rows = np.flatnonzero((values["volume"] > 0) & (values["volume"] < lo_volume))
+    if len(bad_rows):
+        fail(f"with a volume above 0 but under {lo_volume:g} shares a day (a unit or parsing error; a day "
+             "without trades is 0)", bad_rows, ["volume"])
     if "cap" in values:
         bad_rows = np.flatnonzero(values["cap"] < 0)
         if len(bad_rows):
