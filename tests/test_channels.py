@@ -237,7 +237,8 @@ def test_archive_save_is_atomic(tmp_path, verifier, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive.npz", "archive.npz.lock"]  # no temporary
 
 
-def test_stress_checkpoint_that_is_missing_reports_r3_off(small_synthetic, tmp_path):
+def test_stress_checkpoint_without_a_model_reports_r3_off(small_synthetic, tmp_path):
+    (tmp_path / "no-model-here").mkdir()  # a folder that does not exist is refused (a StressError)
     v = Verifier(small_synthetic, VerifierConfig(stress_checkpoint=str(tmp_path / "no-model-here")))
     s = v.score(GROUP[3])
     assert s.valid and s.channels["jepa_stress"] == 0.0

@@ -364,20 +364,33 @@ def test_all_paper_alphas_fit_the_cost_limit():
     assert 200 < worst <= DEFAULT_LIMITS.max_cost
 
 
-def _old_extract(text):
-    """The regex extraction that `extract` replaced (quadratic on unclosed tags), as the reference."""
+def _blank_reasoning(text):
+    """`text` with its reasoning blanked, by regexes (the reference for `reasoning_spans`): a first `</think>` with
+    no `<think>` before it ends reasoning that began at the start; then each `<think>` runs to the next
+    `</think>` or the end."""
     import re
-    blocks = list(re.finditer(r"<alpha>(.*?)</alpha>", text, re.DOTALL | re.IGNORECASE))
-    if len(blocks) != 1 or not blocks[0].group(1).strip():
+    lead = re.match(r"(?:(?!<think>).)*?</think>", text, re.DOTALL | re.IGNORECASE)
+    cut = lead.end() if lead else 0
+    rest = re.sub(r"<think>.*?(?:</think>|\Z)", lambda m: " " * len(m.group()), text[cut:], flags=re.DOTALL | re.I)
+    return " " * cut + rest
+
+
+def _old_extract(text):
+    """The regex extraction that `extract` replaced (quadratic on unclosed tags), on the text with its reasoning
+    blanked, as the reference."""
+    import re
+    blocks = list(re.finditer(r"<alpha>(.*?)</alpha>", _blank_reasoning(text), re.DOTALL | re.IGNORECASE))
+    blocks = [(b.start(), text[b.start(1):b.end(1)]) for b in blocks]
+    if len(blocks) != 1 or not blocks[0][1].strip():
         return len(blocks), None, None
-    reasoning = re.compile(r"<think>\s*\S.*?</think>", re.DOTALL | re.IGNORECASE).search(text, 0, blocks[0].start())
-    return 1, blocks[0].group(1).strip(), reasoning is not None
+    reasoning = re.compile(r"<think>\s*\S.*?</think>", re.DOTALL | re.IGNORECASE).search(text, 0, blocks[0][0])
+    return 1, blocks[0][1].strip(), reasoning is not None
 
 
 def test_linear_extraction_matches_the_regex_on_random_answers():
     import random
     from alpha_gym.language import AnswerError
-    from alpha_gym.language.answer import alpha_blocks
+    from alpha_gym.language.answer import alpha_blocks, reasoning_spans
     pieces = ["<alpha>", "</alpha>", "<ALPHA>", "</Alpha>", "<think>", "</think>", "<THINK>", " ", "\n", "x",
               "<", ">", "/", "rank(close)", "\t"]
     rng = random.Random(13)
@@ -386,6 +399,7 @@ def test_linear_extraction_matches_the_regex_on_random_answers():
         n, formula, reasoning = _old_extract(text)
         import re
         assert len(alpha_blocks(text)) == len(re.findall(r"<alpha>(.*?)</alpha>", text, re.S | re.I)), text
+        assert len(alpha_blocks(text, reasoning_spans(text))) == n, text
         if formula is None:
             with pytest.raises(AnswerError):
                 extract(text)
@@ -398,5 +412,6 @@ def test_unclosed_tags_at_the_length_limit_are_refused():
     from alpha_gym.language import AnswerError
     with pytest.raises(AnswerError, match="no <alpha>"):
         extract("<alpha>" * 4681)
-    assert extract("<think>" * 4000 + "<alpha>rank(close)</alpha>").has_reasoning is False
+    with pytest.raises(AnswerError, match="outside <think>"):  # reasoning never closed: the block is a draft
+        extract("<think>" * 4000 + "<alpha>rank(close)</alpha>")
     assert extract("<think>" * 4000 + "a</think><alpha>rank(close)</alpha>").has_reasoning is True

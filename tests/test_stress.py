@@ -182,7 +182,11 @@ def test_auc_and_stylised_facts():
 # --------------------------------------------------------------------------- off without a model
 def test_r3_is_off_without_a_model(small_synthetic, tmp_path):
     from alpha_gym.stress import StressProvider, attach
+    from alpha_gym.stress.config import StressError
     v = Verifier(small_synthetic, VerifierConfig(archive_seed=False))
+    (tmp_path / "nothing-here").mkdir()  # a folder without a model (a fit not begun); one that is not there is refused
+    with pytest.raises(StressError, match="does not exist"):
+        StressProvider.from_checkpoint(tmp_path / "not-there", v)
     for directory in (None, tmp_path / "nothing-here"):
         p = StressProvider.from_checkpoint(directory, v)
         assert not p.on
@@ -197,6 +201,7 @@ def test_r3_is_off_without_a_model(small_synthetic, tmp_path):
 def test_registry_finds_the_model_fitted_for_a_panel_and_nothing_else(small_synthetic, tmp_path, monkeypatch):
     from alpha_gym.market import synthetic_panel
     from alpha_gym.stress import checkpoint as ck
+    from alpha_gym.stress.config import StressError
     from alpha_gym.stress.registry import lookup, register, resolve
     monkeypatch.setenv("ALPHA_GYM_CACHE", str(tmp_path / "cache"))
     other = synthetic_panel(n_stocks=12, n_days=300, seed=9)
@@ -208,7 +213,10 @@ def test_registry_finds_the_model_fitted_for_a_panel_and_nothing_else(small_synt
     assert register(model, small_synthetic.fingerprint()).is_file()
     assert lookup(small_synthetic) == model.resolve()
     assert resolve("auto", small_synthetic) == str(model.resolve())
-    assert resolve("somewhere/else", small_synthetic) == "somewhere/else" and resolve(None, small_synthetic) is None
+    assert resolve(str(tmp_path), small_synthetic) == str(tmp_path)                    # a folder: unchanged
+    assert resolve(None, small_synthetic) is None
+    with pytest.raises(StressError, match="somewhere/else: does not exist"):     # not a folder: refused, not off
+        resolve("somewhere/else", small_synthetic)
     assert lookup(other) is None                          # registered for another panel only
     (model / ck.MODEL_FILE).unlink()
     assert lookup(small_synthetic) is None                # the folder no longer holds a model

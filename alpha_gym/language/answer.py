@@ -1,4 +1,10 @@
-"""Pull the formula out of a model's raw answer: exactly one `<alpha>...</alpha>` block.
+"""Pull the formula out of a model's raw answer: exactly one `<alpha>...</alpha>` block outside reasoning.
+
+Reasoning is what a `<think>` opens, up to the first `</think>` after it, or to the end of the answer when none
+follows (a model cut off while thinking gave no answer); an answer whose first think tag is a `</think>` began
+its reasoning in the prompt (as chat templates of reasoning models do), so everything before that tag is
+reasoning too. A block that starts in reasoning is a draft, not the answer: it is neither scored nor counted
+among the blocks, and an answer holding no other block is refused, saying so.
 
 The tags are found with literal searches and paired in one pass, so extraction is linear in the
 answer's length. (The regex `<alpha>(.*?)</alpha>` it replaces gives the same blocks, but restarts
@@ -7,6 +13,7 @@ its lazy scan at every unclosed `<alpha>`: quadratic, 1 s of CPU for `"<alpha>" 
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -32,8 +39,11 @@ def extract(text: str) -> Answer:
         raise AnswerError(f"an answer must be a string, not {type(text).__name__}")
     if len(text) > MAX_ANSWER_CHARS:
         raise AnswerError(f"answer is {len(text)} characters long; the limit is {MAX_ANSWER_CHARS}")
-    blocks = alpha_blocks(text)
+    blocks = alpha_blocks(text, reasoning_spans(text))
     if not blocks:
+        if alpha_blocks(text):
+            raise AnswerError("no <alpha>...</alpha> block outside <think>...</think>: a block inside the "
+                              "reasoning is a draft, not the answer; write the answer's block after </think>")
         raise AnswerError("no <alpha>...</alpha> block in the answer")
     if len(blocks) > 1:
         raise AnswerError(f"{len(blocks)} <alpha> blocks; answer with exactly one formula")
@@ -44,14 +54,50 @@ def extract(text: str) -> Answer:
     return Answer(formula, has_reasoning(text, start))
 
 
-def alpha_blocks(text: str) -> list[tuple[int, int, int]]:
+def reasoning_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each stretch of reasoning in `text`, in order, in one pass over its think tags (see the
+    module docstring): `<think>` to the first `</think>` after it (a `<think>` inside is text), or to the end
+    when none follows; and the start to the first `</think>` when no `<think>` comes before it. Any other
+    `</think>` is text."""
+    tags = sorted([(m.start(), m.end(), True) for m in _THINK_OPEN.finditer(text)]
+                  + [(m.start(), m.end(), False) for m in _THINK_CLOSE.finditer(text)])
+    spans: list[tuple[int, int]] = []
+    opened: int | None = None
+    for start, end, is_open in tags:
+        if opened is None and is_open:
+            opened = start
+        elif opened is not None and not is_open:
+            spans.append((opened, end))
+            opened = None
+        elif not is_open and not spans and start == tags[0][0]:  # the answer's first think tag closes
+            spans.append((0, end))
+    if opened is not None:
+        spans.append((opened, len(text)))
+    return spans
+
+
+def _outside(tags: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The tags (start, end) that start outside every span (spans in order and disjoint)."""
+    if not spans:
+        return tags
+    starts = [a for a, _b in spans]
+    kept = []
+    for tag in tags:
+        k = bisect.bisect_right(starts, tag[0]) - 1
+        if k < 0 or tag[0] >= spans[k][1]:
+            kept.append(tag)
+    return kept
+
+
+def alpha_blocks(text: str, reasoning: list[tuple[int, int]] = ()) -> list[tuple[int, int, int]]:
     """(block start, formula start, formula end) of each `<alpha>...</alpha>` block, in linear time.
 
     The blocks `re.finditer(r"<alpha>(.*?)</alpha>", re.I | re.S)` finds: each opening tag pairs
-    with the first closing tag after it, and the next block starts after that closing tag.
+    with the first closing tag after it, and the next block starts after that closing tag. `reasoning`:
+    spans (`reasoning_spans`) whose tags are left out, as if the text there were blank.
     """
-    opens = [(m.start(), m.end()) for m in _OPEN.finditer(text)]
-    closes = [(m.start(), m.end()) for m in _CLOSE.finditer(text)]
+    opens = _outside([(m.start(), m.end()) for m in _OPEN.finditer(text)], list(reasoning))
+    closes = _outside([(m.start(), m.end()) for m in _CLOSE.finditer(text)], list(reasoning))
     blocks, i, j, pos = [], 0, 0, 0
     while True:
         while i < len(opens) and opens[i][0] < pos:

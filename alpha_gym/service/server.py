@@ -22,13 +22,22 @@ def _config(app, host: str, port: int):
 def serve(build_verifier, host: str = "127.0.0.1", port: int = 8000, *, max_bytes: int = MAX_BYTES,
           max_answers: int = MAX_ANSWERS, concurrency: int = 2, workers: int | None = 1) -> int:
     """Serve until SIGINT/SIGTERM; returns 0 after a clean shutdown (the scoring processes stopped too)."""
-    import uvicorn
-
     from alpha_gym.pool import close_scoring_pool
     app = create_app(build_verifier, max_bytes=max_bytes, max_answers=max_answers, concurrency=concurrency,
                      workers=workers)
+    try:
+        return run_until_stopped(app, host, port)
+    finally:
+        close_scoring_pool()
+
+
+def run_until_stopped(app, host: str, port: int) -> int:
+    """Serve `app` in the foreground until SIGINT/SIGTERM (both servers: this one and OpenEnv's); 0 after a clean
+    shutdown, 1 when it never started (the port taken)."""
+    import uvicorn
     server = uvicorn.Server(_config(app, host, port))
-    # uvicorn re-raises the signal it stopped on once it is done; these handlers make that a no-op
+    # uvicorn re-raises the signal it stopped on once it is done (the process would die by it, exit -15 for
+    # SIGTERM); these handlers make that a no-op
     stopped: list[int] = []
     previous = {sig: signal.signal(sig, lambda s, f: stopped.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -36,7 +45,6 @@ def serve(build_verifier, host: str = "127.0.0.1", port: int = 8000, *, max_byte
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        close_scoring_pool()
     return 0 if server.started or stopped else 1
 
 

@@ -17,13 +17,12 @@ fitted on other data is refused (`StressError`).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from alpha_gym.book.answer import InvalidVerdict
 from alpha_gym.stress import checkpoint as ck
 from alpha_gym.stress.config import SCENARIOS, StressError
 from alpha_gym.stress.geometry import r3_value
-from alpha_gym.stress.registry import AUTO, NOT_FITTED, lookup
+from alpha_gym.stress.registry import AUTO, NOT_FITTED, lookup, named_folder
 
 log = logging.getLogger("alpha_gym")
 
@@ -63,8 +62,8 @@ class StressProvider:
 
         Off (with the reason) when the directory holds no model, the model
         failed its gates, or no scenario is enabled. Raises `StressError` when
-        the checkpoint was fitted on other data or its weights do not match
-        the manifest.
+        the directory does not exist (or is a file), the checkpoint was fitted
+        on other data or its weights do not match the manifest.
         """
         if directory is None:
             return cls.off("no world model configured (config.stress_checkpoint is None)")
@@ -72,7 +71,7 @@ class StressProvider:
             directory = lookup(verifier.panel)
             if directory is None:
                 return cls.off(NOT_FITTED)
-        d = Path(directory)
+        d = named_folder(directory)
         if not ck.has_checkpoint(d):
             partial = (d / ck.PARTIAL_JSON).is_file()
             why = "a fit is in progress there (resume it with `alpha-gym stress fit`)" if partial else "none found"

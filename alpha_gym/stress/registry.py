@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from alpha_gym.stress import checkpoint as ck
+from alpha_gym.stress.config import StressError
 from alpha_gym.user_cache import cache_dir
 
 #: `VerifierConfig.stress_checkpoint` value that means "the model registered for this panel, if any".
@@ -57,11 +58,25 @@ def lookup(panel) -> Path | None:
     return directory if ck.has_checkpoint(directory) else None
 
 
+def named_folder(checkpoint) -> Path:
+    """The folder a `stress_checkpoint` setting names; a StressError when it names none (a typo, a file): R3 would
+    be off without a word. A folder that holds no model (yet: a fit in progress) is the provider's to judge."""
+    path = Path(checkpoint)
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise StressError(f"stress_checkpoint {checkpoint}: {what}; give the folder `alpha-gym stress fit` wrote, "
+                          f"'{AUTO}' (the model fitted for this data, if any) or 'none' (R3 off)")
+    return path
+
+
 def resolve(checkpoint: str | None, panel) -> str | None:
     """A `stress_checkpoint` setting made explicit: "auto" -> the registered folder of `panel` or None;
-    anything else unchanged. Runs record the resolved value, so a model registered later never changes
-    the rewards of a run that resumes (its settings would differ, and the resume is refused)."""
+    anything else unchanged, once it is found to name a folder (`named_folder`). Runs record the resolved
+    value, so a model registered later never changes the rewards of a run that resumes (its settings would
+    differ, and the resume is refused)."""
     if checkpoint != AUTO:
+        if checkpoint is not None:
+            named_folder(checkpoint)
         return checkpoint
     found = lookup(panel)
     return None if found is None else str(found)
