@@ -18,7 +18,7 @@ import pytest
 from scipy.stats import rankdata, spearmanr
 
 from alpha_gym.scoring.config import VerifierConfig
-from alpha_gym.scoring.price_level import price_level_correlation
+from alpha_gym.scoring.price_level import MIN_TIE_BEST, price_level_correlation
 from alpha_gym.scoring.verifier import Verifier
 
 #: The class: a price-level ranking (either way round, any price field, any monotone transform) with a little
@@ -54,16 +54,25 @@ ON = VerifierConfig(stress_checkpoint=None)
 # ------------------------------------------------------------------ the statistic
 def _reference(signal: np.ndarray, close: np.ndarray, traded: np.ndarray) -> float:
     """The definition written plainly: day by day, each series ranked (scipy, ties averaged) over its own
-    defined cells, correlated over the cells both define; on a day without NaN that is scipy's Spearman."""
+    defined cells, correlated over the cells both define; on a day without NaN that is scipy's Spearman. On a day
+    where the signal ties stocks, divided by the best correlation its ties allow: the signal's tie groups laid on
+    contiguous blocks of the price ranking, found here by brute force (each group given the close's ranks in order),
+    floored at MIN_TIE_BEST."""
     out = []
     for t in np.flatnonzero(traded):
         s_ok, c_ok = ~np.isnan(signal[t]), ~np.isnan(close[t])
         rs, rc = np.full(len(s_ok), np.nan), np.full(len(c_ok), np.nan)
         rs[s_ok], rc[c_ok] = rankdata(signal[t][s_ok]), rankdata(close[t][c_ok])
         both = s_ok & c_ok
-        out.append(abs(np.corrcoef(rs[both], rc[both])[0, 1]))
+        corr = np.corrcoef(rs[both], rc[both])[0, 1]
         if both.all():
-            assert out[-1] == pytest.approx(abs(spearmanr(signal[t], close[t]).statistic), abs=1e-12)
+            assert corr == pytest.approx(spearmanr(signal[t], close[t]).statistic, abs=1e-12)
+        if len(np.unique(signal[t][s_ok])) < s_ok.sum():
+            # the best assignment: the stocks in the signal's order get the close's ranks sorted the same way
+            best = np.empty(both.sum())
+            best[np.argsort(rs[both], kind="stable")] = np.sort(rc[both])
+            corr /= min(1.0, max(MIN_TIE_BEST, np.corrcoef(rs[both], best)[0, 1]))
+        out.append(abs(corr))
     return float(np.mean(out))
 
 

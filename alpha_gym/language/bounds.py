@@ -42,6 +42,10 @@ from alpha_gym.language import ops
 U = 2.0 ** -53
 #: A book is invalid when at least this share of its traded days are `noise_days` (docs/operators.md, rule 5).
 NOISE_SHARE = 0.5
+#: Rounding decides a day's order (`rounding_runs`) where holding the stocks it orders tied would move more than this
+#: share of the day's ranks about their mean (of the book's gross weight): such a day is tied, and counts toward
+#: `NOISE_SHARE`.
+ORDER_SHARE = 0.1
 #: Rule 1's tie tolerance relative to a value (`ops.TIE_ULPS` ulps, 2**-30): rows and windows whose bounds stay
 #: below it are tied by the language's own rules in exact arithmetic as in floats, so the rules decide them.
 TIE_REL = ops.TIE_ULPS * 2.0 ** -52
@@ -326,6 +330,71 @@ def constant_rows(values: np.ndarray, e) -> np.ndarray:
             hi = np.fmin.reduce(v + es, axis=1, initial=np.inf)
             np.less_equal(lo, hi, out=out[s])
     return out
+
+
+def rounding_runs(x: np.ndarray, ex, ranks: np.ndarray | None = None):
+    """`ranks` with every order that rounding decides inside a day tied, or None where it decides none (the common case).
+
+    Sorted along each row, two neighbouring cells whose intervals `[v - e, v + e]` overlap (their gap is at most the
+    sum of their bounds) are in an order that exact arithmetic may reverse; chained, such neighbours form a *run*.
+    Where `ranks` (the row's float ranks, rule 1's ties included) already tie a run there is nothing to decide; where
+    they differ inside a run, rounding decided them, and on a day where that decides more than `ORDER_SHARE` of the
+    ranks' mass about their mean, each such run's cells get the run's mean rank: the order a
+    book may hold is the one exact arithmetic would keep, nothing inside the run (the language's `rank` under
+    `evaluate(bound=True)` and the verifier's book both apply it). `ranks`: `rank(x)` where the caller has it (None:
+    ranked here, only where a row needs it).
+    Only rows holding a cell whose bound reaches rule 1's tie tolerance are sorted: between two narrower cells an
+    overlap is within `TIE_ULPS`, and rule 1 has tied them already. Limits: a run is chained between sorted
+    neighbours, so a cell with a wide bound reaching past a neighbour that is not itself linked onward joins only
+    the neighbours it overlaps.
+    """
+    if _exact(ex) or isinstance(ex, Relative) and ex.k <= TIE_REL / 2:
+        return None  # every overlap is within rule 1's tolerance: rule 1 has tied it
+    ex = _array(absolute(ex, x), x.shape)
+    valid = ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        wide = valid & ~(ex <= (TIE_REL / 2) * np.abs(x))  # a NaN bound is "anything": wide
+    rows = np.flatnonzero(wide.any(axis=1))
+    if rows.size == 0:
+        return None
+    tied = None
+    for s in _row_blocks((rows.size, x.shape[1])):
+        r_ids = rows[s]
+        rs = ops.rank(x[r_ids]) if ranks is None else ranks[r_ids]  # a row's ranks are its own
+        xs, es, ok = x[r_ids], ex[r_ids], valid[r_ids] & ~np.isnan(rs)
+        order = np.argsort(np.where(ok, xs, np.inf), axis=1, kind="stable")  # valid cells first, in value order
+        v, e, r, k = (np.take_along_axis(a, order, axis=1) for a in (xs, es, rs, ok))
+        with np.errstate(invalid="ignore", over="ignore"):
+            link = (v[:, 1:] - v[:, :-1]) <= (e[:, 1:] + e[:, :-1])
+        link |= np.isnan(e[:, 1:]) | np.isnan(e[:, :-1])
+        link &= k[:, 1:] & k[:, :-1]
+        decided_by_rounding = link & (r[:, 1:] != r[:, :-1])
+        if not decided_by_rounding.any():
+            continue
+        n_rows, n = v.shape
+        starts = np.ones((n_rows, n), dtype=bool)
+        starts[:, 1:] = ~link
+        run = np.cumsum(starts.reshape(-1)).reshape(n_rows, n) - 1  # a global run id per sorted cell
+        flat_r = np.where(k, r, 0.0).reshape(-1)
+        ids = run.reshape(-1)
+        size = np.bincount(ids, weights=k.reshape(-1).astype(float))
+        mean = np.bincount(ids, weights=flat_r) / np.maximum(size, 1.0)
+        new_r = np.where(k, mean[run], r)
+        # only a day where that moves more than ORDER_SHARE of its ranks' mass about their mean (the book's gross
+        # weight): conservative bounds overlap here and there in honest formulas (a covariance near 0), where
+        # the order they leave open is a sliver of the book
+        centre = np.where(k, r, 0.0).sum(axis=1, keepdims=True) / np.maximum(k.sum(axis=1, keepdims=True), 1)
+        mass = np.abs(np.where(k, r - centre, 0.0)).sum(axis=1)
+        material = np.abs(np.where(k, new_r - r, 0.0)).sum(axis=1) > ORDER_SHARE * mass
+        if not material.any():
+            continue
+        if tied is None:
+            tied = (ops.rank(x) if ranks is None else ranks).copy()
+        back = np.empty_like(order)
+        np.put_along_axis(back, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
+        moved = r_ids[material]
+        tied[moved] = np.take_along_axis(new_r, back, axis=1)[material]
+    return tied
 
 
 @reads_relative

@@ -145,6 +145,8 @@ class _Freeing:
         value = _apply_values(node, self.panel, args)
         if self.bounded:
             error = _apply_bound(node, self.panel, args, errors, value)
+            if node.name == "rank":  # an order that rounding decides is a tie (bounds.rounding_runs)
+                value, error = _tie_rounding(args[0], errors[0], value, error)
             del errors
         del args
         for a in node.args:
@@ -152,6 +154,16 @@ class _Freeing:
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
         return (value, error) if self.bounded else value
+
+
+def _tie_rounding(x, ex, value, error):
+    """`rank`'s value with the orders its input's rounding decides tied, and its bound: the rounding of the tied
+    ranks where they moved (the tie is the language's rule, as rule 1's ties are), as computed elsewhere."""
+    tied = bounds.rounding_runs(x, ex, value)
+    if tied is None:
+        return value, error
+    error = np.maximum(bounds.absolute(error, value), bounds.ROUND * np.abs(tied))
+    return tied, error
 
 
 def _field(node: Field, panel) -> np.ndarray:

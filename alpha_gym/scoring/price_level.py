@@ -21,6 +21,15 @@ as the close does (the family's spellings on vwap, high and a 5-day mean score 0
 correlation is unchanged by any increasing transform (`log`, powers; `1 / x` reverses it). Why the absolute
 value per day: a tilt whose sign is switched by some timing rule is still a price ranking on every day.
 
+Coarse tilts (issue "hostile inputs, round four"): a staircase of thresholds on the price,
+`-(close > 35) - (close > 88) - (close > 219) - (close > 547)`, is a coarsened price ranking whose ties hold its
+rank correlation with the close at 0.73-0.94 (fewer steps, lower), under the threshold, while crossings of the
+thresholds lift it over the turnover floor (+3.42 on us46). On a day where the signal ties stocks, the statistic
+is the correlation over the largest one those ties allow (`_tie_adjusted_corr`): 1 for any coarsening of the
+price ranking, however many steps, unchanged on days without ties. A staircase whose ties are broken by a second
+signal is no longer a coarsening: it is judged as any formula mixing a price level with another signal (the
+reference's published formulas are of that kind).
+
 The threshold (`VerifierConfig.max_price_level_corr`, 0.96) sits in the middle of the gap between the two
 classes as measured on us46, us100 and all 496 stocks: the family (`rank(close - k * open)`, `rank(-close)`
 plus a small noise term, ...) is at 0.98-1.00, the reference's published formulas, which divide volume by a
@@ -35,6 +44,12 @@ from __future__ import annotations
 import numpy as np
 
 from alpha_gym.language.operators import KERNELS
+
+
+#: The smallest best correlation a day's ties are credited with (`_tie_adjusted_corr`): every coarsening of the
+#: price ranking that trades over the turnover floor on us46 has a best of 0.73 or more (one threshold near the
+#: median price; more steps, higher); a day of one big tie group and a few stocks apart is far below it.
+MIN_TIE_BEST = 0.6
 
 
 def _centred(x: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -88,7 +103,36 @@ def price_level_correlation(weights: np.ndarray, traded: np.ndarray, signal: np.
     if partial.size:  # each ranked over its own cells, correlated over the cells both define
         both = ~(np.isnan(signal[partial]) | np.isnan(panel.field("close")[partial]))
         corr[partial] = _row_corr(_centred(weights[partial], both), _centred(ranks[partial], both))
+    tied = np.flatnonzero(_tied_rows(weights, signal[:n], traded))
+    if tied.size:  # a coarsened price ranking: its correlation over the best its ties allow
+        corr[tied] = _tie_adjusted_corr(weights[tied], signal[tied], ranks[tied], panel.field("close")[tied])
     return float(np.abs(corr[traded]).mean())
+
+
+def _tied_rows(weights: np.ndarray, signal: np.ndarray, traded: np.ndarray) -> np.ndarray:
+    """(n,) traded days where two stocks the signal defines hold the same weight: the signal ties them."""
+    held = np.sort(np.where(np.isnan(signal), np.nan, weights), axis=1)  # NaN cells last, never equal
+    return traded & (held[:, 1:] == held[:, :-1]).any(axis=1)
+
+
+def _tie_adjusted_corr(weights, signal, close_ranks, close) -> np.ndarray:
+    """Per day, the rank correlation of the book with the close divided by the largest one the book's ties allow.
+
+    A signal taking k values a day (a staircase of thresholds on the price) cannot correlate 1 with the close: with
+    c its centred ranks and p the close's, the best any assignment of its tie groups to stocks reaches is |c| / |p|
+    (each group on a contiguous block of the price ranking, by the rearrangement inequality), reached by every
+    coarsening of the price ranking. Dividing by it gives 1 for those, whatever their number of steps, and leaves
+    a day without ties as it was (|c| = |p|). Over the cells both define, each ranked over its own cells.
+    The best is floored at `MIN_TIE_BEST`: on a day where one group holds nearly every stock (one or two stocks
+    apart from the rest, as Alpha#7 on us46 holds most days) the best is small, and dividing by it would turn
+    where those one or two stocks sit into a verdict on the whole book.
+    """
+    both = ~(np.isnan(signal) | np.isnan(close))
+    c = _centred(_centred_ranks(np.where(np.isnan(signal), np.nan, weights)), both)
+    p = _centred(close_ranks, both)
+    cc, pp = np.sqrt((c * c).sum(axis=1)), np.sqrt((p * p).sum(axis=1))
+    den = cc * np.clip(cc, MIN_TIE_BEST * pp, pp)
+    return np.divide((c * p).sum(axis=1), den, out=np.zeros(len(c)), where=den > 0)
 
 
 def price_level_reason(level: float, threshold: float) -> str | None:
@@ -97,4 +141,5 @@ def price_level_reason(level: float, threshold: float) -> str | None:
     if not level > threshold:
         return None
     return (f"a static price-level ranking: the signal's daily rank correlation with the close averages "
-            f"|{level:.3f}| > {threshold:g} (the book is a price tilt, whatever moves it over the turnover floor)")
+            f"|{level:.3f}| > {threshold:g}, on days of tied values over the best their ties allow (the book is a "
+            f"price tilt, or a coarsened one, whatever moves it over the turnover floor)")
