@@ -77,6 +77,9 @@ def test_the_example_outputs_are_the_kept_baseline_eval():
     row = f"| {summary['answered']}/{summary['items']} | {train['n_valid']}/{summary['items']} "
     assert row in text, f"the card's counts differ from {folder}/eval.json"
     assert f"| {train['mean_reward']:.2f} | {train['mean_cpcv']:.2f} |" in text
+    held = summary["holdout"]   # one validity on every window: holdout valid never above train valid
+    assert f"| {held['n_valid']}/{summary['items']} | {held['mean_score']:+.2f} |" in text
+    assert held["n_valid"] <= train["n_valid"]
     answers = {r["answer"]: r for r in map(json.loads, (folder / "answers.jsonl").read_text().splitlines())}
     quoted = re.findall(r"\| `(<alpha>.*?</alpha>)` \| ([+-]?[\d.]+) \|", text)
     assert len(quoted) >= 3
