@@ -25,13 +25,13 @@ parent clipped at zero, scaled by the largest seen, with an exponential decay of
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from alpha_gym.errors import InputError
-from alpha_gym.ranges import Range, SettingError, check_fields, closed
+from alpha_gym.ranges import Range, SettingError, check_fields, check_value, closed, shown
 
 BANDIT_FORMAT = "alpha-gym/mutator-bandit/v1"
 BANDIT_METHODS = ("ucb1", "thompson")
@@ -136,11 +136,28 @@ class Bandit:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Bandit":
-        if d.get("format") != BANDIT_FORMAT:
-            raise InputError(f"not a bandit state (format {d.get('format')!r}, expected {BANDIT_FORMAT!r})")
-        out = cls(d["arms"], BanditConfig(**d["config"]))
-        for name in ("pulls", "paid", "improved"):
-            setattr(out, name, np.array(d[name], dtype=np.float64))
-        out.chosen = np.array(d["chosen"], dtype=np.int64)
+        """The bandit `to_dict` wrote, every field checked (a state read back may have been edited): InputError
+        naming the field otherwise."""
+        if not isinstance(d, Mapping) or d.get("format") != BANDIT_FORMAT:
+            got = d.get("format") if isinstance(d, Mapping) else type(d).__name__
+            raise InputError(f"not a bandit state (format {shown(got)}, expected {BANDIT_FORMAT!r})")
+        keys = {"format", "arms", "config", "pulls", "paid", "improved", "chosen", "scale"}
+        if set(d) != keys:
+            odd = sorted(set(d) ^ keys)[0]
+            raise InputError(f"the bandit state {'has no' if odd in keys else 'has an unknown field'} {odd!r}")
+        config = d["config"]
+        if not isinstance(config, Mapping) or not set(config) <= {f.name for f in fields(BanditConfig)}:
+            raise InputError(f"the bandit's config = {shown(config)}: must be an object of BanditConfig's fields")
+        if not isinstance(d["arms"], list):
+            raise InputError(f"bandit.arms = {shown(d['arms'])}: must be a list of arm names")
+        out = cls(d["arms"], BanditConfig(**config))
+        for name, tp in (("pulls", float), ("paid", float), ("improved", float), ("chosen", int)):
+            values = d[name]
+            if not isinstance(values, list) or len(values) != len(out.arms):
+                raise InputError(f"bandit.{name} = {shown(values)}: must be a list of one number per arm")
+            for k, v in enumerate(values):
+                check_value("bandit", f"{name}[{k}]", v, Range(0.0, 1e15, integer=tp is int), tp)
+            setattr(out, name, np.array(values, dtype=np.int64 if tp is int else np.float64))
+        check_value("bandit", "scale", d["scale"], closed(0.0, 1e15))
         out.scale = float(d["scale"])
         return out

@@ -25,7 +25,10 @@ scored it. The database holds every program; each of its `n_islands` islands hol
 
 Deterministic given the `numpy.random.Generator` passed to `sample` and `refresh` (ties are broken by
 program id, never by dict or set order); `to_dict` / `from_dict` give a JSON-ready state that restores
-the database exactly, so a run resumes where it stopped.
+the database exactly, so a run resumes where it stopped. A state read back is a file anyone may have edited:
+`from_dict` checks every field's type and range, parses each program's text again under the Limits given
+(the parser every answer goes through: no free text reaches a prompt as a parent) and checks that it is the
+formula its canonical form names, so anything else is one DatabaseError naming the program and field.
 
 Sources (ideas, not code):
 - FunSearch (Romera-Paredes et al., Nature 2024; google-deepmind/funsearch, implementation/
@@ -46,19 +49,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import finite_or_none
-from alpha_gym.language import DEFAULT_LIMITS, Limits, Node, Op, canonical, lookback, normalize, parse, to_text
+from alpha_gym.language import (DEFAULT_LIMITS, FormulaError, Limits, Node, Op, canonical, lookback, normalize, parse,
+                                to_text)
 from alpha_gym.language.operators import OPERATORS
 from alpha_gym.language.printer import bucket_window
-from alpha_gym.ranges import SettingError, Range, check_fields, closed, ints
+from alpha_gym.ranges import SettingError, Range, check_fields, check_value, closed, ints, shown
 
 DATABASE_FORMAT = "alpha-gym/program-database/v1"
 REFRESH_MODES = ("reset", "migrate", "none")
+#: The largest |reward| (and |CPCV|) a program read back may carry: far above any a run writes (the default
+#: reward lies within about +-25), so only an edit reaches it, and every sum of rewards stays finite.
+REWARD_BOUND = 1e9
+#: A correlation or turnover computed at its bound lands a few ulps past it (a max |corr| of 1.0000000000000004).
+_SLACK = 1e-6
 
 
 class DatabaseError(InputError):
@@ -162,10 +172,58 @@ class Program:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Program":
-        d = dict(d)
-        d["parents"] = tuple(int(p) for p in d.get("parents", ()))
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], limits: Limits | None = None) -> "Program":
+        """The program `to_dict` wrote; DatabaseError for a field of the wrong type or out of `PROGRAM_RANGES`,
+        and (limits given) for a text that does not parse under them or is not the formula of its form."""
+        if not isinstance(d, Mapping):
+            raise DatabaseError(f"a program is a JSON object, not {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown, missing = sorted(set(d) - known), sorted(k for k in ("id", "text", "form", "family", "horizon",
+                                                                    "reward", "core", "cpcv", "turnover", "ic",
+                                                                    "max_corr") if k not in d)
+        if unknown or missing:
+            raise DatabaseError(f"program {shown(d.get('id'))}: " + (f"unknown field {unknown[0]!r}" if unknown
+                                                                     else f"no {missing[0]!r}"))
+        parents = d.get("parents", ())
+        if not isinstance(parents, list | tuple) or any(type(p) is not int for p in parents):
+            raise DatabaseError(f"program {shown(d.get('id'))}: parents = {shown(parents)}: must be a list of "
+                                "program ids")
+        try:
+            program = cls(**{**d, "parents": tuple(parents)})
+            check_fields(program, PROGRAM_RANGES)
+        except SettingError as err:
+            raise DatabaseError(f"program {shown(d.get('id'))}: {err}") from None
+        if limits is not None:
+            program._check_text(limits)
+        return program
+
+    def _check_text(self, limits: Limits) -> None:
+        try:
+            form = _form_of(self.text, limits)
+        except (FormulaError, RecursionError) as err:
+            raise DatabaseError(f"program {self.id}: its text {shown(self.text)} is not a formula under the "
+                                f"run's limits ({type(err).__name__}: {err})") from None
+        if form != self.form:
+            raise DatabaseError(f"program {self.id}: its text {shown(self.text)} is not the formula its form "
+                                f"{shown(self.form)} names: the database was edited")
+
+
+@lru_cache(maxsize=1 << 16)
+def _form_of(text: str, limits: Limits) -> str:
+    """The canonical form of a formula text parsed under `limits`. Cached: parsing costs milliseconds a formula,
+    and a run's state is read back more than once in a process (a resume, then the kept files at its end)."""
+    return canonical(parse(text, limits))
+
+
+#: The range of each number of a program read back (its type comes from the dataclass).
+PROGRAM_RANGES = {
+    "id": ints(0), "horizon": ints(1, 10**6), "call": ints(0), "island": ints(0, 255), "offspring": ints(0),
+    "reward": closed(-REWARD_BOUND, REWARD_BOUND), "core": closed(-REWARD_BOUND, REWARD_BOUND),
+    "cpcv": closed(-REWARD_BOUND, REWARD_BOUND),
+    "turnover": closed(0.0, 2.0 + _SLACK),               # a book's daily turnover is at most 2
+    "ic": closed(-1.0 - _SLACK, 1.0 + _SLACK),          # a correlation
+    "max_corr": closed(0.0, 1.0 + _SLACK),              # an absolute correlation
+}
 
 
 def _rank_key(p: Program):
@@ -386,17 +444,57 @@ class ProgramDatabase:
                 "refreshes": self.refreshes}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ProgramDatabase":
-        if d.get("format") != DATABASE_FORMAT:
-            raise DatabaseError(f"not a program database state (format {d.get('format')!r}, "
-                                f"expected {DATABASE_FORMAT!r})")
-        programs = [Program.from_dict(p) for p in d["programs"]]
-        if [p.id for p in programs] != list(range(len(programs))):
-            raise DatabaseError("program ids must be 0, 1, 2, ... in order")
-        islands = [[int(i) for i in isl] for isl in d["islands"]]
-        if any(not 0 <= i < len(programs) for isl in islands for i in isl):
-            raise DatabaseError("an island names a program the database does not hold")
-        return cls(config=DatabaseConfig.from_dict(d["config"]), programs=programs, islands=islands,
-                   scored_forms=set(d["scored_forms"]), next_island=int(d["next_island"]),
-                   next_seed_island=int(d["next_seed_island"]), last_refresh=int(d["last_refresh"]),
-                   refreshes=int(d["refreshes"]))
+    def from_dict(cls, d: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> "ProgramDatabase":
+        """The database `to_dict` wrote, every field checked (see the module docstring); each program's text is
+        parsed under `limits` (the run's). DatabaseError (an InputError) for anything else."""
+        if not isinstance(d, Mapping) or d.get("format") != DATABASE_FORMAT:
+            got = d.get("format") if isinstance(d, Mapping) else type(d).__name__
+            raise DatabaseError(f"not a program database state (format {shown(got)}, expected {DATABASE_FORMAT!r})")
+        keys = {"format", "config", "programs", "islands", "scored_forms", "next_island", "next_seed_island",
+                "last_refresh", "refreshes"}
+        if set(d) != keys:
+            odd = sorted(set(d) ^ keys)[0]
+            raise DatabaseError(f"the database {'has no' if odd in keys else 'has an unknown field'} {odd!r}")
+        if not isinstance(d["config"], Mapping):
+            raise DatabaseError(f"the database's config is {type(d['config']).__name__}, not an object")
+        try:
+            config = DatabaseConfig.from_dict(d["config"])
+        except SettingError as err:
+            raise DatabaseError(f"the database's config: {err}") from None
+        programs = [Program.from_dict(p, limits) for p in _listed(d, "programs")]
+        forms: set[str] = set()
+        for k, p in enumerate(programs):
+            if p.id != k:
+                raise DatabaseError(f"program ids must be 0, 1, 2, ... in order (the program at {k} has id {p.id})")
+            if any(not 0 <= q < k for q in p.parents):
+                raise DatabaseError(f"program {k} names parents {list(p.parents)}, not earlier programs of the run")
+            if p.island >= config.n_islands:
+                raise DatabaseError(f"program {k} was born on island {p.island}, not one of the {config.n_islands}")
+            if p.form in forms:
+                raise DatabaseError(f"program {k} repeats the form of an earlier program ({shown(p.form)})")
+            forms.add(p.form)
+        islands = _listed(d, "islands")
+        if len(islands) != config.n_islands or any(
+                not isinstance(isl, list) or any(type(i) is not int or not 0 <= i < len(programs) for i in isl)
+                or len(set(isl)) != len(isl) for isl in islands):
+            raise DatabaseError(f"the islands must be {config.n_islands} lists of distinct program ids")
+        scored = _listed(d, "scored_forms")
+        if any(not isinstance(f, str) for f in scored) or not forms <= set(scored):
+            raise DatabaseError("scored_forms must list the forms scored, every program's among them")
+        numbers = {}
+        for key, rng in (("next_island", ints(0, config.n_islands - 1)),
+                         ("next_seed_island", ints(0, config.n_islands - 1)),
+                         ("last_refresh", ints(0)), ("refreshes", ints(0))):
+            try:
+                check_value("database", key, d[key], rng)
+            except SettingError as err:
+                raise DatabaseError(str(err)) from None
+            numbers[key] = d[key]
+        return cls(config=config, programs=programs, islands=[list(isl) for isl in islands],
+                   scored_forms=set(scored), **numbers)
+
+
+def _listed(d: Mapping[str, Any], key: str) -> list:
+    if not isinstance(d[key], list):
+        raise DatabaseError(f"the database's {key} is {type(d[key]).__name__}, not a list")
+    return d[key]
