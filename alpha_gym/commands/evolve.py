@@ -1,4 +1,4 @@
-"""`alpha-gym evolve`: evolution from a program database under an exact verifier-call budget (issue 40).
+"""`alpha-gym evolve`: evolution from a program database under an exact verifier-call budget.
 
     alpha-gym evolve --budget 1600 --out runs/evolve-tree                      # the synthetic market
     alpha-gym evolve --data ../shared/data/us_equities/us_daily_train.csv.gz \\
@@ -17,7 +17,8 @@ correlation-capped book (book.json) and its curve (curve.jsonl: calls, best trai
 effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
 comparison's `evolve` arm for `--probe` probe briefs (`alpha_gym.search.evolve_arm`). `--keep-at CALLS`
 rewrites those kept files as the run stood at CALLS calls, without a new call. One progress line per group
-on stderr. Exit status 0; 2 for bad input; 130 after Ctrl-C (rerun the same command to resume).
+on stderr. One run uses a folder at a time: a second command on a folder in use is refused. Exit status 0; 2 for
+bad input (a damaged or edited checkpoint among it); 130 after Ctrl-C (rerun the same command to resume).
 
 `add_arguments(parser)` declares the flags, `main(args)` runs the command, `register(subparsers)` adds it.
 """
@@ -32,6 +33,7 @@ from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
 from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
 from alpha_gym.search.mutators import kinds_line, parse_spec
+from alpha_gym.search.run_state import check_folder, locked
 
 #: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
 MAX_BUDGET = 10_000_000
@@ -100,6 +102,8 @@ def main(args) -> int:
     mutators = args.mutators or ["tree"]
     for spec in mutators:                      # a bad spec is named before any data is read
         parse_spec(spec)
+    check_folder(args.out, "--out")
+    check_folder(args.results or f"{args.out}/results", "--results")
     if len(set(mutators)) != len(mutators):
         raise EvolveRunError(f"--mutator names {sorted(m for m in set(mutators) if mutators.count(m) > 1)[0]!r} "
                              "twice: give each mutator once")
@@ -118,9 +122,10 @@ def main(args) -> int:
         # under its name, so another budget's --results reads it as that arm
         stamp = check_run_folder(args.out, train, probe)
         results = args.results or f"{args.out}/results"
-        keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at,
-                    name=stamp.get("name", "evolve"),
-                    config={k: stamp[k] for k in ("mutators", "database", "group_size") if k in stamp})
+        with locked(args.out):      # not while a run goes on in the folder: it rewrites the same kept files
+            keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at,
+                        name=stamp.get("name", "evolve"),
+                        config={k: stamp[k] for k in ("mutators", "database", "group_size") if k in stamp})
         print(f"kept the run in {args.out} ({stamp.get('name', 'evolve')}, seed {stamp['seed']}) at {args.keep_at} "
               f"calls into {results}")
         return 0

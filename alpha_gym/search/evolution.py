@@ -31,7 +31,10 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
                 one is CHECKPOINT_RATIO times what the last one took (the state grows with the run: 11 MB
                 of JSON at 10,000 calls on us46, a third of the run's time when written every group), so
                 writing costs at most about 1/CHECKPOINT_RATIO of the run and a kill loses as little;
-                `checkpoint_every=N` writes after every N-th group instead, and always after the last
+                `checkpoint_every=N` writes after every N-th group instead, and always after the last.
+                A run holds its folder for as long as it goes (a second process is refused), and the
+                checkpoint read back is checked field by field, its programs parsed again, before the run
+                goes on (`alpha_gym.search.run_state`)
     progress    one line per group: calls, best reward, members and effective bets of the run's book; the
                 history row of the group adds the book's train-window CPCV (`book_cpcv`)
     the end     `archive.jsonl`: the formulas the verifier's novelty archive admitted (the run's archive,
@@ -78,7 +81,7 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -95,17 +98,15 @@ from alpha_gym.language.sample import random_node
 from alpha_gym.ranges import check_fields, closed, ints
 from alpha_gym.search.bandit import Bandit, BanditConfig
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
+from alpha_gym.search.run_state import (PROPOSALS_LOG, STATE_FILE, STATE_FORMAT, RunState, archive_slot,
+                                        check_folder, check_state, learner_file, load_state_json, locked, read_log)
 from alpha_gym.pool import score_groups
 from alpha_gym.search.tree import MUTATIONS, checked, crossover
 
-STATE_FORMAT = "alpha-gym/evolve/v1"
-STATE_FILE = "state.json"
 #: A checkpoint is due once the time since the last one is this many times what the last one took.
 CHECKPOINT_RATIO = 20
-PROPOSALS_LOG = "proposals.jsonl"
 ARCHIVE_LOG = "archive.jsonl"      # the line format of trainers.run_book (the run's own archive)
 BOOK_FILE = "book.json"
-_ARCHIVE_SLOTS = ("archive-even.npz", "archive-odd.npz")  # the verifier's archive, written in turn
 
 
 class EvolutionError(InputError):
@@ -394,16 +395,23 @@ class _Run:
             return
         with open(self.out / PROPOSALS_LOG, "a", encoding="utf-8") as fh:
             fh.write("".join(json_dumps(row) + "\n" for row in log))
-        archive_file = _ARCHIVE_SLOTS[self.groups % 2]   # the other slot keeps the archive the last state names
+        archive_file = archive_slot(self.groups)        # the other slot keeps the archive the last state names
         self.verifier.save_archive(self.out / archive_file)
         learners = {}                                    # a learning mutator's state, in the same turn of slots
         for name, m in self.mutators.items():
             if hasattr(m, "save_state"):
-                learners[name] = f"learner-{name}-{'even' if self.groups % 2 == 0 else 'odd'}.pt"
+                learners[name] = learner_file(name, self.groups)
                 m.save_state(self.out / learners[name])
         _write_atomic(self.out / STATE_FILE, json_dumps(self.state(archive_file, learners)))
 
-    def restore(self, d: dict) -> None:
+    def restore(self, checked: RunState, log: list[str]) -> None:
+        """Go on from a checkpoint read back (`run_state.check_state`) and its log's lines up to it."""
+        d = checked.state
+        learning = sorted(n for n, m in self.mutators.items() if hasattr(m, "load_state"))
+        if sorted(d.get("learners", {})) != learning:
+            raise EvolutionError(f"{self.out / STATE_FILE} names the learners {sorted(d.get('learners', {}))}, "
+                                 f"not the run's learning mutators {learning}: edited, or not this run's")
+        self.db, self.bandit = checked.database, checked.bandit
         self.calls, self.groups, self.seeded, self.rejected = d["calls"], d["groups"], d["seeded"], d["rejected"]
         self.rng.bit_generator.state = d["rng"]
         self.history = list(d["history"])
@@ -413,7 +421,7 @@ class _Run:
             self.mutators[name].load_state(self.out / file)
         for pid, line in sorted(self.admitted.items()):      # the book's P&L is traded again (not a scored call)
             self.candidates[pid] = Candidate.from_evaluated(self.verifier.evaluate(line["formula"]))
-        _cut_log(self.out / PROPOSALS_LOG, self.groups)
+        _write_atomic(self.out / PROPOSALS_LOG, "".join(line + "\n" for line in log))
 
 
 def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: DatabaseConfig = DatabaseConfig(),
@@ -455,19 +463,27 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
     learning = {n: m.settings() for n, m in zip(names, mutators) if hasattr(m, "settings")}
     if learning:                                  # absent for the other mutators: their old folders still resume
         settings["learners"] = jsonable(learning)
-    out = None if out_dir is None else Path(out_dir)
+    out = None if out_dir is None else check_folder(out_dir)
     run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
                np.random.default_rng(seed), settings, budget, out, workers)
+    with nullcontext() if out is None else locked(out):     # one run in a folder at a time
+        return _evolve(run, seeds, budget, group_size, max_rounds, progress, checkpoint_every)
+
+
+def _evolve(run: _Run, seeds: list[Proposal], budget: int, group_size: int, max_rounds: int,
+            progress: Callable[[dict], None] | None, checkpoint_every: int | None) -> EvolutionResult:
+    """`evolve`'s loop, in its folder (held) when it has one."""
+    out = run.out
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        state = _load_state(out, settings)
-        if state is not None:
-            if state["calls"] > budget:
-                raise EvolutionError(f"{out} holds a run that made {state['calls']} calls, more than budget {budget}")
-            run.db, run.bandit = ProgramDatabase.from_dict(state["database"]), Bandit.from_dict(state["bandit"])
-            run.restore(state)
-        else:
-            _cut_log(out / PROPOSALS_LOG, 0)
+        loaded = _load_state(out, run.settings)
+        if loaded is not None:
+            checked, lines = loaded
+            if checked.state["calls"] > budget:
+                raise EvolutionError(f"{out} holds a run that made {checked.state['calls']} calls, more than budget "
+                                     f"{budget}")
+            run.restore(checked, lines)
+        elif (out / PROPOSALS_LOG).exists():
+            _write_atomic(out / PROPOSALS_LOG, "")   # a fresh run: no line of another is kept
     log: list = []                   # the proposals since the last checkpoint (written with it)
     due = _CheckpointClock(checkpoint_every)
     while run.calls < budget:
@@ -539,31 +555,24 @@ class _CheckpointClock:
         self.took = self.ended - t0
 
 
-def _load_state(out: Path, settings: dict) -> dict | None:
+def _load_state(out: Path, settings: dict) -> tuple[RunState, list[str]] | None:
+    """The checkpoint in `out` (None: a fresh run) and its log's lines up to it, once its settings are this
+    run's and every field checks out (`alpha_gym.search.run_state`)."""
     path = out / STATE_FILE
     if not path.exists():
         return None
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise EvolutionError(f"{path} is not JSON ({err.msg}): not a run this version wrote") from None
-    if state.get("format") != STATE_FORMAT:
-        raise EvolutionError(f"{path} is not an evolve state (format {state.get('format')!r})")
-    if state["settings"] != json.loads(json_dumps(settings)):
-        differ = sorted(k for k in set(settings) | set(state["settings"])
-                        if json.loads(json_dumps(settings.get(k))) != state["settings"].get(k))
+    state = load_state_json(path)
+    kept = state.get("settings")
+    if kept != json.loads(json_dumps(settings)):
+        if not isinstance(kept, dict):
+            raise EvolutionError(f"{path} holds no settings object: damaged or edited")
+        differ = sorted(k for k in set(settings) | set(kept)
+                        if json.loads(json_dumps(settings.get(k))) != kept.get(k))
         raise EvolutionError(f"{out} holds a run with other settings ({', '.join(differ)}): resume it with the "
                              f"same settings or choose another out_dir")
-    return state
-
-
-def _cut_log(path: Path, groups: int) -> None:
-    """Keep the log lines of groups <= `groups` (those a checkpoint holds)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["group"] <= groups]
-    _write_atomic(path, "".join(line + "\n" for line in keep))
+    checked = check_state(state, out, path)
+    lines = read_log(out / PROPOSALS_LOG, state["groups"], state["calls"])
+    return checked, [line for line, _row in lines]
 
 
 def _write_atomic(path: Path, text: str) -> None:

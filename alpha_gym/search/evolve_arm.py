@@ -1,7 +1,8 @@
 """An evolution run as an arm of the comparison: run it in a folder, keep its files, read it along its curve.
 
-`run_evolve` is what `alpha-gym evolve` and the comparison's `evolve` arm both call: it claims the run
-folder (`evolve-settings.json`, `alpha_gym.folder_stamp.claim_stamp`: other settings in the same folder are
+`run_evolve` is what `alpha-gym evolve` and the comparison's `evolve` arm both call: it holds the run folder for
+as long as it runs (`alpha_gym.search.run_state.locked`: a second process is refused), claims it
+(`evolve-settings.json`, `alpha_gym.folder_stamp.claim_stamp`: other settings in the same folder are
 refused; the budget is not a setting, so a rerun resumes and a larger budget goes on), builds the
 mutators from their specs (`alpha_gym.search.mutators`), runs `evolution.evolve` for exactly the budget
 (resumable from its last group), and writes:
@@ -29,6 +30,8 @@ Nothing here reads the pseudo-holdout but `checkpoint_row`, which scores the kep
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -38,8 +41,12 @@ from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_number
 from alpha_gym.evaluation.selection import Candidate, select_correlation_capped
 from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.jsonable import json_dumps, jsonable
-from alpha_gym.search.database import DatabaseConfig, ProgramDatabase
+from alpha_gym.ranges import shown
+from alpha_gym.search.database import DatabaseConfig
 from alpha_gym.search.evolution import BOOK_FILE, STATE_FILE, evolve, print_progress
+from alpha_gym.search.run_state import (PROPOSALS_LOG, RunStateError, check_folder, load_state_json, locked,
+                                        read_json, read_log, read_state)
+from alpha_gym.service.http_json import json_depth
 from alpha_gym.search.mutators import make_mutator
 
 STAMP_FILE = "evolve-settings.json"
@@ -59,8 +66,8 @@ def _refusal(stamp: dict):
     """The claim_stamp rule: a stamp naming other settings (any but the budget) refuses the folder."""
     def refuse(path: Path):
         try:
-            kept = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+            kept = read_json(path, "stamp")
+        except RunStateError:
             return EvolveRunError(f"{path} is damaged (not JSON): not a stamp this command wrote; choose another --out")
         if not isinstance(kept, dict) or kept.get("format") != STAMP_FORMAT:
             return EvolveRunError(f"{path} is not an evolve stamp: choose another --out")
@@ -86,8 +93,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     the stamp records beside the settings (the data file, the universe). workers: scoring processes (`evolve`'s;
     not a setting: the run is the same on any number). Returns the kept NAME.json numbers.
     """
-    out = Path(out)
-    results = out / "results" if results is None else Path(results)
+    out = check_folder(out)
+    results = check_folder(out / "results" if results is None else results, "--results")
     specs = [str(m) for m in mutators]
     from alpha_gym.settings import to_dict
     stamp = jsonable({"format": STAMP_FORMAT, "name": name, "mutators": specs, "seed": seed, "group_size": group_size,
@@ -97,30 +104,36 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                       "brief": None if brief is None else brief.id, "seed_formulas": seed_formulas,
                       "verifier": to_dict(verifier.config), **(about or {})})
     grown = verifier.fork()
-    built = [make_mutator(s, verifier=grown, limits=grown.config.limits, brief=brief, seed=seed) for s in specs]
-    claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
-    clock = _Clock(out)
-    t0 = time.perf_counter()
+    with locked(out):            # the stamp, the clock, the run and its kept files: one process at a time
+        built = [make_mutator(s, verifier=grown, limits=grown.config.limits, brief=brief, seed=seed) for s in specs]
+        claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
+        clock = _Clock(out)
+        t0 = time.perf_counter()
 
-    def on_group(row: dict) -> None:
-        clock.record(row["group"], time.perf_counter() - t0)
-        if progress is not None:
-            progress(row)
-    result = evolve(grown, built, database, budget, seed=seed, out_dir=out, seed_formulas=seed_formulas,
-                    group_size=group_size, progress=on_group, workers=workers)
-    curve = curve_rows(result.history, clock.seconds())
-    (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
-    return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
-                       config={"mutators": specs, "database": database.to_dict(), "group_size": group_size})
+        def on_group(row: dict) -> None:
+            clock.record(row["group"], time.perf_counter() - t0)
+            if progress is not None:
+                progress(row)
+        result = evolve(grown, built, database, budget, seed=seed, out_dir=out, seed_formulas=seed_formulas,
+                        group_size=group_size, progress=on_group, workers=workers)
+        curve = curve_rows(result.history, clock.seconds())
+        (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
+        return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
+                           config={"mutators": specs, "database": database.to_dict(), "group_size": group_size})
 
 
 def check_run_folder(out, train, probe: Sequence) -> dict:
     """The stamp of the run in `out`, when it was made on this train panel for these probe briefs (EvolveRunError
     if not: kept files read on other data would be another experiment's)."""
-    path = Path(out) / STAMP_FILE
+    path = check_folder(out) / STAMP_FILE
     if not path.exists():
         raise EvolveRunError(f"{out} holds no evolve run ({STAMP_FILE} is missing)")
-    stamp = json.loads(path.read_text(encoding="utf-8"))
+    stamp = read_json(path, "stamp")
+    if not isinstance(stamp, dict) or stamp.get("format") != STAMP_FORMAT or type(stamp.get("seed")) is not int:
+        raise EvolveRunError(f"{path} is not an evolve stamp: not a run this command made")
+    name = stamp.get("name", "evolve")      # the kept files' name: a plain file name, never a path
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        raise EvolveRunError(f"{path}: name = {shown(name)}: not an arm name (letters, digits, _ . -)")
     if stamp.get("panel") != train.fingerprint():
         raise EvolveRunError(f"{out} was evolved on another panel than the data given (or another --pseudo-holdout)")
     if stamp.get("probe_briefs") != [b.id for b in probe]:
@@ -134,13 +147,12 @@ class _Clock:
     def __init__(self, out: Path):
         self.path = out / TIMING_LOG
         groups = 0
-        if (out / STATE_FILE).exists():
-            try:
-                groups = int(json.loads((out / STATE_FILE).read_text(encoding="utf-8")).get("groups", 0))
-            except (ValueError, TypeError, AttributeError):
-                groups = 0          # evolve() names a damaged state itself
+        if (out / STATE_FILE).exists():   # a damaged state is refused here, before the times are cut back
+            groups = load_state_json(out / STATE_FILE).get("groups")
+            if type(groups) is not int or groups < 0:
+                raise EvolveRunError(f"{out / STATE_FILE}: groups = {shown(groups)}: must be an integer >= 0")
         rows = _read_lines(self.path) if groups else []
-        self.rows = {int(r["group"]): float(r["seconds"]) for r in rows if int(r["group"]) <= groups}
+        self.rows = {r["group"]: r["seconds"] for r in rows if r["group"] <= groups}
         self.offset = max(self.rows.values(), default=0.0)
         out.mkdir(parents=True, exist_ok=True)
         self.path.write_text("".join(json_dumps({"group": g, "seconds": s}) + "\n" for g, s in sorted(self.rows.items())),
@@ -156,15 +168,18 @@ class _Clock:
 
 
 def _read_lines(path: Path) -> list[dict]:
+    """timing.jsonl's rows ({"group": int, "seconds": float}); a line that is not one is left out (a line cut by
+    a kill: the group runs again; its time is only a curve's seconds)."""
     if not path.exists():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().splitlines():
         try:
-            row = json.loads(line)
+            row = json.loads(line) if json_depth(line) <= 2 else None
         except ValueError:
-            continue                # a line cut by a kill: the group runs again
-        if isinstance(row, dict) and "group" in row and "seconds" in row:
+            continue
+        if isinstance(row, dict) and type(row.get("group")) is int and type(row.get("seconds")) in (int, float) \
+                and math.isfinite(row["seconds"]) and row["seconds"] >= 0:
             out.append(row)
     return out
 
@@ -211,17 +226,17 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
     state_path = run_dir / STATE_FILE
     if not state_path.exists():
         raise EvolveRunError(f"{run_dir} holds no evolve run ({STATE_FILE} is missing)")
-    state = json.loads(state_path.read_text(encoding="utf-8"))
+    checked = read_state(run_dir)
+    state = checked.state
     history = list(state["history"])
     if not history:
         raise EvolveRunError(f"{run_dir}: the run scored no group yet")
-    seconds = {int(r["group"]): float(r["seconds"]) for r in _read_lines(run_dir / TIMING_LOG)}
+    seconds = {r["group"]: float(r["seconds"]) for r in _read_lines(run_dir / TIMING_LOG)}
     curve = curve_rows(history, seconds)
     at = curve[-1] if calls is None else curve_at(curve, calls)
     curve = [r for r in curve if r["group"] <= at["group"]]
     limits = verifier.config.limits
-    programs = sorted((p for p in ProgramDatabase.from_dict(state["database"]).programs if p.call <= at["calls"]),
-                      key=lambda p: (-p.reward, p.id))
+    programs = sorted((p for p in checked.database.programs if p.call <= at["calls"]), key=lambda p: (-p.reward, p.id))
     step = at["group"] if step is None else int(step)
     rows, formulas, cpcvs, complied = [], [], [], 0
     trees: dict[int, object] = {}
@@ -247,7 +262,8 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
         book = _finished_book(finished)       # the book the run chose at its end: no formula traded again
     else:
         book = _book(admitted, verifier, state["settings"]["book"])
-    scored = [r for r in _proposals(run_dir) if r.get("status") == "scored" and r["call"] <= at["calls"]]
+    logged = read_log(run_dir / PROPOSALS_LOG, state["groups"], state["calls"])
+    scored = [r for _line, r in logged if r.get("status") == "scored" and r["call"] <= at["calls"]]
     numbers = control_numbers(
         name, "evolve", seed, at["seconds"] or 0.0, step, checkpoint,
         {**(config or {}), "settings": state["settings"]["database"], "group_size": state["settings"]["group_size"]},
@@ -256,7 +272,7 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
         valid_share=sum(bool(r["valid"]) for r in scored) / len(scored) if scored else None,
         best_reward=at["best_reward"], programs=len(programs), curve=curve,
         mutator_calls=_origins(scored))
-    write_kept(results, seed, name, rows, numbers)
+    write_kept(check_folder(results, "--results"), seed, name, rows, numbers)
     folder = Path(results) / f"seed-{seed}"
     (folder / f"{name}.archive.jsonl").write_text("".join(json_dumps(x) + "\n" for x in admitted), encoding="utf-8")
     write_object(folder / f"{name}.book.json", {"rung": name, "seed": int(seed), **book})
@@ -268,11 +284,6 @@ def _archive_lines(state: dict) -> list[dict]:
     return [v for _k, v in sorted(state["admitted"].items(), key=lambda kv: int(kv[0]))]
 
 
-def _proposals(run_dir: Path) -> list[dict]:
-    path = run_dir / "proposals.jsonl"
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
-
-
 def _origins(scored: Sequence[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in scored:
@@ -281,7 +292,11 @@ def _origins(scored: Sequence[dict]) -> dict[str, int]:
 
 
 def _finished_book(path: Path) -> dict:
-    d = json.loads(path.read_text(encoding="utf-8"))
+    d = read_json(path, "book")
+    keys = ("n_admitted", "n_members", "effective_bets", "members", "selection")
+    if not isinstance(d, dict) or any(k not in d for k in keys) or not isinstance(d["members"], list):
+        raise EvolveRunError(f"{path} is not the book an evolve run writes: damaged or edited (remove it, and "
+                             "rerun the same command to write it again)")
     return {"n_admitted": d["n_admitted"], "n_members": d["n_members"], "effective_bets": d["effective_bets"],
             "members": d["members"], "unscored": [], "selection": d["selection"]}
 
