@@ -16,6 +16,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
+from alpha_gym.errors import InputError
 from alpha_gym.language import canonical
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
 from alpha_gym.market import Panel
@@ -202,8 +203,10 @@ class AlphaFormulaEvolveEnv(AlphaFormulaEnv):
     generator; the database is read, never changed, so a seed gives the same episode. `database`: None (the
     Alpha101 formulas that need no sector labels or market cap, scored by this env's verifier), a
     `ProgramDatabase`, a sequence of formulas (scored), an `evolve` run folder or its state.json (the run's
-    database), or a JSONL file whose lines hold a `formula` (a run's archive.jsonl: scored). Formulas that do
-    not parse or score invalid are left out; an empty database is refused. The verifier's archive grows
+    database: the checkpoint checked field by field, each program's text parsed again and its numbers
+    range-checked, an InputError otherwise), or a JSONL file whose lines hold a `formula` (a run's
+    archive.jsonl: scored). Formulas that do not parse or score invalid are left out; an empty database is
+    refused. The verifier's archive grows
     with the answers as in `AlphaFormula-v0` (`archive=`); the database does not.
 
     Options of reset: those of `AlphaFormula-v0` (`brief_id`, `brief_index`) and `parents` (a sequence of
@@ -312,16 +315,10 @@ def program_database(source, verifier: Verifier, config: DatabaseConfig = Databa
         if not path.is_file():
             raise ValueError(f"database {str(source)!r}: no such file (an evolve run folder, its state.json, "
                              "or a JSONL file of lines with a 'formula')")
-        try:
-            if path.suffix == ".jsonl":
-                source = [json.loads(line)["formula"] for line in path.read_text(encoding="utf-8").splitlines()
-                          if line.strip()]
-            else:
-                state = json.loads(path.read_text(encoding="utf-8"))
-                return ProgramDatabase.from_dict(state.get("database", state) if isinstance(state, dict) else {})
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
-            raise ValueError(f"database {str(path)!r} is neither an evolve state nor JSONL lines with a 'formula' "
-                             f"({type(err).__name__}: {err})") from None
+        if path.suffix == ".jsonl":
+            source = _formulas_of_lines(path)
+        else:
+            return _stored_database(path, verifier.config.limits)
     limits = verifier.config.limits
     read, forms = [], set()
     for f in source:
@@ -343,6 +340,42 @@ def program_database(source, verifier: Verifier, config: DatabaseConfig = Databa
         db.add(text, node, s.reward, s.channels["cpcv"], d.get("cpcv"), d.get("turnover"), d.get("ic"),
                d.get("max_pnl_corr"), origin="seed")
     return db
+
+
+def _not_a_database(path: Path, why: str) -> InputError:
+    return InputError(f"database {str(path)!r} is neither an evolve state nor JSONL lines with a 'formula' ({why})")
+
+
+def _formulas_of_lines(path: Path) -> list:
+    """The `formula` of each line of a JSONL file (a run's archive.jsonl); scored as a list of formulas is."""
+    from alpha_gym.search.run_state import MAX_DEPTH
+    from alpha_gym.service.http_json import json_depth
+    out = []
+    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line) if json_depth(line) <= MAX_DEPTH else None
+        except (UnicodeDecodeError, ValueError) as err:
+            raise _not_a_database(path, f"line {n}: {type(err).__name__}: {err}") from None
+        if not isinstance(row, dict) or "formula" not in row:
+            raise _not_a_database(path, f"line {n} is not an object with a 'formula'")
+        out.append(row["formula"])
+    return out
+
+
+def _stored_database(path: Path, limits) -> ProgramDatabase:
+    """The database of an evolve run's state.json (the whole checkpoint checked, `run_state.check_state`), or of
+    a file holding one database state (`ProgramDatabase.to_dict`'s): every field checked and each program's
+    text parsed again, under the run's Limits (else `limits`), so an edited text or reward never reaches a prompt."""
+    from alpha_gym.search.run_state import STATE_FORMAT, RunStateError, check_state, read_json
+    try:
+        state = read_json(path, "state")
+    except RunStateError as err:
+        raise _not_a_database(path, str(err)) from None
+    if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
+        return check_state(state, path.parent, path).database
+    return ProgramDatabase.from_dict(state, limits)
 
 
 def announce_world_model(verifier: Verifier, auto: bool = False) -> str:

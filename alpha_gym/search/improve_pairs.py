@@ -29,15 +29,15 @@ duplicate (prompt, completion) pairs are dropped.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language import DEFAULT_LIMITS, Limits
-from alpha_gym.search.database import DatabaseError, Program, ProgramDatabase
-from alpha_gym.search.evolution import STATE_FILE, STATE_FORMAT
+from alpha_gym.ranges import shown
+from alpha_gym.search.database import Program
+from alpha_gym.search.run_state import STATE_FILE, STATE_FORMAT, RunStateError, check_state, read_json
 from alpha_gym.search.mutators import parents_context
 from alpha_gym.tasks.task import render_prompt
 
@@ -52,9 +52,9 @@ class ImprovePairsError(InputError):
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ImprovePairsError(f"{path} is not JSON ({err}): not the {what} of an evolve run") from None
+        return read_json(path, what)
+    except RunStateError as err:
+        raise ImprovePairsError(str(err)) from None
 
 
 def _not_a_run(folder: Path) -> ImprovePairsError:
@@ -72,7 +72,10 @@ def _not_a_run(folder: Path) -> ImprovePairsError:
 def load_run(run_dir) -> tuple[list[Program], Limits, Any]:
     """(the run's programs, the Limits its verifier held answers to, its brief or None) from an evolve run folder.
 
-    ImprovePairsError for a folder that is not one, a state of another format, or programs without parent ids."""
+    ImprovePairsError for a folder that is not one, a state of another format, programs without parent ids, or
+    a checkpoint that does not check out (`alpha_gym.search.run_state.check_state`: every field, each program's
+    text parsed again under the run's Limits and its numbers range-checked, so an edited text or reward reaches
+    no pair)."""
     folder = Path(run_dir)
     if not folder.is_dir():
         raise ImprovePairsError(f"{folder} is not a folder: give the --out folder of an `alpha-gym evolve` run")
@@ -89,28 +92,11 @@ def load_run(run_dir) -> tuple[list[Program], Limits, Any]:
     if any(not isinstance(p, dict) or "parents" not in p for p in raw["programs"]):
         raise ImprovePairsError(f"{state_path}: its programs carry no parent ids ('parents'), so no child can be "
                                 "paired with the prompt it answers")
-    try:
-        programs = ProgramDatabase.from_dict(raw).programs
-    except (DatabaseError, KeyError, TypeError, ValueError) as err:
-        raise ImprovePairsError(f"{state_path}: its program database cannot be read ({type(err).__name__}: "
-                                f"{err})") from None
-    for p in programs:                       # ids are 0..n-1 in order (from_dict checks): a parent is programs[i]
-        if any(not 0 <= q < p.id for q in p.parents):
-            raise ImprovePairsError(f"{state_path}: program {p.id} names parents {list(p.parents)}, not earlier "
-                                    "programs of the run")
-    return programs, _limits(state, state_path), _brief(folder)
-
-
-def _limits(state: dict, where: Path) -> Limits:
-    """The run verifier's Limits (the prompt's DSL reference states them); the defaults for a state without them."""
-    from alpha_gym.settings import from_dict
-    verifier = (state.get("settings") or {}).get("verifier")
-    if not isinstance(verifier, dict) or "limits" not in verifier:
-        return DEFAULT_LIMITS
-    try:
-        return from_dict(Limits, verifier["limits"], where="limits")
-    except InputError as err:
-        raise ImprovePairsError(f"{where}: the run's verifier limits cannot be read: {err}") from None
+    try:                                     # ids are 0..n-1 in order, parents earlier ones: a parent is programs[i]
+        checked = check_state(state, folder, state_path)
+    except RunStateError as err:
+        raise ImprovePairsError(str(err)) from None
+    return checked.database.programs, checked.limits, _brief(folder)
 
 
 def _brief(folder: Path):
@@ -122,6 +108,8 @@ def _brief(folder: Path):
     brief_id = stamp.get("brief") if isinstance(stamp, dict) else None
     if brief_id is None:
         return None
+    if not isinstance(brief_id, str):
+        raise ImprovePairsError(f"{path}: brief = {shown(brief_id)}: not a brief id (the stamp was edited)")
     from alpha_gym.tasks.sets import require_brief
     return require_brief(brief_id)
 
@@ -181,11 +169,14 @@ def build_improve_dataset(run_dir, out, *, max_pairs: int | None = 256, per_prom
     run_dir: one run folder, or several (a list): each run gives its own pairs under the caps (so one run's
     favourite family cannot fill the data), in the order given; a (prompt, completion) pair already taken from
     an earlier run is dropped. The summary then adds one entry a run under "runs"."""
-    from alpha_gym.tasks.sft_data import save_jsonl
+    from alpha_gym.tasks.sft_data import check_out_file, save_jsonl
     several = not isinstance(run_dir, (str, Path))
     folders = list(run_dir) if several else [run_dir]
     if not folders:
         raise ImprovePairsError("no evolve run given: nothing to read pairs from")
+    for folder in folders:
+        refuse_out_in_run(out, folder)
+    check_out_file(out)                      # a folder or /dev/null is refused before the runs are read
     rows, seen, per_run = [], set(), []
     for folder in folders:
         programs, limits, brief = load_run(folder)
@@ -214,6 +205,16 @@ def build_improve_dataset(run_dir, out, *, max_pairs: int | None = 256, per_prom
     if several:
         summary["runs"] = per_run
     return summary
+
+
+def refuse_out_in_run(out, run_dir) -> None:
+    """ImprovePairsError when the output path `out` is the run folder `run_dir` or lies inside it (compared as
+    resolved paths: a link, `..` or a relative spelling is the same file): the folder's files are the run's
+    checkpoint, logs and kept files, which a resume or --keep-at reads and rewrites."""
+    target, folder = Path(out).resolve(), Path(run_dir).resolve()
+    if target == folder or folder in target.parents:
+        raise ImprovePairsError(f"--out {out} is inside the evolve run it reads ({run_dir}): its files are the run's "
+                                "checkpoint and logs; write the pairs outside the run folder")
 
 
 def _pair_key(row: dict) -> tuple[str, str]:

@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
@@ -79,15 +80,36 @@ def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
     return rows
 
 
-def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
-    """One JSON object per line; `datasets.load_dataset("json", data_files=path)` reads it."""
+def check_out_file(path: str | Path) -> Path:
+    """`path` as a Path when a file can be written there (it is a plain file, or nothing yet under folders);
+    InputError when it is a folder, /dev/null, a FIFO, or lies under a file."""
     path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not (p.is_file() if p == path else p.is_dir()):
+                raise InputError(f"{path}" + ("" if p == path else f": {p}") + f" is not a "
+                                 f"{'plain file' if p == path else 'folder'}: the pairs are written to a file (a new "
+                                 "one, or one they replace)")
+            break
+    return path
+
+
+def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
+    """One JSON object per line; `datasets.load_dataset("json", data_files=path)` reads it.
+
+    Written to PATH.tmp, then moved onto `path` (a stopped write leaves the old file or the new one). InputError,
+    before anything is written, for a `path` that exists and is not a plain file (a folder, /dev/null, a FIFO)
+    or lies under a file; a write that fails removes its temporary file."""
+    path = check_out_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as fh:
-        for row in rows:
-            fh.write(json_dumps(row) + "\n")
-    tmp.replace(path)
+    try:
+        with open(tmp, "w") as fh:
+            for row in rows:
+                fh.write(json_dumps(row) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
