@@ -41,6 +41,7 @@ class Measures:
     gate: dict | None           # the diversity gate's verdict (`refused`, by which entry), None while it is off
     brief: Any = None           # the brief the answer was written for (None: not given); R13 reads it (priority 0)
     book_gain: float = 0.0      # R14: what the answer adds to the run's book (`Verifier._book_gains`; 0 while R14 is 0)
+    live: Node | None = None    # the formula without its dead terms (`live_terms.live_tree`; None: `node`); R13 reads it
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,7 +145,7 @@ CHANNEL_TABLE: tuple[Channel, ...] = (
     Channel("format", 1.0, "format_channel", ("has_reasoning",), ("format_enabled", "format_bonus"),
             lambda c: 0.0, "a bonus for a reasoning block before the answer (off by default)"),
     # priority 0: the reference's reward stays the default; the `brief` reward recipe turns it on
-    Channel("brief", 0.0, "brief_channel", ("brief", "node"), (), lambda c: 0.0,
+    Channel("brief", 0.0, "brief_channel", ("brief", "node", "live"), (), lambda c: 0.0,
             "the share of the brief's checkable constraints met (0 without a brief): closes ignoring the brief"),
     # priority 0: the reference's reward stays the default, and the verifier computes nothing for it (0); the
     # `book` and `brief_book` reward recipes turn it on. Clipped like R1, so its minimum is -cpcv_clip when on.

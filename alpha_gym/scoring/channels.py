@@ -178,7 +178,8 @@ def diversity_gate(abs_corrs: np.ndarray, entry_cpcv, cpcv: float, gate: float |
 def novelty_syntax_channel(n_duplicates: int, max_abs_corr: float, per_duplicate: float = _D.syntax_duplicate_penalty,
                            max_counted: int = _D.syntax_duplicates_counted,
                            weight: float = _D.novelty_syntax_weight) -> float:
-    """R9 (priority 0.2): a bonus for an unseen canonical form (windows bucketed to 5/21/63/126/252).
+    """R9 (priority 0.2): a bonus for an unseen canonical form (windows bucketed to 5/21/63/126/252), the form of the
+    formula without its dead terms (`alpha_gym.scoring.live_terms`: `H + 0 * T` is a duplicate of `H`).
 
         unseen:  0.2 * (1 - max |P&L corr|)
         seen:    -0.3 per duplicate (other group answers or archive entries with the same bucketed form),
@@ -277,7 +278,7 @@ def format_channel(has_reasoning: bool, enabled: bool = True, bonus: float = _D.
     return bonus if (enabled and has_reasoning) else 0.0
 
 
-def brief_channel(brief, node: Node) -> float:
+def brief_channel(brief, node: Node, live: Node | None = None) -> float:
     """R13 (priority 0, off by default): the share of the brief's checkable constraints the answer meets.
 
         R13 = (constraints met) / (constraints checked)      in [0, 1]
@@ -285,13 +286,15 @@ def brief_channel(brief, node: Node) -> float:
     The checks are the brief's own constraints and the extended ones (`alpha_gym.tasks.compliance`,
     `brief_compliance(..., extended=True)`: the horizon band's top, what a mechanism or structure states beyond
     its own constraints). 0 with no brief, and 0 for a brief with nothing to check (the fixed briefs): nothing
-    is paid for a check that was not made. Invalid answers get 0 (their penalty is in R1). Structural only, so
-    deterministic and cheap. Closes: one formula shipped to every brief (issue 39: 0 of 50 probe answers met
-    every constraint of its brief, the brief did not pay).
+    is paid for a check that was not made. Invalid answers get 0 (their penalty is in R1). Structural, read on
+    `live` (the formula without the terms that cannot move its book, `alpha_gym.scoring.live_terms`; None: `node`
+    as written), so deterministic and cheap. Closes: one formula shipped to every brief (issue 39: 0 of 50 probe
+    answers met every constraint of its brief, the brief did not pay), and a brief met by dead terms
+    (`1 ? H : T`, `H + 0 * T`: T meets the checks, H trades).
     """
     if brief is None:
         return 0.0
-    got = brief_compliance(brief, node, extended=True)
+    got = brief_compliance(brief, node if live is None else live, extended=True)
     return float(got["share"]) if got["n"] else 0.0
 
 

@@ -39,7 +39,8 @@ KEEP_FILES = 16
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose code decides a seed book's numbers.
 _CODE = ("language", "book", "market/panel.py", "scoring/cpcv.py", "scoring/seeds.py", "scoring/seed_cache.py",
-         "scoring/verifier.py", "scoring/price_level.py", "scoring/config.py", "scoring/archive.py", "alpha101")
+         "scoring/verifier.py", "scoring/price_level.py", "scoring/live_terms.py", "scoring/config.py",
+         "scoring/archive.py", "alpha101")
 
 
 @dataclass(frozen=True)

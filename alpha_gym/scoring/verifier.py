@@ -33,6 +33,7 @@ from alpha_gym.scoring.book_gain import BookGain, Candidate, Gain
 from alpha_gym.scoring.channel_table import GroupMeasures, Measures
 from alpha_gym.scoring.config import CHANNELS, VerifierConfig, weighted_sum
 from alpha_gym.scoring.factors import factor_returns, residual_sharpe
+from alpha_gym.scoring.live_terms import live_tree
 from alpha_gym.scoring.price_level import price_level_correlation, price_level_reason
 from alpha_gym.scoring.seed_cache import seed_books
 from alpha_gym.scoring.seeds import SEED_FORMULAS
@@ -72,7 +73,8 @@ class Evaluated:
 
     node: Node
     text: str
-    form: str               # canonical form with windows bucketed (R9)
+    form: str               # canonical form of `live` with windows bucketed (R9)
+    live: Node              # the formula without its dead terms (`live_terms.live_tree`): R9 and R13 read it
     book: Book
     net: np.ndarray
     test_sharpes: np.ndarray
@@ -243,13 +245,15 @@ class Verifier:
         """The book of a formula's values with the statistics the channels need (the verifier's trade rule);
         `error`: the values' rounding-error bound (`alpha_gym.language.bounds`), read for `noise_share`."""
         book = self._book_of(node, signal)
+        live = live_tree(node, self.panel, self.config.min_valid_stocks)
         net = book.net
         traded = book.traded if book.traded is not None else np.abs(book.weights).sum(axis=1) > 0
         n = len(traded)
         noise = noise_days(signal[:n], error[:n] if isinstance(error, np.ndarray) else error) & traded
         noise_share = float(noise.sum() / traded.sum()) if traded.any() else 0.0
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
-        return Evaluated(node=node, text=to_text(node), form=canonical(node, bucket=self.config.syntax_window_buckets),
+        return Evaluated(node=node, text=to_text(node), form=canonical(live, bucket=self.config.syntax_window_buckets),
+                         live=live,
                          book=book.light(), net=net,  # light: a group keeps no (days x stocks) weights
                          test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
@@ -356,7 +360,7 @@ class Verifier:
         if live:
             for i, sc in zip(live, self._channel_scores([items[i] for i in live], brief)):
                 if brief is not None and getattr(brief, "constraints", ()):
-                    sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].node)
+                    sc.diagnostics["brief_compliance"] = brief_compliance(brief, items[i].live)
                 scores[i] = sc
         evaluated = [it if isinstance(it, Evaluated) else None for it in items]
         return GroupScore.from_scores(scores, evaluated=evaluated)
@@ -411,7 +415,8 @@ class Verifier:
             if self.stress is not None:
                 stress, stress_state = self.stress.channel(ev.text, ev.cpcv)
             answers.append(Measures(
-                node=ev.node, cpcv=ev.cpcv, sharpe=ev.sharpe, residual_sharpe=residual_sharpe(ev.net, self.factors),
+                node=ev.node, live=ev.live, cpcv=ev.cpcv, sharpe=ev.sharpe,
+                residual_sharpe=residual_sharpe(ev.net, self.factors),
                 turnover=ev.turnover, ic=ev.ic,
                 max_corr=max(float(archive_corr[k]), float(group_corr[k].max(initial=0.0))),
                 form_duplicates=archive.count_form(ev.form) + forms.count(ev.form) - 1, nodes=size(ev.node),
@@ -500,4 +505,5 @@ class Verifier:
             "lookback": lookback(ev.node),
             "canonical": canonical(ev.node),
             "canonical_bucketed": ev.form,
+            **({"live_formula": to_text(ev.live)} if ev.live != ev.node else {}),  # what R9 and R13 read
         }
