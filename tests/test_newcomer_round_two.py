@@ -28,6 +28,13 @@ def _cli(*args, prelude="", timeout=300):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+def _require_readme_data():
+    """README's blocks name the data as ../shared/data/us_equities/ beside the checkout: run them where it is."""
+    _require_real_data()
+    if not (ROOT.parent / "shared" / "data" / "us_equities" / "us_daily_train.csv.gz").is_file():
+        pytest.skip("README's blocks read ../shared/data/us_equities/, which is not beside this checkout")
+
+
 def _bash_block(containing: str) -> str:
     """README's ```bash block holding `containing`."""
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
@@ -47,7 +54,7 @@ def _free_port() -> int:
 def test_the_readme_serve_block_waits_for_the_server_and_runs_as_written():
     pytest.importorskip("starlette", reason="starlette (alpha-gym[serve]) is not installed")
     pytest.importorskip("uvicorn", reason="uvicorn (alpha-gym[serve]) is not installed")
-    _require_real_data()
+    _require_readme_data()
     block = _bash_block("alpha-gym serve --port 8000")
     assert "seq 120" in block.split("curl -s localhost:8000/health")[0]   # it waits before asking anything
     assert block.rstrip().endswith("kill $SERVER")
@@ -70,7 +77,7 @@ def test_the_readme_serve_block_waits_for_the_server_and_runs_as_written():
 
 @pytest.mark.real_data
 def test_the_readme_rescoring_example_runs_on_the_shipped_train_file():
-    _require_real_data()
+    _require_readme_data()
     block = _bash_block("alpha-gym holdout-formulas --data")
     command = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#"))
     assert "YOUR_FILE" not in command and "2025-08-21" not in command
