@@ -8,6 +8,13 @@
     alpha-gym compare --scale cpu --report-only --results runs/evolve-tree/results --out runs/table
     alpha-gym holdout-formulas --formulas runs/evolve-tree/results/seed-0/evolve.jsonl ...
 
+With `--fold K` (1..5) the run sees only the search window of walk-forward fold K (`alpha_gym.market.folds`:
+test windows of --pseudo-holdout sessions counted back from the data's end, so fold 5's is the pseudo-holdout,
+a validation window as long before each, and a 252-session purge before that); its kept answers are scored on
+the validation window, and after the run what it chose (its best, top 20 and book by train reward, and by
+validation score among its 100 best by train reward) is scored on the validation and test windows: printed, and
+written to OUT/walk-forward.json and walk-forward.jsonl (`alpha_gym.evaluation.walk_forward`).
+
 The last `--pseudo-holdout` sessions of the data are cut off before the run (the comparison's pseudo-holdout:
 252 at its cpu and gpu scales, 120 at smoke), and only the kept answers are scored on them. The run writes
 into --out its checkpoint (state.json, written after each group while that is cheap, else once the time since
@@ -29,6 +36,8 @@ import argparse
 import sys
 
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
+from alpha_gym.commands.flags import fold_arg
+from alpha_gym.market.folds import fold_panels
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
 from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
@@ -83,6 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-at", type=flag(ints(1, MAX_BUDGET)), metavar="CALLS",
                    help="no new call: rewrite the kept files as the run in --out stood at CALLS calls (under the "
                         "run's own arm name and seed, from its stamp)")
+    p.add_argument("--fold", type=fold_arg(), metavar="K",
+                   help="a walk-forward fold, 1..5 (oldest first): the run sees only its search window; its choices "
+                        "are then scored on its validation window and test year (OUT/walk-forward.json)")
     add_data_args(p)
     add_settings_args(p)
 
@@ -115,7 +127,10 @@ def main(args) -> int:
     if args.probe > len(probe):
         raise EvolveRunError(f"--probe {args.probe}: there are {len(probe)} probe briefs")
     probe = probe[: args.probe]
-    train, holdout = split_panel(panel_from_args(args), args.pseudo_holdout)
+    full = panel_from_args(args)
+    fold = None if args.fold is None else fold_panels(full, args.fold, args.pseudo_holdout)
+    train, holdout = split_panel(full, args.pseudo_holdout) if fold is None else (fold.search, fold.validation)
+    history = None if fold is None else fold.validation_history    # the validation window's lookback: the purge
     verifier = Verifier(train, settings_from_args(args).verifier)
     if args.keep_at is not None:
         # the run's own arm name and seed (its stamp): a comparison's evolve_model or random run folder is kept
@@ -123,7 +138,7 @@ def main(args) -> int:
         stamp = check_run_folder(args.out, train, probe)
         results = args.results or f"{args.out}/results"
         with locked(args.out):      # not while a run goes on in the folder: it rewrites the same kept files
-            keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at,
+            keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at, holdout_history=history,
                         name=stamp.get("name", "evolve"),
                         config={k: stamp[k] for k in ("mutators", "database", "group_size") if k in stamp})
         print(f"kept the run in {args.out} ({stamp.get('name', 'evolve')}, seed {stamp['seed']}) at {args.keep_at} "
@@ -134,11 +149,11 @@ def main(args) -> int:
         from alpha_gym.ranges import check_workers
         check_workers(args.workers, "--workers", worker_bytes(train), allow_zero=False)
     universe = universe_arg(args.universe)
-    about = {"data": args.data, "universe": universe}
+    about = {"data": args.data, "universe": universe, **({} if fold is None else {"fold": fold.fold.to_dict()})}
     try:
         numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
                              out=args.out, results=args.results, database=database, group_size=args.group_size,
-                             brief=brief, about=about, workers=args.workers)
+                             brief=brief, about=about, workers=args.workers, holdout_history=history)
     except KeyboardInterrupt:
         print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last checkpoint: rerun the same "
               "command", file=sys.stderr)
@@ -148,4 +163,16 @@ def main(args) -> int:
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
           f"{c['book_members']} members ({c['effective_bets']:.1f} effective bets), kept answers valid "
           f"{numbers['checkpoints'][0]['train_valid']}/{len(probe)}; run folder {args.out}")
+    if fold is not None:
+        walk_forward(args.out, verifier, fold)
     return 0
+
+
+def walk_forward(out, verifier, fold) -> None:
+    """What the finished run in `out` chose, scored on the fold's validation and test windows: printed and written."""
+    from alpha_gym.evaluation.walk_forward import score_fold, summary_lines, write_walk_forward
+    from alpha_gym.search.evolve_arm import run_pool
+    pool, book = run_pool(out)
+    result = score_fold(pool, verifier, fold, book=book, label="evolve")
+    paths = write_walk_forward(out, result)
+    print("\n".join(summary_lines(result) + [f"  written to {paths[0]} and {paths[1].name}"]))

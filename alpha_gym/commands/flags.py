@@ -62,6 +62,22 @@ def port_arg(value: str) -> int:
     return port
 
 
+def fold_arg(allow_all: bool = False):
+    """argparse type of --fold: a walk-forward fold number, 1..5 as ASCII digits (`alpha_gym.market.folds`), or
+    `all` where `allow_all`. A number is kept as text: whether its windows fit is known once the data is read."""
+    from alpha_gym.market.folds import ALL_FOLDS, FoldError, FoldPlan, fold_number
+
+    def parse(value: str) -> str:
+        if allow_all and value == ALL_FOLDS:
+            return value
+        try:
+            return str(fold_number(value, FoldPlan().n_folds))
+        except FoldError as err:
+            raise argparse.ArgumentTypeError(f"{err}{'; or all: every fold' if allow_all else ''}") from None
+    parse.__name__ = "fold"
+    return parse
+
+
 def universe_arg(value):
     """--universe: an existing ticker file (returned as an absolute path), or tickers separated by commas.
 

@@ -207,3 +207,10 @@ def cut_fold(panel: Panel, fold: Fold, history: int = LOOKBACK_HISTORY) -> FoldP
                       validation_history=_cut(panel, v.first - history, v.first),
                       validation=_cut(panel, v.first, v.stop),
                       test_history=_cut(panel, t.first - history, t.first), test=_cut(panel, t.first, t.stop))
+
+
+def fold_panels(panel: Panel, text, sessions: int, n_folds: int = FoldPlan.n_folds) -> FoldPanels:
+    """The panels of the fold `text` names ("1".."5") with test and validation windows of `sessions` each (a
+    command's `--pseudo-holdout`, so its last fold's test window is the pseudo-holdout it would cut)."""
+    plan = FoldPlan(n_folds=n_folds, test=sessions, validation=sessions)
+    return cut_fold(panel, make_fold(panel.dates, fold_number(text, plan.n_folds), plan), plan.history)

@@ -83,7 +83,7 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                seed: int = 0, out, results=None, name: str = "evolve", database: DatabaseConfig = DatabaseConfig(),
                group_size: int = 8, seed_formulas: Sequence[str] | None = None, brief=None, step: int | None = None,
                about: dict | None = None, workers: int | None = None,
-               progress: Callable[[dict], None] | None = print_progress) -> dict:
+               progress: Callable[[dict], None] | None = print_progress, holdout_history=None) -> dict:
     """Run (or resume) an evolution in `out` for exactly `budget` verifier calls and keep its arm's files.
 
     verifier: the train-window `Verifier` (forked here: the run grows its own archive); train/holdout: the
@@ -91,7 +91,9 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     answers are for. mutators: specs (`alpha_gym.search.mutators.make_mutator`). results: where the kept
     files go (default OUT/results). step: the kept answers' `step` (default: the run's groups). about: what
     the stamp records beside the settings (the data file, the universe). workers: scoring processes (`evolve`'s;
-    not a setting: the run is the same on any number). Returns the kept NAME.json numbers.
+    not a setting: the run is the same on any number). holdout_history: the sessions just before `holdout` that
+    its scoring reads as lookback, where they are not the end of `train` (a walk-forward fold's validation window,
+    after its purge: `alpha_gym.market.folds`). Returns the kept NAME.json numbers.
     """
     out = check_folder(out)
     results = check_folder(out / "results" if results is None else results, "--results")
@@ -119,7 +121,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
         curve = curve_rows(result.history, clock.seconds())
         (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
         return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
-                           config={"mutators": specs, "database": database.to_dict(), "group_size": group_size})
+                           config={"mutators": specs, "database": database.to_dict(), "group_size": group_size},
+                           holdout_history=holdout_history)
 
 
 def check_run_folder(out, train, probe: Sequence) -> dict:
@@ -214,11 +217,13 @@ def read_curve(path) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ the kept files
 def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, seed: int, *, name: str = "evolve",
-                calls: int | None = None, step: int | None = None, config: dict | None = None) -> dict:
+                calls: int | None = None, step: int | None = None, config: dict | None = None,
+                holdout_history=None) -> dict:
     """Write results/seed-S/NAME.jsonl, NAME.json, NAME.book.json and NAME.archive.jsonl from the run in `run_dir`
     (its state.json), as it stood after its last group ending at or before `calls` (None: the whole run).
 
     verifier: a train-window verifier (the probe answers' CPCV and the book's P&L do not depend on its archive).
+    holdout_history: the lookback sessions of `holdout` where they are not the end of `train` (`run_evolve`).
     Returns the numbers written to NAME.json (a control's keys, `alpha_gym.evaluation.kept.control_numbers`,
     plus budget, verifier_calls, groups, mutator shares, the curve and the book)."""
     from alpha_gym.tasks.compliance import check_compliance
@@ -255,7 +260,8 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
                                None if pick is None else pick.text, None if pick is None else pick.core,
                                complies=hit is not None, reward=None if pick is None else pick.reward,
                                origin=None if pick is None else pick.origin, call=None if pick is None else pick.call))
-    checkpoint = checkpoint_row(step, cpcvs, train, holdout, verifier, formulas, run_dir, label=name)
+    checkpoint = checkpoint_row(step, cpcvs, train if holdout_history is None else holdout_history, holdout, verifier,
+                                formulas, run_dir, label=name)
     admitted = [line for line in _archive_lines(state) if line["step"] <= at["group"]]
     finished = run_dir / BOOK_FILE
     if at["group"] == state["groups"] and state["calls"] >= state["budget"] and finished.exists():
@@ -310,3 +316,29 @@ def _book(admitted: Sequence[dict], verifier, settings: dict) -> dict:
     return {"n_admitted": len(formulas), "n_members": selection.n,
             "effective_bets": finite_or_none(selection.effective_bets), "members": list(selection.members),
             "unscored": [], "selection": selection.to_dict()}
+
+
+def run_pool(run_dir) -> tuple[list, tuple[str, ...]]:
+    """What the finished run in `run_dir` found, for `alpha_gym.evaluation.walk_forward.score_fold`: its archive (the
+    formulas the verifier admitted), each with its train reward and CPCV, its best program when the archive left it
+    out (a near-copy of an earlier entry), and the members of the book it chose at its end (book.json)."""
+    from alpha_gym.evaluation.walk_forward import PoolEntry
+    run_dir = Path(run_dir)
+    checked = read_state(run_dir)
+    if checked.state["calls"] < checked.state["budget"]:
+        raise EvolveRunError(f"{run_dir}: the run stopped at {checked.state['calls']} of its "
+                             f"{checked.state['budget']} calls: rerun it to the end first")
+    book = read_json(run_dir / BOOK_FILE, "book") if (run_dir / BOOK_FILE).exists() else None
+    members = book.get("members") if isinstance(book, dict) else None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise EvolveRunError(f"{run_dir / BOOK_FILE} is missing or not the book an evolve run writes: rerun the same "
+                             "command to write it again")
+    programs = sorted(checked.database.programs, key=lambda p: (-p.reward, p.id))
+    by_text = {p.text: p for p in programs}
+    pool = []
+    for line in _archive_lines(checked.state):
+        p = by_text.get(line["formula"])
+        pool.append(PoolEntry(line["formula"], None if p is None else float(p.reward), line["train_cpcv"]))
+    if programs and programs[0].text not in {e.formula for e in pool}:
+        pool.append(PoolEntry(programs[0].text, float(programs[0].reward), programs[0].cpcv))
+    return pool, tuple(members)
