@@ -12,6 +12,8 @@ Nothing is imported here. The modules, top to bottom:
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png
     calls       calls.md and calls.png: the arms kept with a curve along their verifier calls (1,600 / 4,800 / 10,000)
+    walk_forward  the walk-forward table: each arm's choices on each fold's test window (walk-forward.md, and a
+                section of comparison.md), from the rows kept in RESULTS/walk-forward/
     floor_trap  the advantage-floor trap of Environment B (`python -m trainers.compare.floor_trap`)
 
 The `alpha-gym compare` command (its flags) is in `alpha_gym/commands/compare.py`.

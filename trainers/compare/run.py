@@ -113,6 +113,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
     from trainers.compare.runner import answer_rows, check_kept_model, claim_out_dir, keep_run_book, probe_records
+    from trainers.compare.walk_forward import FOLDER, write_walk_forward_table
     out, results = context.out, context.results
     write_results = not context.report_only or context.update_results  # kept results change only when asked
     out.mkdir(parents=True, exist_ok=True)
@@ -176,6 +177,10 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
                           controls=[a.name for a in shown if a.kind == "control"], verifier=context.verifier())
     text = write_table(report, context.scale_name, out)
     folders = {out, results} if write_results else {out}
+    walk_forward = write_walk_forward_table(results / FOLDER, folders)   # the kept walk-forward rows, where any
+    if walk_forward:
+        text += "\n".join(walk_forward) + "\n"
+        (out / "comparison.md").write_text(text)
     if write_results:
         (results / "comparison.md").write_text(text)
     write_seed_plot(report, results, folders)

@@ -1,0 +1,122 @@
+"""Walk-forward runs of the model-free arms: evolve, search and random on each fold's search window only, their
+choices scored on the fold's validation and test windows (`alpha_gym.market.folds`, `alpha_gym.evaluation.walk_forward`).
+
+    python benchmarks/walk_forward.py --budget 1600 --seeds 0                  # every fold, us46, one seed
+    python benchmarks/walk_forward.py --budget 1600 --seeds 0 --folds 5 --arms evolve
+    python benchmarks/walk_forward.py --table-only                             # the table from the kept rows
+
+The arms, as the comparison's controls run them, at --budget verifier calls each, groups of 8, one scoring process:
+`evolve` (the tree mutator from a program database seeded with the Alpha101 set that needs no sector labels),
+`search` (the model-free (mu + lambda) search, seeded alike, generations of 2 x 8) and `random` (random formulas
+from the grammar, unseeded). A run's pool is what its verifier admitted (valid, train CPCV above 0: evolve's and
+random's archive, search's scored formulas); evolve and random report the book the run chose, search's book is
+chosen the same way (`walk_forward.train_book`). Each run on fold K sees its search window only; the choices are
+then scored with `score_fold`. Writes the run folders into --out (an evolve run resumes there; its
+walk-forward.jsonl holds every formula scored), one sealed row per (calls, seed, fold) into --results/ARM.jsonl
+(a row already kept is not run again) and the table, walk-forward.md, beside them; prints each fold's lines
+and the table. The windows are --sessions sessions (252: fold 5's test window is the comparison's pseudo-holdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "us_equities"
+ARMS = ("evolve", "search", "random")
+GROUP = 8
+
+
+def _pool_of_search(result, verifier):
+    """The search's admitted formulas (valid, R1 above the archive's floor), and its best valid one when none is,
+    as an evolve run's pool holds its best program (`evolve_arm.run_pool`)."""
+    from alpha_gym.evaluation.walk_forward import PoolEntry
+    floor = verifier.config.archive_min_core
+    valid = sorted((c for c in result.candidates if c.valid), key=lambda c: (-c.reward, c.text))
+    pool = [PoolEntry(c.text, float(c.reward), c.cpcv) for c in valid if c.cpcv is not None and c.cpcv > floor]
+    if valid and valid[0].text not in {e.formula for e in pool}:
+        pool.append(PoolEntry(valid[0].text, float(valid[0].reward), valid[0].cpcv))
+    return pool
+
+
+def run_arm(arm: str, panels, verifier, budget: int, seed: int, out: Path, probe) -> dict:
+    """One arm on one fold: the run on the search window, then its choices scored (a `score_fold` result)."""
+    from alpha_gym.alpha101 import formulas as alpha101
+    from alpha_gym.evaluation.walk_forward import score_fold, write_walk_forward
+    if arm in ("evolve", "random"):
+        from alpha_gym.search.evolve_arm import run_evolve, run_pool
+        seeds = list(alpha101(industry_free=True).values()) if arm == "evolve" else []
+        run_evolve(verifier, panels.search, panels.validation, probe, mutators=("tree",) if arm == "evolve"
+                   else ("random",), budget=budget, seed=seed, out=out, name=arm, group_size=GROUP,
+                   seed_formulas=seeds, workers=1, progress=None, holdout_history=panels.validation_history)
+        pool, book = run_pool(out)
+    elif arm == "search":
+        from alpha_gym.search.evolve import SearchConfig, search
+        result = search(verifier.fork(), [], budget, SearchConfig(group_size=GROUP, groups_per_generation=2),
+                        seed=seed, workers=1)
+        pool, book = _pool_of_search(result, verifier), None
+    else:
+        raise SystemExit(f"walk_forward.py: unknown arm {arm!r}: one of {', '.join(ARMS)}")
+    scored = score_fold(pool, verifier, panels, book=book, label=arm)
+    write_walk_forward(out, scored)
+    return scored
+
+
+def main(argv=None) -> int:
+    from alpha_gym.market import load_panel
+    from alpha_gym.market.folds import ALL_FOLDS, FoldPlan, chosen_folds, cut_fold
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.tasks.sets import brief_set
+    from alpha_gym.evaluation.walk_forward import summary_lines
+    from trainers.compare.walk_forward import fold_row, read_fold_rows, write_fold_rows, write_walk_forward_table
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(DATA / "us_daily_train.csv.gz"))
+    p.add_argument("--universe", default=str(DATA / "universe_us46.txt"), help="a ticker file (\"\": all)")
+    p.add_argument("--budget", type=int, default=1600)
+    p.add_argument("--seeds", default="0", help="comma-separated")
+    p.add_argument("--folds", default=ALL_FOLDS, help="comma-separated fold numbers, or all")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--sessions", type=int, default=252, help="test and validation window length")
+    p.add_argument("--out", default="runs/walk-forward")
+    p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "walk-forward"))
+    p.add_argument("--table-only", action="store_true")
+    args = p.parse_args(argv)
+    results = Path(args.results)
+    if not args.table_only:
+        arms = [a.strip() for a in args.arms.split(",")]
+        unknown = sorted(set(arms) - set(ARMS))
+        if unknown:
+            p.error(f"--arms: unknown {', '.join(unknown)}: one of {', '.join(ARMS)}")
+        seeds = [int(s) for s in args.seeds.split(",")]
+        panel = load_panel(args.data, universe=args.universe or None)   # "": every ticker of the data
+        plan = FoldPlan(test=args.sessions, validation=args.sessions)
+        folds = [f for text in args.folds.split(",") for f in chosen_folds(text.strip(), panel.dates, plan)]
+        probe = list(brief_set("probe"))[:2]
+        kept = {(r["arm"], r["calls"], r["seed"], r["fold"]) for r in read_fold_rows(results)} \
+            if results.exists() else set()
+        for fold in folds:
+            panels = cut_fold(panel, fold, plan.history)
+            verifier = None
+            for seed in seeds:
+                for arm in arms:
+                    if (arm, args.budget, seed, fold.number) in kept:
+                        continue
+                    if verifier is None:     # built once a fold, on its search window only
+                        verifier = Verifier(panels.search)
+                    print(f"=== {fold.line()}; {arm}, seed {seed}, {args.budget} calls", flush=True)
+                    t0 = time.perf_counter()
+                    out = Path(args.out) / f"fold-{fold.number}" / f"seed-{seed}" / f"{arm}-{args.budget}"
+                    scored = run_arm(arm, panels, verifier, args.budget, seed, out, probe)
+                    seconds = time.perf_counter() - t0
+                    print("\n".join(summary_lines(scored)[1:]) + f"\n  ({seconds:.0f} s)", flush=True)
+                    write_fold_rows(results, arm, [fold_row(arm, args.budget, seed, scored, seconds)])
+    lines = write_walk_forward_table(results, [results]) if results.exists() else []
+    print("\n".join(lines[1:]) if lines else f"no walk-forward rows in {results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
