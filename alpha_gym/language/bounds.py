@@ -42,9 +42,8 @@ from alpha_gym.language import ops
 U = 2.0 ** -53
 #: A book is invalid when at least this share of its traded days are `noise_days` (docs/operators.md, rule 5).
 NOISE_SHARE = 0.5
-#: Rounding decides a day's order (`rounding_runs`) where holding the stocks it orders tied would move more than this
-#: share of the day's ranks about their mean (of the book's gross weight): such a day is tied, and counts toward
-#: `NOISE_SHARE`.
+#: A traded day counts toward `NOISE_SHARE` too where rounding decides orders inside it (`rounding_runs`) whose ties
+#: move more than this share of the book's gross weight (the weights' L1 change).
 ORDER_SHARE = 0.1
 #: Rule 1's tie tolerance relative to a value (`ops.TIE_ULPS` ulps, 2**-30): rows and windows whose bounds stay
 #: below it are tied by the language's own rules in exact arithmetic as in floats, so the rules decide them.
@@ -338,8 +337,7 @@ def rounding_runs(x: np.ndarray, ex, ranks: np.ndarray | None = None):
     Sorted along each row, two neighbouring cells whose intervals `[v - e, v + e]` overlap (their gap is at most the
     sum of their bounds) are in an order that exact arithmetic may reverse; chained, such neighbours form a *run*.
     Where `ranks` (the row's float ranks, rule 1's ties included) already tie a run there is nothing to decide; where
-    they differ inside a run, rounding decided them, and on a day where that decides more than `ORDER_SHARE` of the
-    ranks' mass about their mean, each such run's cells get the run's mean rank: the order a
+    they differ inside a run, rounding decided them, and each such run's cells get the run's mean rank: the order a
     book may hold is the one exact arithmetic would keep, nothing inside the run (the language's `rank` under
     `evaluate(bound=True)` and the verifier's book both apply it). `ranks`: `rank(x)` where the caller has it (None:
     ranked here, only where a row needs it).
@@ -379,21 +377,13 @@ def rounding_runs(x: np.ndarray, ex, ranks: np.ndarray | None = None):
         ids = run.reshape(-1)
         size = np.bincount(ids, weights=k.reshape(-1).astype(float))
         mean = np.bincount(ids, weights=flat_r) / np.maximum(size, 1.0)
-        new_r = np.where(k, mean[run], r)
-        # only a day where that moves more than ORDER_SHARE of its ranks' mass about their mean (the book's gross
-        # weight): conservative bounds overlap here and there in honest formulas (a covariance near 0), where
-        # the order they leave open is a sliver of the book
-        centre = np.where(k, r, 0.0).sum(axis=1, keepdims=True) / np.maximum(k.sum(axis=1, keepdims=True), 1)
-        mass = np.abs(np.where(k, r - centre, 0.0)).sum(axis=1)
-        material = np.abs(np.where(k, new_r - r, 0.0)).sum(axis=1) > ORDER_SHARE * mass
-        if not material.any():
-            continue
         if tied is None:
             tied = (ops.rank(x) if ranks is None else ranks).copy()
         back = np.empty_like(order)
         np.put_along_axis(back, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
-        moved = r_ids[material]
-        tied[moved] = np.take_along_axis(new_r, back, axis=1)[material]
+        differs = np.zeros(size.shape, dtype=bool)  # runs whose ranks differ: the others keep theirs, bit for bit
+        differs[run[:, 1:][decided_by_rounding]] = True
+        tied[r_ids] = np.take_along_axis(np.where(k & differs[run], mean[run], r), back, axis=1)
     return tied
 
 

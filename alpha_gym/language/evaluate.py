@@ -159,6 +159,8 @@ class _Freeing:
 def _tie_rounding(x, ex, value, error):
     """`rank`'s value with the orders its input's rounding decides tied, and its bound: the rounding of the tied
     ranks where they moved (the tie is the language's rule, as rule 1's ties are), as computed elsewhere."""
+    if not (isinstance(x, np.ndarray) and x.ndim == 2 and isinstance(value, np.ndarray)):
+        return value, error  # a constant row has no order to decide
     tied = bounds.rounding_runs(x, ex, value)
     if tied is None:
         return value, error

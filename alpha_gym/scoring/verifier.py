@@ -24,7 +24,7 @@ from alpha_gym.book.book import Book, ForwardReturns, build_book, open_to_open_r
 from alpha_gym.book.costs import training_cost
 from alpha_gym.jsonable import jsonable
 from alpha_gym.language import Node, Op, canonical, lookback, size, to_text
-from alpha_gym.language.bounds import NOISE_SHARE, noise_days
+from alpha_gym.language.bounds import NOISE_SHARE, ORDER_SHARE, noise_days, rounding_runs
 from alpha_gym.language.evaluate import evaluate
 from alpha_gym.market.panel import DataError, Panel
 from alpha_gym.scoring import channels, cpcv
@@ -233,24 +233,42 @@ class Verifier:
         return training_cost(turnover, self.config.costs)
 
     def book(self, node: Node, cache=None) -> Book:
-        """The daily book of a parsed formula on this panel."""
-        return self._book_of(node, evaluate(node, self.panel, cache))
+        """The daily book of a parsed formula on this panel: the book `score` trades (the orders that rounding
+        decides held tied, `bounds.rounding_runs`). `cache` is unused: the bounds are computed afresh."""
+        signal, error = evaluate(node, self.panel, bound=True)
+        return self._tied_book(node, signal, error) or self._book_of(node, signal)
+
+    def _tied_book(self, node: Node, signal: np.ndarray, error) -> Book | None:
+        """The book with the orders that rounding decides inside a day held tied, or None where it decides none."""
+        ranks = rounding_runs(signal, error, signal if self._ranked(node) else None)
+        if ranks is None:
+            return None
+        return build_book(ranks, self.panel.field("open"), self.panel.dates, self._cost,
+                          self.config.min_valid_stocks, returns=self._forward, ranked=True)
+
+    @staticmethod
+    def _ranked(node: Node) -> bool:
+        return isinstance(node, Op) and node.name == "rank"  # rank(rank(x)) == rank(x)
 
     def _book_of(self, node: Node, signal: np.ndarray) -> Book:
         return build_book(signal, self.panel.field("open"), self.panel.dates, self._cost,
-                          self.config.min_valid_stocks, returns=self._forward,
-                          ranked=isinstance(node, Op) and node.name == "rank")  # rank(rank(x)) == rank(x)
+                          self.config.min_valid_stocks, returns=self._forward, ranked=self._ranked(node))
 
     def _evaluated(self, node: Node, signal: np.ndarray, error=0.0) -> Evaluated:
         """The book of a formula's values with the statistics the channels need (the verifier's trade rule);
         `error`: the values' rounding-error bound (`alpha_gym.language.bounds`), read for `noise_share`."""
         book = self._book_of(node, signal)
         live = live_tree(node, self.panel, self.config.min_valid_stocks)
-        net = book.net
         traded = book.traded if book.traded is not None else np.abs(book.weights).sum(axis=1) > 0
         n = len(traded)
         noise = noise_days(signal[:n], error[:n] if isinstance(error, np.ndarray) else error) & traded
+        tied = self._tied_book(node, signal, error)
+        if tied is not None:  # rounding decides an order inside some days: the book holds those stocks tied,
+            # and a day where that moves a material part of the book counts as a rounding day (rule 5)
+            noise |= traded & (np.abs(book.weights - tied.weights).sum(axis=1) > ORDER_SHARE)
+            book = tied
         noise_share = float(noise.sum() / traded.sum()) if traded.any() else 0.0
+        net = book.net
         test, train = cpcv.slice_sharpes(net, self.config.cpcv)
         return Evaluated(node=node, text=to_text(node), form=canonical(live, bucket=self.config.syntax_window_buckets),
                          live=live,
@@ -311,16 +329,18 @@ class Verifier:
                 log.warning("evaluation of %r failed: %r", out.formula, out.exception)
             return self._invalid(out.reason, out.kind, formula=out.formula, error=out.error)
         ev = out
+        # rule 5 first: a book of rounding noise, held tied, is also static, and rounding is the reason
+        if ev.noise_share >= NOISE_SHARE:
+            return self._invalid(f"the signal is constant up to rounding, or rounding decides much of its order, on "
+                                 f"{ev.noise_share:.0%} of the traded days (at least {NOISE_SHARE:.0%}): the "
+                                 "cross-section lies within its rounding-error bound, so the book trades float noise "
+                                 "(docs/operators.md, rule 5)",
+                                 "invalid_book", formula=ev.text, error="rounding", noise_share=ev.noise_share,
+                                 **self._diagnostics(ev))
         if ev.turnover < self.config.min_turnover_invalid:
             return self._invalid(f"turnover {ev.turnover:.2%} a day is below the "
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
                                  "invalid_book", formula=ev.text, error="turnover",
-                                 **self._diagnostics(ev))
-        if ev.noise_share >= NOISE_SHARE:
-            return self._invalid(f"the signal is constant up to rounding on {ev.noise_share:.0%} of the traded days "
-                                 f"(at least {NOISE_SHARE:.0%}): each day's cross-section lies within its "
-                                 "rounding-error bound, so the book trades float noise (docs/operators.md, rule 5)",
-                                 "invalid_book", formula=ev.text, error="rounding", noise_share=ev.noise_share,
                                  **self._diagnostics(ev))
         tilt = price_level_reason(ev.price_level, self.config.max_price_level_corr)
         if tilt is not None:
