@@ -103,16 +103,39 @@ def price_level_correlation(weights: np.ndarray, traded: np.ndarray, signal: np.
     if partial.size:  # each ranked over its own cells, correlated over the cells both define
         both = ~(np.isnan(signal[partial]) | np.isnan(panel.field("close")[partial]))
         corr[partial] = _row_corr(_centred(weights[partial], both), _centred(ranks[partial], both))
-    tied = np.flatnonzero(_tied_rows(weights, signal[:n], traded))
-    if tied.size:  # a coarsened price ranking: its correlation over the best its ties allow
-        corr[tied] = _tie_adjusted_corr(weights[tied], signal[tied], ranks[tied], panel.field("close")[tied])
+    # a coarsened price ranking: on a day of ties, its correlation over the best those ties allow
+    full = traded.copy()
+    full[partial] = False
+    rows = np.flatnonzero(full)
+    if rows.size:
+        best = _best_of_ties(weights[rows], norms[rows])
+        corr[rows] /= np.clip(best, MIN_TIE_BEST, 1.0)
+    if partial.size:
+        held = np.sort(np.where(np.isnan(signal[partial]), np.nan, weights[partial]), axis=1)  # NaN last, unequal
+        tied = partial[(held[:, 1:] == held[:, :-1]).any(axis=1)]
+        if tied.size:
+            corr[tied] = _tie_adjusted_corr(weights[tied], signal[tied], ranks[tied], panel.field("close")[tied])
     return float(np.abs(corr[traded]).mean())
 
 
-def _tied_rows(weights: np.ndarray, signal: np.ndarray, traded: np.ndarray) -> np.ndarray:
-    """(n,) traded days where two stocks the signal defines hold the same weight: the signal ties them."""
-    held = np.sort(np.where(np.isnan(signal), np.nan, weights), axis=1)  # NaN cells last, never equal
-    return traded & (held[:, 1:] == held[:, :-1]).any(axis=1)
+def _best_of_ties(weights: np.ndarray, close_norms: np.ndarray) -> np.ndarray:
+    """Per day without a NaN, the best rank correlation with the close the book's ties allow (`_tie_adjusted_corr`):
+    |c| / |p|, with c the signal's centred ranks read off the sorted weights (each run of equal weights is a tie
+    group, at its average place) and |p|^2 the close's `close_norms`; exactly 1.0 on a day without ties."""
+    out = np.ones(len(weights))
+    held = np.sort(weights, axis=1)
+    starts = np.ones(held.shape, dtype=bool)
+    np.not_equal(held[:, 1:], held[:, :-1], out=starts[:, 1:])
+    tied = np.flatnonzero(~starts[:, 1:].all(axis=1))
+    if tied.size == 0:
+        return out
+    m, N = len(tied), weights.shape[1]
+    run = np.cumsum(starts[tied].reshape(-1)) - 1
+    place = np.tile(np.arange(N, dtype=float), m)
+    average = np.bincount(run, weights=place) / np.bincount(run)
+    c = (average[run] / (N - 1) - 0.5).reshape(m, N)   # the rank kernel's (place / (N - 1)), centred on 1/2
+    out[tied] = np.sqrt((c * c).sum(axis=1)) / np.sqrt(close_norms[tied])
+    return out
 
 
 def _tie_adjusted_corr(weights, signal, close_ranks, close) -> np.ndarray:
