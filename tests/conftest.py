@@ -35,6 +35,16 @@ def pytest_collection_modifyitems(session, config, items):
     subprocess otherwise)."""
     whole = [Path(a).resolve() for a in config.args] in ([ROOT / "tests"], [ROOT])
     session.alpha_gym_collected = (len(items), sum(1 for i in items if i.get_closest_marker("real_data")), whole)
+    config._alpha_gym_collected = session.alpha_gym_collected[:2]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The suite's size, printed at the end of every run (CI's log shows it; README no longer pins it)."""
+    got = getattr(terminalreporter.config, "_alpha_gym_collected", None)
+    if got is not None:
+        total, real = got
+        terminalreporter.write_line(f"alpha-gym: {total:,} tests collected, {real:,} marked real_data, "
+                                    f"{total - real:,} without the panel")
 
 
 REAL_DATA_DIR = Path(os.environ.get("ALPHA_GYM_REAL_DATA", ROOT.parent / "shared" / "data" / "us_equities"))
