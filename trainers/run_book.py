@@ -142,13 +142,30 @@ def build_run_book(source, verifier, max_corr: float = 0.5, min_turnover: float 
         path = path / ARCHIVE_LOG
     rows = [row for row in read_admitted(path) if include_unattributed or row.get("step") is not None]
     formulas = list(dict.fromkeys(row["formula"] for row in rows))  # distinct, in file order
-    candidates, unscored = [], []
-    for formula in formulas:
-        try:
-            ev = verifier.evaluate(formula)
-        except (FormulaError, FloatingPointError, ValueError):  # e.g. admitted under other limits than these
-            unscored.append(formula)
-            continue
-        candidates.append(Candidate.from_evaluated(ev))
+    candidates, unscored = scored_candidates(formulas, verifier)
     return RunBook(n_admitted=len(formulas), selection=select_correlation_capped(candidates, max_corr, min_turnover),
                    unscored=tuple(unscored))
+
+
+#: What `verifier.evaluate` raises for a formula that does not evaluate here (e.g. admitted under other limits).
+NOT_EVALUATED = (FormulaError, FloatingPointError, ValueError)
+
+
+def scored_candidates(formulas: Iterable[str], verifier, progress=None, errors=NOT_EVALUATED,
+                      on_error=None) -> tuple[list[Candidate], list[str]]:
+    """Each formula traded again with `verifier.evaluate` (its train CPCV, turnover and daily net P&L on the
+    verifier's panel), and the formulas that raised one of `errors` there (`on_error(formula, err)` hears of
+    each). `progress(done)`: called after each formula (a long archive's scoring says how far it is)."""
+    candidates, unscored = [], []
+    for done, formula in enumerate(formulas, 1):
+        try:
+            ev = verifier.evaluate(formula)
+        except errors as err:
+            unscored.append(formula)
+            if on_error is not None:
+                on_error(formula, err)
+        else:
+            candidates.append(Candidate.from_evaluated(ev))
+        if progress is not None:
+            progress(done)
+    return candidates, unscored

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_eval(sub)
     from alpha_gym.commands.evolve import register as register_evolve  # issue 40: evolution
     register_evolve(sub)
+    from alpha_gym.commands.overfitting import register as register_overfitting  # PBO, deflated Sharpe of a run
+    register_overfitting(sub)
     return parser
 
 

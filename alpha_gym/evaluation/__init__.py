@@ -3,8 +3,9 @@ R3 scenarios' validation.
 
 Exports the holdout evaluator and the selection rules; `baselines`, `report` (the page; its parts in
 `report_html`, `report_training`, `report_comparison`), `stress_validation` (scenario AUCs), `answers_file`
-(the formulas and briefs of a file of answers), `endpoint` (a model behind an OpenAI-compatible endpoint) and
-`eval_folder` (an `alpha-gym eval` folder: its stamp, its answers scored) are imported where used; the
+(the formulas and briefs of a file of answers), `endpoint` (a model behind an OpenAI-compatible endpoint),
+`eval_folder` (an `alpha-gym eval` folder: its stamp, its answers scored) and `overfitting` (PBO, deflated Sharpe,
+effective trials; its tables in `report_overfitting`) are imported where used; the
 commands are in `alpha_gym/commands/evaluation.py`.
 """
 

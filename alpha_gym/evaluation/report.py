@@ -26,6 +26,8 @@ log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training se
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
     -> the checkpoint table (train CPCV selects; holdout columns reported).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
+overfitting.json (format "alpha-gym/overfitting/v1", `alpha-gym overfitting RUN_DIR`) -> the run archive's
+                 probability of backtest overfitting, effective trials and deflated Sharpe (`report_overfitting`).
 eval.json, answers.jsonl, endpoint.jsonl  (an `alpha-gym eval` folder, with or without holdout.json)
                  -> `report_eval`: the run and every item with its brief id, raw answer excerpt and the
                  verifier's reason for an invalid one (and its holdout score with a holdout).
@@ -51,6 +53,7 @@ from alpha_gym.evaluation.alpha_tests import summary_line
 from alpha_gym.evaluation.report_eval import eval_section, load_eval
 from alpha_gym.evaluation.report_html import arr as _arr, fmt as _fmt, img as _img, kv_table as _kv_table
 from alpha_gym.evaluation.report_html import mpl as _mpl, page, png as _png, table as _table, write_page
+from alpha_gym.evaluation.report_overfitting import html_section, read_overfitting
 from alpha_gym.evaluation.report_training import read_jsonl, training_section
 
 REPORT_NAME = "report.html"
@@ -336,15 +339,17 @@ def _run_parts(run_dir: Path) -> list[str]:
     checkpoints = _load_json(run_dir / "checkpoints.json", CHECKPOINTS_FORMAT)
     books = _load_json(run_dir / "books.json", BOOKS_FORMAT)
     evaluated = load_eval(run_dir)
-    if holdout is None and not others and not log and checkpoints is None and books is None and evaluated is None:
+    overfitting = read_overfitting(run_dir)
+    if (holdout is None and not others and not log and checkpoints is None and books is None and evaluated is None
+            and overfitting is None):
         raise FileNotFoundError(f"{run_dir} holds none of holdout.json, holdout-*.json, log.jsonl, "
-                                "checkpoints.json, books.json, eval.json")
+                                "checkpoints.json, books.json, eval.json, overfitting.json")
     if holdout is None and others:
         holdout, others = others[-1], others[:-1]
     sections = [("eval", "Eval", evaluated is not None), ("holdout", "Holdout", holdout is not None), ("checkpoints", "Checkpoints", checkpoints is not None),
                 ("training", "Training", bool(log)),
                 ("answers", "Answers", (run_dir / "completions.jsonl").is_file() and bool(log)),
-                ("books", "Book selectors", books is not None)]
+                ("books", "Book selectors", books is not None), ("overfitting", "Overfitting", overfitting is not None)]
     nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t, present in sections if present)
     parts = [f"<h1>alpha-gym run report: {html.escape(run_dir.name)}</h1>", f"<nav>{nav}</nav>"]
     if evaluated is not None:
@@ -356,7 +361,7 @@ def _run_parts(run_dir: Path) -> list[str]:
     parts += training_section(run_dir, log)
     if books is not None:
         parts += _books_part(books)
-    return parts
+    return parts + html_section(overfitting)
 
 
 def _step_order(path: Path):

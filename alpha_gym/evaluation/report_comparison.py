@@ -13,6 +13,8 @@ report.json                   the rung table with intervals and the baselines (t
 seed-S/RUNG/                  one training run per rung and seed (log.jsonl, probe-step-N.json, ...)
 step-0/probe-step-0.json      the start model's probe answers
 seeds.png                     each seed's shipped score per rung, and train CPCV against pseudo-holdout
+overfitting.json              the kept archives' PBO, effective trials and deflated Sharpe (`alpha-gym overfitting`;
+                              report.json carries it too once the table is rebuilt with it)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from alpha_gym.evaluation.report_html import arr, esc, fmt, img, mpl, png, table
+from alpha_gym.evaluation.report_overfitting import html_section, read_overfitting
 from alpha_gym.evaluation.report_training import read_jsonl
 
 STYLES = ["-", "--", ":", "-."]
@@ -203,6 +206,8 @@ def comparison_section(out: Path, links: dict[Path, Path], page_dir: Path | None
                   "reward; n/a for a table built before it existed).</p>", rung_table(report), img(plot_intervals(report), "rung intervals")]
         if report.get("baselines"):
             parts += ["<h3>Baselines on the same window and costs (no model)</h3>", baseline_table(report)]
+    # the kept archives' overfitting report: in report.json once the table was rebuilt with it, else its own file
+    parts += html_section(report.get("overfitting") or read_overfitting(out))
     if (out / "seeds.png").is_file():  # drawn by the comparison itself, from the kept answers
         parts += ["<h3>Seeds</h3>", '<p class="note">Left: each seed\'s shipped checkpoint per rung, beside the '
                   "rung's mean and interval and the baselines. Right: the train-window CPCV that picked each "

@@ -2,7 +2,8 @@
 
 `build_report` re-scores every rung's shipped answers (and any `alpha-gym eval` folder's, `evaluated`)
 on the pseudo-holdout and puts a bootstrap interval over briefs and seeds on each row, a paired
-difference against the rung before, and the verdict against the model-free baselines;
+difference against the rung before, and the verdict against the model-free baselines, and takes the
+overfitting report of the kept archives where `alpha-gym overfitting` wrote one (results/overfitting.json);
 `write_table` renders it as comparison.md and `report_json` as report.json (the page,
 `alpha_gym.evaluation.report_comparison`, reads the latter).
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from trainers.compare.ladder import CONTROLS, PAIRED_WITH
 from alpha_gym.evaluation.kept import read_object, read_rows
+from alpha_gym.evaluation.report_overfitting import markdown_lines, read_overfitting
 from trainers.compare.runner import CompareError
 
 
@@ -123,6 +125,9 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
         from alpha_gym.scoring.verifier import Verifier
         verifier = Verifier(train, VerifierConfig())
     verdicts: dict = {}  # formula -> valid on the train window, across every row and seed
+    # what `alpha-gym overfitting` kept of the runs' archives (PBO, deflated Sharpe), where it was run: read first,
+    # so a damaged file is refused before minutes of re-scoring
+    overfitting = read_overfitting(results)
     step0 = read_rows(results / "step-0.jsonl") if (results / "step-0.jsonl").exists() else None
     briefs = [r["brief_id"] for r in step0] if step0 is not None else list(brief_ids)
     seeds = sorted(int(p.name.split("-")[1]) for p in results.glob("seed-*") if p.is_dir())
@@ -225,7 +230,8 @@ def build_report(results: Path, ladder, train, holdout, n_boot: int = 2000, eval
     for r in rows.values():
         r["above_baselines"] = beats(r["lo"], baselines)
         r["above_motifs"] = beats(r["lo"], motifs)
-    return {"seeds": seeds, "briefs": len(briefs), "rows": rows, "baselines": baselines}
+    return {"seeds": seeds, "briefs": len(briefs), "rows": rows, "baselines": baselines,
+            **({"overfitting": overfitting} if overfitting is not None else {})}
 
 
 def report_json(report) -> dict:
@@ -234,7 +240,8 @@ def report_json(report) -> dict:
     return jsonable({"seeds": report["seeds"], "briefs": report["briefs"],
                      "rows": {k: {kk: vv for kk, vv in v.items() if kk != "table"}
                               for k, v in report["rows"].items()},
-                     "baselines": report.get("baselines", [])})
+                     "baselines": report.get("baselines", []),
+                     **({"overfitting": report["overfitting"]} if report.get("overfitting") is not None else {})})
 
 
 def _fmt(x, spec):
@@ -248,7 +255,8 @@ def write_table(report, scale_name, out: Path) -> str:
     pseudo-holdout = mean score of the valid answers on the held-out last year of the train window,
     with a 95% bootstrap interval resampling briefs and seeds; vs previous = the paired difference;
     above all baselines / motifs = the interval's lower end lies above the best model-free baseline's
-    score (all of `alpha_gym.evaluation.baselines`, or its one-motif formulas only).
+    score (all of `alpha_gym.evaluation.baselines`, or its one-motif formulas only). Last, where the results
+    keep an overfitting.json, its Overfitting section (`report_overfitting.markdown_lines`).
     """
     from alpha_gym.evaluation.baselines import best_baseline
     seeds = report["seeds"]
@@ -348,6 +356,7 @@ def write_table(report, scale_name, out: Path) -> str:
             lines.append(f"| {b['name']} | {what} | {_fmt(b['score'], '+.2f')}{ci} | {b['n_families']} | "
                          f"{_fmt(b.get('median_turnover'), '.0%')} | "
                          f"{_fmt(bk['sharpe'], '+.2f')} | {_fmt(bk['beta'], '+.2f')} | {_fmt(bk['max_drawdown'], '.1%')} |")
+    lines += markdown_lines(report.get("overfitting") or [])
     text = "\n".join(lines) + "\n"
     (out / "comparison.md").write_text(text)
     return text
