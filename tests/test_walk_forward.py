@@ -223,3 +223,11 @@ def test_a_pool_on_another_window_or_an_empty_one_is_refused(fold_setup):
         score_fold(_pool(POOL[:2]), Verifier(panel.window(end=panels.fold.validation.end)), panels)
     with pytest.raises(WalkForwardError, match="empty pool"):
         score_fold([], verifier, panels)
+
+
+def test_a_short_shortlist_still_scores_the_top_by_train_reward(fold_setup):
+    _panel, panels, verifier = fold_setup
+    result = score_fold(_pool(POOL + SLOW), verifier, panels, shortlist=2, pool_size=2)
+    sel = result["selections"]
+    assert sel["top_train"]["n"] == len(POOL + SLOW) and sel["top_train"]["test_valid"] == len(POOL)
+    assert set(sel["top_validation"]["formulas"]) <= set(POOL[:2]) and sel["pool"]["n"] == 2

@@ -163,7 +163,7 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
     listed = by_train[:shortlist]
     drawn = pool_sample([e.formula for e in pool], pool_size)
     chosen = {"best_train": tuple(by_train[:1]), "top_train": tuple(by_train[:TOP]), "book_train": tuple(book)}
-    formulas = list(dict.fromkeys([*listed, *book, *drawn]))
+    formulas = list(dict.fromkeys([*listed, *chosen["top_train"], *book, *drawn]))
     verdicts = {f: train_verdict(verifier, f) for f in formulas}
     ok = [verdicts[f].valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
