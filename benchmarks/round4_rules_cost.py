@@ -1,6 +1,6 @@
 """What round four's two rules cost a score: the rounding ties and the tie-adjusted price-level statistic.
 
-    python benchmarks/round4_rules_cost.py [--data ../shared/data/us_equities] [--repeat 5]
+    python benchmarks/round4_rules_cost.py [--data ../shared/data/us_equities] [--repeat 5] [--panels us46,all]
 
 For the 82 Alpha101s and README's examples on us46 and on all 496 stocks (the train window), one thread: the
 median over formulas of the best-of-`repeat` milliseconds of a whole `Verifier.evaluate` (parse, bounded
@@ -65,11 +65,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "us_equities"))
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--panels", default="us46,all", help="which of us46 and all (496 stocks) to measure")
     args = ap.parse_args()
     from alpha_gym.alpha101 import formulas
     from alpha_gym.market import load_panel, load_universe
     everything = load_panel(Path(args.data) / "us_daily_train.csv.gz")
     panels = {"us46": everything.select(load_universe(Path(args.data) / "universe_us46.txt")), "all": everything}
+    panels = {name: panels[name] for name in args.panels.split(",")}
     todo = README + tuple(formulas(industry_free=True).values())
     print(json.dumps({name: measure(p, todo, args.repeat) for name, p in panels.items()}, indent=1))
 
