@@ -234,7 +234,7 @@ def test_archive_save_is_atomic(tmp_path, verifier, monkeypatch):
     with pytest.raises(OSError):
         verifier.archive.save(path)
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive.npz", "archive.npz.lock"]  # no temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive.npz"]  # no temporary, no lock file
 
 
 def test_stress_checkpoint_without_a_model_reports_r3_off(small_synthetic, tmp_path):

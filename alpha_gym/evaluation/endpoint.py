@@ -393,7 +393,12 @@ def _unreachable(reason) -> str | None:
     return None
 
 
-def _v1_hint(base_url: str) -> str:
+def base_url_flag(url: str) -> str:
+    """How `alpha-gym eval` is given a base URL (what an `EndpointClient`'s messages tell the user to pass)."""
+    return f"--base-url {url}"
+
+
+def _v1_hint(base_url: str, address=base_url_flag) -> str:
     """For a 404: the base URL most servers want (up to and with /v1), when the one given is not it."""
     parts = urllib.parse.urlsplit(redact_url(base_url))
     path = parts.path.rstrip("/")
@@ -401,14 +406,15 @@ def _v1_hint(base_url: str) -> str:
         return ""
     cut = path.find("/v1/")
     wanted = path[: cut + 3] if cut >= 0 else path + "/v1"
-    return (f" (the base URL usually ends in /v1: try --base-url "
-            f"{urllib.parse.urlunsplit(parts._replace(path=wanted, query='', fragment=''))})")
+    return (f" (the base URL usually ends in /v1: try "
+            f"{address(urllib.parse.urlunsplit(parts._replace(path=wanted, query='', fragment='')))})")
 
 
 class EndpointClient:
-    """Thread-safe: each call opens its own connection. `stop_retrying()` and `cancel()` serve Ctrl-C."""
+    """Thread-safe: each call opens its own connection. `stop_retrying()` and `cancel()` serve Ctrl-C.
+    `address(url)`: how the user passes a base URL, for the messages that suggest one (eval's --base-url)."""
 
-    def __init__(self, config: EndpointConfig, sleep=None):
+    def __init__(self, config: EndpointConfig, sleep=None, address=base_url_flag):
         shown = redact_url(config.base_url)
         if any(not c.isprintable() or c.isspace() for c in config.base_url):
             raise InputError(f"--base-url {shown!r}: holds a space or a control character")
@@ -434,6 +440,7 @@ class EndpointClient:
             self._auth = "Basic " + base64.b64encode(user.encode()).decode()
         self.config = config
         self.shown_url = shown
+        self.address = address
         self._stopping = threading.Event()   # Ctrl-C once: no new attempts
         self._cancelled = threading.Event()  # Ctrl-C twice: cut the attempts in flight
         self._live: set[_Deadline] = set()
@@ -525,10 +532,11 @@ class EndpointClient:
         if 300 <= code < 400:
             target = redact_url(err.headers.get("Location") or "") if err.headers is not None else ""
             return _AttemptError("redirect", f"{shown}: the server redirects (HTTP {code}) to {target or '?'}; "
-                                 "alpha-gym eval follows no redirect (the key is sent to the host you named, "
-                                 "nowhere else): pass the final address as --base-url", retry=False, fatal=True)
+                                 "alpha-gym follows no redirect (the key is sent to the host you named, "
+                                 f"nowhere else): pass the final address, {self.address('URL')}", retry=False,
+                                 fatal=True)
         if code == 404:
-            text += _v1_hint(self.config.base_url)
+            text += _v1_hint(self.config.base_url, self.address)
         retry = code in RETRY_STATUSES or 500 <= code < 600
         return _AttemptError(f"http_{code}", text, retry=retry, wait_s=retry_after(err.headers) if retry else None,
                              fatal=code in FATAL_STATUSES)

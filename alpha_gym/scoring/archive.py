@@ -9,9 +9,9 @@ Policy (documented, deterministic):
 - bounded at `capacity` (1,024): when full, the OLDEST non-seed entry leaves, so
   the archive follows what a training run has recently been writing.
 
-Saved atomically (write to a temporary file, fsync, rename) as one `.npz` under
-an exclusive lock; `save(path, merge=True)` first unions the entries already in
-the file, so two processes saving to one path lose no entries. Versioned with
+Saved atomically (write to a temporary file, fsync, rename) as one `.npz`;
+`save(path, merge=True)` first unions the entries already in the file, under an
+exclusive lock (PATH.lock), so two processes saving to one path lose no entries. Versioned with
 the panel's fingerprint: loading against other data is refused, and a file
 whose arrays disagree with each other, or whose books are not standardised P&L
 (mean 0, mean square 1: rows of 1e308 or of zeros would score silently wrong), raises `ArchiveError`.
@@ -180,15 +180,20 @@ class Archive:
 
     # ----------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, merge: bool = False) -> None:
-        """Write atomically under an exclusive lock: a crash mid-save leaves the previous file intact.
+        """Write atomically: a crash mid-save leaves the previous file intact.
 
         merge=True: first take the entries of the file already at `path` (written by another process)
         that are not here, so concurrent savers lose no entries (`merge`); this archive then holds the union.
+        Only a merge takes the lock (PATH.lock): its read and write must not interleave with another's, while a
+        plain save replaces the file in one rename whoever else writes (and leaves no lock file beside it).
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not merge:
+            self._write(path)
+            return
         with _locked(path):
-            if merge and path.exists():
+            if path.exists():
                 self.merge(Archive.load(path, self.fingerprint))
             self._write(path)
 

@@ -23,8 +23,9 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
     budget      every scored answer counts, valid or not; a rejected proposal counts nothing. The run makes
                 exactly `budget` calls (fewer only when the seeds and mutators cannot reach a new formula)
     checkpoint  after a group, `out_dir/state.json` (the database, the bandit, the Generator's state, the
-                calls, the history) and the verifier's archive (two files written in turn: the state names
-                the one that matches it; each file is written atomically), so a run
+                calls, the history) and the verifier's archive (two slots written in turn: each checkpoint
+                writes the slot the state on disk does not name, then the state naming it, then removes the
+                other slot, so the folder keeps one; each file is written atomically), so a run
                 killed at any point resumes from its last checkpoint to the same result as an uninterrupted
                 one; `proposals.jsonl` logs every proposal (scored or rejected) and is cut back on resume.
                 Written after every group while that is cheap, and otherwise once the time since the last
@@ -36,12 +37,16 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
                 checkpoint read back is checked field by field, its programs parsed again, before the run
                 goes on (`alpha_gym.search.run_state`)
     progress    one line per group: calls, best reward, members and effective bets of the run's book; the
-                history row of the group adds the book's train-window CPCV (`book_cpcv`)
-    the end     `archive.jsonl`: the formulas the verifier's novelty archive admitted (the run's archive,
-                in `trainers.run_book`'s line format: step is the group), and `book.json`: their
-                correlation-capped book (`alpha_gym.evaluation.selection.select_correlation_capped`, seed
+                history row of the group adds the book's train-window CPCV (`book_cpcv`). Between them (`say`):
+                a line after a round that leaves the group short, at most every NOTE_EVERY_S seconds (answers
+                asked, new, duplicates, unparseable: a model that writes no formula does not look hung), one
+                whenever random formulas fill a group, and one when a run resumes (at how many calls)
+    outputs     with each checkpoint, `archive.jsonl`: the formulas the verifier's novelty archive admitted
+                (the run's archive, in `trainers.run_book`'s line format: step is the group), and `book.json`:
+                their correlation-capped book (`alpha_gym.evaluation.selection.select_correlation_capped`, seed
                 section 8: greedy by train CPCV, |corr| < 0.5 with every member, turnover >= 2% a day), as
-                `trainers.run_book.build_run_book` builds a training run's book
+                `trainers.run_book.build_run_book` builds a training run's book, with the calls and groups it
+                is of; a stopped run has them as its checkpoint stood
 
 A mutator is anything with a `name` and `propose(parent_sets, rng) -> list[str]`: one answer per parent set
 (a list of `Program`s, best first; empty when the database is), in the `<alpha>...</alpha>` contract or a
@@ -95,16 +100,20 @@ from alpha_gym.jsonable import finite_or_none, json_dumps, jsonable
 from alpha_gym.language import (DEFAULT_LIMITS, AnswerError, FormulaError, Limits, Node, canonical, extract, parse,
                                 to_text)
 from alpha_gym.language.sample import random_node
-from alpha_gym.ranges import check_fields, closed, ints
+from alpha_gym.ranges import check_fields, closed, ints, shown
 from alpha_gym.search.bandit import Bandit, BanditConfig
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
-from alpha_gym.search.run_state import (PROPOSALS_LOG, STATE_FILE, STATE_FORMAT, RunState, archive_slot,
-                                        check_folder, check_state, learner_file, load_state_json, locked, read_log)
+from alpha_gym.search.run_state import (ARCHIVE_SLOTS, PROPOSALS_LOG, STATE_FILE, STATE_FORMAT, RunState,
+                                        archive_slot, check_folder, check_state, learner_file, load_state_json,
+                                        locked, read_log)
 from alpha_gym.pool import score_groups
 from alpha_gym.search.tree import MUTATIONS, checked, crossover
 
 #: A checkpoint is due once the time since the last one is this many times what the last one took.
 CHECKPOINT_RATIO = 20
+#: A group still waiting for new formulas after a round is said at most this often (a model on a CPU takes tens of
+#: seconds a round, so each of its rounds is said; the tree mutator's take milliseconds and stay quiet).
+NOTE_EVERY_S = 5.0
 ARCHIVE_LOG = "archive.jsonl"      # the line format of trainers.run_book (the run's own archive)
 BOOK_FILE = "book.json"
 
@@ -214,6 +223,11 @@ def print_progress(row: dict) -> None:
           f"({row['effective_bets']:.1f} bets)  rejected {row['rejected']}", file=sys.stderr, flush=True)
 
 
+def print_note(text: str) -> None:
+    """The default for the lines between the groups' rows (a group filling, the random fill, a resume), on stderr."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def book_cpcv(book: BookSelection, config) -> float | None:
     """The CPCV score of the book's equal-weight daily net P&L on the train window (`alpha_gym.scoring.cpcv`,
     the verifier's `config.cpcv`), as R1 scores one formula's; None for an empty book."""
@@ -228,12 +242,15 @@ class _Run:
     """The state a checkpoint holds, and the steps of the loop."""
 
     def __init__(self, verifier, mutators: dict[str, Mutator], database: ProgramDatabase, bandit: Bandit,
-                 rng: np.random.Generator, settings: dict, budget: int, out: Path | None, workers: int | None = None):
+                 rng: np.random.Generator, settings: dict, budget: int, out: Path | None, workers: int | None = None,
+                 say: Callable[[str], None] | None = None, note_every_s: float = NOTE_EVERY_S):
         self.verifier, self.mutators, self.db, self.bandit, self.rng = verifier, mutators, database, bandit, rng
         self.settings, self.budget, self.out = settings, budget, out
         self.workers = workers                       # scoring processes (not a setting: the run is the same)
+        self.say, self.note_every_s = say, note_every_s  # the lines between the groups' rows (not settings either)
         self.limits = verifier.config.limits
         self.calls = self.groups = self.seeded = self.rejected = 0
+        self.turn: int | None = None                 # the archive slot the state on disk names (None: no state)
         self.history: list[dict] = []
         self.admitted: dict[int, dict] = {}          # program id -> its archive.jsonl line
         self.candidates: dict[int, Candidate] = {}   # program id -> its train-window P&L, for the book
@@ -259,7 +276,8 @@ class _Run:
     def proposal_batch(self, n: int, max_rounds: int, log: list) -> list[Proposal]:
         batch: list[Proposal] = []
         forms: set[str] = set()
-        for _ in range(max_rounds):
+        tally = _FillTally(self.groups + 1, n, max_rounds, self.note_every_s)
+        for round_no in range(1, max_rounds + 1):
             want = n - len(batch)
             if want <= 0:
                 break
@@ -294,6 +312,7 @@ class _Run:
                         p = Proposal(read[0], read[1], read[2], canonical(read[2]), arm, island, tuple(parents),
                                      slot)
                         reason = None if self.db.is_new(p.form) and p.form not in forms else "duplicate"
+                    tally.count(arm, reason)
                     if reason is None:
                         batch.append(p)
                         forms.add(p.form)
@@ -305,6 +324,10 @@ class _Run:
                         self.rejected += 1
                         self.bandit.update(arm, 0.0)
                         log.append(_rejection(self.groups + 1, p, reason))
+            if len(batch) < n and self.say is not None and tally.due():
+                self.say(tally.filling_line(round_no, n - len(batch)))
+        if len(batch) < n and self.say is not None:       # said whenever it happens: the model is not being used
+            self.say(tally.fallback_line(n - len(batch)))
         while len(batch) < n:                                     # the mutators are stuck: random formulas
             batch.append(self._random(forms))
             forms.add(batch[-1].form)
@@ -389,20 +412,39 @@ class _Run:
                 "admitted": {str(k): v for k, v in sorted(self.admitted.items())}, "history": self.history,
                 "archive": archive_file, **({"learners": learners} if learners else {})}
 
-    def checkpoint(self, log: list) -> None:
-        """Append the group's log lines, then write the archive and the state that names it (atomically)."""
+    def checkpoint(self, log: list, book: BookSelection) -> None:
+        """Append the group's log lines, write the archive and the state that names it (atomically), then remove
+        the other slot's files (a resume needs only the ones this state names) and write the run's archive lines
+        and book as they stand."""
         if self.out is None:
             return
         with open(self.out / PROPOSALS_LOG, "a", encoding="utf-8") as fh:
             fh.write("".join(json_dumps(row) + "\n" for row in log))
-        archive_file = archive_slot(self.groups)        # the other slot keeps the archive the last state names
+        turn = 0 if self.turn is None else 1 - self.turn  # the slot the state on disk does not name
+        archive_file = archive_slot(turn)
         self.verifier.save_archive(self.out / archive_file)
-        learners = {}                                    # a learning mutator's state, in the same turn of slots
+        learners = {}                                    # a learning mutator's state, in the same slot
         for name, m in self.mutators.items():
             if hasattr(m, "save_state"):
-                learners[name] = learner_file(name, self.groups)
+                learners[name] = learner_file(name, turn)
                 m.save_state(self.out / learners[name])
         _write_atomic(self.out / STATE_FILE, json_dumps(self.state(archive_file, learners)))
+        self.turn = turn
+        # the other slot: the last state's files, or ones a kill left before their state was written
+        (self.out / archive_slot(1 - turn)).unlink(missing_ok=True)
+        for name in learners:
+            (self.out / learner_file(name, 1 - turn)).unlink(missing_ok=True)
+        self.write_outputs(book)
+
+    def write_outputs(self, book: BookSelection) -> None:
+        """archive.jsonl and book.json as the run stands (book.json names the calls and groups it is of)."""
+        lines = [self.admitted[k] for k in sorted(self.admitted)]
+        _write_atomic(self.out / ARCHIVE_LOG, "".join(json_dumps(line) + "\n" for line in lines))
+        _write_atomic(self.out / BOOK_FILE, json_dumps({"calls": self.calls, "groups": self.groups,
+                                                        "n_admitted": len(lines), "n_members": book.n,
+                                                        "effective_bets": book.effective_bets,
+                                                        "members": list(book.members), "selection": book.to_dict()},
+                                                       indent=1))
 
     def restore(self, checked: RunState, log: list[str]) -> None:
         """Go on from a checkpoint read back (`run_state.check_state`) and its log's lines up to it."""
@@ -417,6 +459,7 @@ class _Run:
         self.history = list(d["history"])
         self.admitted = {int(k): v for k, v in d["admitted"].items()}
         self.verifier.load_archive(self.out / d["archive"])
+        self.turn = ARCHIVE_SLOTS.index(d["archive"])
         for name, file in d.get("learners", {}).items():
             self.mutators[name].load_state(self.out / file)
         for pid, line in sorted(self.admitted.items()):      # the book's P&L is traded again (not a scored call)
@@ -429,7 +472,9 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
            group_size: int = 8, bandit_config: BanditConfig = BanditConfig(), max_rounds: int = 20,
            book_max_corr: float = 0.5, book_min_turnover: float = 0.02,
            progress: Callable[[dict], None] | None = print_progress, workers: int | None = None,
-           checkpoint_every: int | None = None) -> EvolutionResult:
+           checkpoint_every: int | None = None, say: Callable[[str], None] | None = print_note,
+           note_every_s: float = NOTE_EVERY_S,
+           checkpointed: Callable[[list[dict]], None] | None = None) -> EvolutionResult:
     """Evolve formulas for exactly `budget` verifier calls; see the module docstring for every rule.
 
     verifier: the `Verifier` whose reward drives the run; its archive grows as in training, and a resumed run
@@ -441,7 +486,9 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
     workers: scoring processes (`alpha_gym.pool`: each group's answers prepared on them, its channels scored
     here against the archive; None: every usable core, 1: this process); the run is the same on any number.
     checkpoint_every: write the checkpoint after every N-th group (None: by time, see the module docstring);
-    the run is the same either way, only what a kill loses differs.
+    the run is the same either way, only what a kill loses differs. say: called with the lines between the
+    groups' rows (a group still filling, at most every `note_every_s` seconds; the random fill; a resume); None:
+    silent. checkpointed: called with the history after each checkpoint is written (the caller's own files).
     """
     mutators = [mutators] if hasattr(mutators, "propose") else list(mutators)
     names = [getattr(m, "name", None) for m in mutators]
@@ -451,6 +498,8 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
                        ("seed", seed, 0), ("checkpoint_every", 1 if checkpoint_every is None else checkpoint_every, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise EvolutionError(f"{key} must be an integer >= {lo}, got {v!r}")
+    if not isinstance(note_every_s, (int, float)) or isinstance(note_every_s, bool) or not note_every_s >= 0:
+        raise EvolutionError(f"note_every_s must be a number of seconds >= 0, got {note_every_s!r}")
     if seed_formulas is None:
         from alpha_gym.alpha101 import formulas as paper
         seed_formulas = list(paper(industry_free=True).values())
@@ -465,13 +514,14 @@ def evolve(verifier, mutators: Mutator | Sequence[Mutator], database_config: Dat
         settings["learners"] = jsonable(learning)
     out = None if out_dir is None else check_folder(out_dir)
     run = _Run(verifier, dict(zip(names, mutators)), ProgramDatabase(database_config), Bandit(names, bandit_config),
-               np.random.default_rng(seed), settings, budget, out, workers)
+               np.random.default_rng(seed), settings, budget, out, workers, say, note_every_s)
     with nullcontext() if out is None else locked(out):     # one run in a folder at a time
-        return _evolve(run, seeds, budget, group_size, max_rounds, progress, checkpoint_every)
+        return _evolve(run, seeds, budget, group_size, max_rounds, progress, checkpoint_every, checkpointed)
 
 
 def _evolve(run: _Run, seeds: list[Proposal], budget: int, group_size: int, max_rounds: int,
-            progress: Callable[[dict], None] | None, checkpoint_every: int | None) -> EvolutionResult:
+            progress: Callable[[dict], None] | None, checkpoint_every: int | None,
+            checkpointed: Callable[[list[dict]], None] | None) -> EvolutionResult:
     """`evolve`'s loop, in its folder (held) when it has one."""
     out = run.out
     if out is not None:
@@ -482,10 +532,14 @@ def _evolve(run: _Run, seeds: list[Proposal], budget: int, group_size: int, max_
                 raise EvolutionError(f"{out} holds a run that made {checked.state['calls']} calls, more than budget "
                                      f"{budget}")
             run.restore(checked, lines)
+            if run.say is not None:
+                run.say(f"evolve: resuming at {run.calls} calls (group {run.groups}) of {budget} from {out}"
+                        if run.calls < budget else f"evolve: the run in {out} has made its {budget} calls")
         elif (out / PROPOSALS_LOG).exists():
             _write_atomic(out / PROPOSALS_LOG, "")   # a fresh run: no line of another is kept
     log: list = []                   # the proposals since the last checkpoint (written with it)
     due = _CheckpointClock(checkpoint_every)
+    written = False
     while run.calls < budget:
         n = min(group_size, budget - run.calls)
         batch = run.seed_batch(seeds, n, log) if run.seeded < len(seeds) else []
@@ -498,18 +552,16 @@ def _evolve(run: _Run, seeds: list[Proposal], budget: int, group_size: int, max_
         run.history.append(run.row(book, refreshed, updates))
         if run.calls >= budget or due.now(run.groups):
             with due.timing():
-                run.checkpoint(log)
-            log = []
+                run.checkpoint(log, book)
+            log, written = [], True
+            if checkpointed is not None:
+                checkpointed(run.history)
         if progress is not None:
             progress(run.history[-1])
     book = run.book()
+    if out is not None and not written:     # a rerun of a finished run: its files as the state holds them
+        run.write_outputs(book)
     lines = [run.admitted[k] for k in sorted(run.admitted)]
-    if out is not None:
-        _write_atomic(out / ARCHIVE_LOG, "".join(json_dumps(line) + "\n" for line in lines))
-        _write_atomic(out / BOOK_FILE, json_dumps({"n_admitted": len(lines), "n_members": book.n,
-                                                   "effective_bets": book.effective_bets,
-                                                   "members": list(book.members), "selection": book.to_dict()},
-                                                  indent=1))
     return EvolutionResult(run.db, run.bandit, book, lines, run.calls, budget, run.groups, run.rejected, run.history)
 
 
@@ -532,6 +584,50 @@ def _rejection(group: int, p: Proposal, reason: str) -> dict:
     return {"group": group, "call": None, "origin": p.origin, "island": p.island,
             "parents": [q.id for q in p.parents], "answer": p.answer, "formula": p.text or None,
             "status": "rejected", "reason": reason}
+
+
+class _FillTally:
+    """What the mutators wrote for one group's places, per mutator: answers asked, new formulas, duplicates and
+    unparseable answers (the last one's reason kept), for the lines said while the group fills."""
+
+    def __init__(self, group: int, places: int, max_rounds: int, every_s: float):
+        self.group, self.places, self.max_rounds, self.every_s = group, places, max_rounds, every_s
+        self.arms: dict[str, dict[str, int]] = {}
+        self.last_refusal: str | None = None
+        self.t0 = self.said = time.perf_counter()
+
+    def count(self, arm: str, reason: str | None) -> None:
+        c = self.arms.setdefault(arm, {"asked": 0, "new": 0, "duplicates": 0, "unparseable": 0})
+        c["asked"] += 1
+        c["new" if reason is None else "duplicates" if reason == "duplicate" else "unparseable"] += 1
+        if reason is not None and reason != "duplicate":
+            self.last_refusal = reason
+
+    def due(self) -> bool:
+        """Whether a filling line is due (every_s since the group began or the last line); marks it said."""
+        now = time.perf_counter()
+        if now - self.said < self.every_s:
+            return False
+        self.said = now
+        return True
+
+    def counts(self) -> str:
+        total = {k: sum(c[k] for c in self.arms.values()) for k in ("asked", "new", "duplicates", "unparseable")}
+        text = (f"{total['asked']} answers asked: {total['new']} new, {total['duplicates']} duplicates, "
+                f"{total['unparseable']} unparseable")
+        if len(self.arms) > 1:
+            text += " (" + "; ".join(f"{a}: {c['asked']} asked, {c['new']} new" for a, c in self.arms.items()) + ")"
+        return text
+
+    def filling_line(self, round_no: int, open_places: int) -> str:
+        return (f"evolve: filling group {self.group}, round {round_no} of {self.max_rounds}: {self.counts()}; "
+                f"{open_places} of {self.places} places open after {time.perf_counter() - self.t0:.0f} s")
+
+    def fallback_line(self, open_places: int) -> str:
+        last = f"; the last refused: {shown(self.last_refusal)}" if self.last_refusal else ""
+        return (f"evolve: falling back to random formulas for {open_places} of {self.places} places of group "
+                f"{self.group}: in {self.max_rounds} rounds {', '.join(self.arms)} wrote too few new formulas "
+                f"({self.counts()}{last})")
 
 
 class _CheckpointClock:

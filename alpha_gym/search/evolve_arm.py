@@ -9,7 +9,7 @@ mutators from their specs (`alpha_gym.search.mutators`), runs `evolution.evolve`
 
     OUT/curve.jsonl     one row per group: calls, best train reward, programs, book members, effective bets,
                         book CPCV (train window), admitted, rejected, seconds (wall time of the run so far,
-                        across resumes; `timing.jsonl` keeps it between them)
+                        across resumes; `timing.jsonl` keeps it between them); written with each checkpoint
     RESULTS/seed-S/NAME.jsonl, NAME.json, NAME.book.json, NAME.archive.jsonl
                         the kept files of a comparison arm (`keep_evolve`), so `alpha-gym compare
                         --report-only` and `alpha-gym holdout-formulas --formulas seed-S/NAME.jsonl` read it
@@ -112,14 +112,18 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
         clock = _Clock(out)
         t0 = time.perf_counter()
 
+        def on_checkpoint(history: list[dict]) -> None:       # the curve as the checkpoint stands
+            clock.record(history[-1]["group"], time.perf_counter() - t0)
+            write_curve(out, history, clock.seconds())
+
         def on_group(row: dict) -> None:
-            clock.record(row["group"], time.perf_counter() - t0)
+            if row["group"] not in clock.rows:                 # a group after which no checkpoint was due
+                clock.record(row["group"], time.perf_counter() - t0)
             if progress is not None:
                 progress(row)
         result = evolve(grown, built, database, budget, seed=seed, out_dir=out, seed_formulas=seed_formulas,
-                        group_size=group_size, progress=on_group, workers=workers)
-        curve = curve_rows(result.history, clock.seconds())
-        (out / CURVE_FILE).write_text("".join(json_dumps(r) + "\n" for r in curve), encoding="utf-8")
+                        group_size=group_size, progress=on_group, workers=workers, checkpointed=on_checkpoint)
+        write_curve(out, result.history, clock.seconds())
         return keep_evolve(out, grown, train, holdout, probe, results, seed, name=name, step=step,
                            config={"mutators": specs, "database": database.to_dict(), "group_size": group_size},
                            holdout_history=holdout_history)
@@ -185,6 +189,13 @@ def _read_lines(path: Path) -> list[dict]:
                 and math.isfinite(row["seconds"]) and row["seconds"] >= 0:
             out.append(row)
     return out
+
+
+def write_curve(out: Path, history: Sequence[dict], seconds: dict[int, float]) -> None:
+    """OUT/curve.jsonl of the run's history so far (atomically: a reader never sees half of it)."""
+    tmp = out / (CURVE_FILE + ".tmp")
+    tmp.write_text("".join(json_dumps(r) + "\n" for r in curve_rows(history, seconds)), encoding="utf-8")
+    tmp.replace(out / CURVE_FILE)
 
 
 def curve_rows(history: Sequence[dict], seconds: dict[int, float] | None = None) -> list[dict]:
@@ -264,9 +275,10 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
                                 formulas, run_dir, label=name)
     admitted = [line for line in _archive_lines(state) if line["step"] <= at["group"]]
     finished = run_dir / BOOK_FILE
+    book = None
     if at["group"] == state["groups"] and state["calls"] >= state["budget"] and finished.exists():
-        book = _finished_book(finished)       # the book the run chose at its end: no formula traded again
-    else:
+        book = _finished_book(finished, at["group"])   # the book the run chose at its end: no formula traded again
+    if book is None:
         book = _book(admitted, verifier, state["settings"]["book"])
     logged = read_log(run_dir / PROPOSALS_LOG, state["groups"], state["calls"])
     scored = [r for _line, r in logged if r.get("status") == "scored" and r["call"] <= at["calls"]]
@@ -297,12 +309,16 @@ def _origins(scored: Sequence[dict]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _finished_book(path: Path) -> dict:
+def _finished_book(path: Path, groups: int) -> dict | None:
+    """The run's book.json when it is the book after `groups` groups (None when it is another checkpoint's: a
+    kill between the state and the book leaves the book before; a file without "groups" predates the check)."""
     d = read_json(path, "book")
     keys = ("n_admitted", "n_members", "effective_bets", "members", "selection")
     if not isinstance(d, dict) or any(k not in d for k in keys) or not isinstance(d["members"], list):
         raise EvolveRunError(f"{path} is not the book an evolve run writes: damaged or edited (remove it, and "
                              "rerun the same command to write it again)")
+    if d.get("groups", groups) != groups:
+        return None
     return {"n_admitted": d["n_admitted"], "n_members": d["n_members"], "effective_bets": d["effective_bets"],
             "members": d["members"], "unscored": [], "selection": d["selection"]}
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -37,6 +37,10 @@ from alpha_gym.ranges import check_fields, ints
 from alpha_gym.search.database import Program
 from alpha_gym.search.evolution import Mutator, TreeMutator
 from alpha_gym.tasks.task import render_prompt
+
+
+#: The longest a check's chat request of one token may take an attempt (a run's requests wait up to 120 s).
+PROBE_TIMEOUT_S = 30.0
 
 
 class MutatorSpecError(InputError):
@@ -67,7 +71,9 @@ class EndpointMutator:
     the replies, so a run is as repeatable as the server's sampling. A request that fails after its retries
     gives "" (the run rejects it without a verifier call); an error that would fail every request (nothing
     listening, 401/403/404, ...) raises `EndpointFailure` in one line naming the URL. `stats` counts prompts,
-    answers, failures and seconds (proposals per second = answered / seconds).
+    answers, failures and seconds (proposals per second = answered / seconds). `check()` asks before a run
+    whether the endpoint answers at all. An interrupt (Ctrl-C, a SIGTERM made one) cuts the requests in flight
+    rather than waiting out their time-outs.
     """
 
     config: EndpointConfig
@@ -81,7 +87,11 @@ class EndpointMutator:
         check_fields(self, {"concurrency": ints(1, 256)})
         if self.config.seed is None:
             raise InputError("EndpointMutator needs config.seed (an integer): each request's seed is drawn from it")
-        self.client = EndpointClient(self.config)
+        self.client = self._client(self.config)
+
+    def _client(self, config: EndpointConfig) -> EndpointClient:
+        model = config.model        # its messages suggest a URL in this mutator's spec, not eval's --base-url
+        return EndpointClient(config, address=lambda url: f"--mutator endpoint:{url}#{model}")
 
     def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
         prompts = improve_prompts(parent_sets, self.limits, self.brief)
@@ -89,9 +99,16 @@ class EndpointMutator:
         if not prompts:
             return []
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as pool:
+        pool = ThreadPoolExecutor(min(self.concurrency, len(prompts)))
+        try:
             done = list(pool.map(lambda job: self.client.complete([{"role": "user", "content": job[0]}],
                                                                  sample=job[1]), zip(prompts, samples)))
+        except BaseException:
+            self.client.cancel()          # the interrupted run stops now, not after the requests' time-outs
+            self.client = self._client(self.config)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         self.stats["seconds"] += time.perf_counter() - t0
         self.stats["prompts"] += len(prompts)
         fatal = next((c for c in done if c.fatal), None)
@@ -100,6 +117,24 @@ class EndpointMutator:
         self.stats["answered"] += sum(c.ok for c in done)
         self.stats["failed"] += sum(not c.ok for c in done)
         return [c.text if c.ok and isinstance(c.text, str) else "" for c in done]
+
+    def check(self) -> None:
+        """`EndpointFailure` in one line when the endpoint cannot answer this mutator's requests: what `alpha-gym
+        eval` asks first (`GET /models`: nothing listening, a host that does not resolve, not HTTP, 401/403, a
+        redirect), then one chat request of a token (PROBE_TIMEOUT_S at most an attempt, retried as any request
+        is), which a wrong path, a model name the server refuses or a reply that is no chat completion fails.
+        Run before anything is scored: without it, such an endpoint is found out after the seeds are scored."""
+        served = self.client.served_models()
+        probe = replace(self.config, max_tokens=1, timeout_s=min(self.config.timeout_s, PROBE_TIMEOUT_S))
+        got = self._client(probe).complete([{"role": "user", "content": "Reply with OK."}])
+        if got.ok:
+            return
+        url, detail = redact_url(self.config.url()), got.detail or got.error
+        listed = ""
+        if served and self.config.model not in served:
+            listed = f" (its /models lists {', '.join(served[:10])}{', ...' if len(served) > 10 else ''})"
+        raise EndpointFailure(f"model {self.config.model!r} does not answer{'' if url in detail else ' at ' + url}"
+                              f"{listed}: {detail}")
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -204,6 +239,15 @@ def parse_spec(spec: str) -> tuple[MutatorRow, str]:
     if name not in MUTATOR_ROWS:
         raise MutatorSpecError(f"unknown mutator {spec[:80]!r}; known: {kinds_line()}")
     return MUTATOR_ROWS[name], arg
+
+
+def check_endpoints(specs: Sequence[str], seed: int = 0) -> None:
+    """`EndpointMutator.check()` of each endpoint spec among `specs` (the others need no network): before a run
+    scores anything, an endpoint that cannot answer is named in one line (`EndpointFailure`)."""
+    for spec in specs:
+        row, arg = parse_spec(spec)
+        if row.name == "endpoint":
+            _endpoint(arg, verifier=None, limits=DEFAULT_LIMITS, seed=seed).check()
 
 
 def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> Mutator:

@@ -11,8 +11,8 @@ and its proposals log cut back to the checkpoint.
                  agree (calls in [0, budget], one history row per group, programs scored by calls the run made,
                  the settings the database and bandit were built with), the program database parsed again under
                  the run's Limits (`ProgramDatabase.from_dict`: an edited formula text reaches no prompt), the
-                 bandit, the generator's state, and the files it names, which must be the archive slot and the
-                 learners' files its group count gives, inside the folder
+                 bandit, the generator's state, and the files it names: one of the two archive slots, and the
+                 learners' files of the same slot, present in the folder
     the log      `read_log`: proposals.jsonl's lines of the checkpointed groups, checked to hold the calls the
                  state counts (one scored line per call, 1..calls in order). The lines of later groups are left
                  out, and so is a last line cut short (no newline): both are what a kill leaves, written
@@ -43,7 +43,7 @@ STATE_FORMAT = "alpha-gym/evolve/v1"
 STATE_FILE = "state.json"
 PROPOSALS_LOG = "proposals.jsonl"
 LOCK_FILE = "evolve.lock"
-ARCHIVE_SLOTS = ("archive-even.npz", "archive-odd.npz")   # the verifier's archive, written in turn
+ARCHIVE_SLOTS = ("archive-even.npz", "archive-odd.npz")   # the verifier's archive, written in turn (`archive_slot`)
 #: The deepest nesting a state or a log line may have (a state nests 5 levels, a log line 2).
 MAX_DEPTH = 64
 #: The most calls (and rejections) a state may count: far above any budget (the command's largest is 10^7).
@@ -61,14 +61,16 @@ class RunStateError(InputError):
     is damaged or was edited (the message names the file and the field)."""
 
 
-def archive_slot(groups: int) -> str:
-    """The archive file the checkpoint after `groups` groups names (the other slot keeps the one before)."""
-    return ARCHIVE_SLOTS[groups % 2]
+def archive_slot(turn: int) -> str:
+    """The archive file of slot `turn` (0 or 1). Each checkpoint writes the slot the state before it does not name,
+    so that state's files stay whole until the new state replaces it (a kill in between resumes from them), and
+    removes the other slot once the new state is written: the folder keeps the one file a resume reads."""
+    return ARCHIVE_SLOTS[turn % 2]
 
 
-def learner_file(name: str, groups: int) -> str:
-    """The file a learning mutator's state goes to with the checkpoint after `groups` groups."""
-    return f"learner-{name}-{'even' if groups % 2 == 0 else 'odd'}.pt"
+def learner_file(name: str, turn: int) -> str:
+    """The file a learning mutator's state goes to in slot `turn`, with the archive's."""
+    return f"learner-{name}-{'even' if turn % 2 == 0 else 'odd'}.pt"
 
 
 # ------------------------------------------------------------------------------------------ the folder and its lock
@@ -220,7 +222,7 @@ def _checked(state: dict, folder: Path) -> RunState:
         raise RunStateError("the bandit's arms or config are not the run's settings' (mutators, bandit)")
     _check_admitted(state["admitted"], database, groups)
     _check_history(state["history"], database, groups, calls)
-    _check_files(state, folder, groups, settings["mutators"])
+    _check_files(state, folder, settings["mutators"])
     return RunState(state, database, bandit, limits)
 
 
@@ -344,18 +346,26 @@ def _check_history(history: Any, database: ProgramDatabase, groups: int, calls: 
         raise RunStateError(f"history ends at {last} calls, the state at {calls}")
 
 
-def _check_files(state: dict, folder: Path, groups: int, mutators: list) -> None:
-    """The files the state names: the archive slot and the learners' files of its group count, in the folder."""
-    names = {"archive": (state["archive"], archive_slot(groups))}
+def _check_files(state: dict, folder: Path, mutators: list) -> None:
+    """The files the state names: an archive slot and the learners' files of the same slot, in the folder."""
+    archive = state["archive"]
+    if archive not in ARCHIVE_SLOTS:
+        raise RunStateError(f"archive = {shown(archive)}: a checkpoint names {ARCHIVE_SLOTS[0]!r} or "
+                            f"{ARCHIVE_SLOTS[1]!r}, a file of the run folder")
+    turn = ARCHIVE_SLOTS.index(archive)
+    names = {"archive": (archive, archive)}
     learners = state.get("learners", {})
     if not isinstance(learners, dict) or any(n not in mutators for n in learners):
         raise RunStateError(f"learners = {shown(learners)}: must map the run's mutators to their files")
-    names.update({f"learners.{n}": (f, learner_file(n, groups)) for n, f in learners.items()})
+    names.update({f"learners.{n}": (f, learner_file(n, turn)) for n, f in learners.items()})
     inside = folder.resolve()
     for key, (given, expected) in names.items():
         if given != expected or (folder / expected).resolve().parent != inside:
-            raise RunStateError(f"{key} = {shown(given)}: the checkpoint after {groups} groups names "
+            raise RunStateError(f"{key} = {shown(given)}: the checkpoint that names {archive!r} names "
                                 f"{expected!r}, a file of the run folder")
+        if not (folder / expected).is_file():
+            raise RunStateError(f"{key} = {shown(given)}: no such file in {folder} (the checkpoint's own file: "
+                                "removed or not this run's)")
 
 
 # ------------------------------------------------------------------------------------------ the log
