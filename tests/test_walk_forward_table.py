@@ -40,6 +40,10 @@ def test_each_fold_is_the_mean_over_seeds_and_the_mean_is_over_folds():
                          "+0.50 |")
     pool = next(line for line in lines if line.startswith("| random |") and "pool, unselected" in line)
     assert "| +0.25 | +0.75 | +0.50 [" in pool and pool.endswith("| +0.50 |")   # validation: fold 2 had none
+    # a fold where the choice has no test score is left out of the mean, which says over how many folds it is
+    short = table_lines(rows + [_row("search", 0, 1, 0.4)])
+    search = next(line for line in short if line.startswith("| search |"))
+    assert "| +0.40 | - | +0.40 (1 of 2 folds) |" in search
     assert table_lines([]) == []
 
 

@@ -7,7 +7,8 @@ one run on one fold (`fold_row`). For each arm and budget the table shows, per c
     fold k      the test-window score of the choice on fold k (the mean score of its members valid there), averaged
                 over the seeds run on that fold
     mean        the mean over the folds with a 95% interval over folds (Student's t, folds - 1 degrees of freedom:
-                each fold's test year is one sample)
+                each fold's test year is one sample); a fold where no member of the choice is valid on the test
+                window (or none was chosen) has no score, and the mean says over how many folds it is
     validation  the same mean of the choice's validation-window score (what the choices by validation read)
 
 The choices: the run's own book and its best as the run reports them (by train reward), the same chosen on the
@@ -86,13 +87,15 @@ def _cells(rows: Sequence[dict], key: str, window: str) -> dict[int, float]:
     return {k: sum(v) / len(v) for k, v in sorted(by_fold.items())}
 
 
-def _mean_text(cells: dict[int, float]) -> str:
+def _mean_text(cells: dict[int, float], n_folds: int) -> str:
+    """The mean over the folds with a score and its interval; how many folds, where some had none."""
     if not cells:
         return "-"
     values = list(cells.values())
     mean = sum(values) / len(values)
     ci = t_interval(values)
-    return f"{mean:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+    return (f"{mean:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+            + ("" if len(values) == n_folds else f" ({len(values)} of {n_folds} folds)"))
 
 
 def table_lines(rows: Sequence[dict]) -> list[str]:
@@ -117,7 +120,7 @@ def table_lines(rows: Sequence[dict]) -> list[str]:
             v = list(validation.values())
             lines.append(f"| {arm} | {calls:,} | {len(seeds)} | {label} | "
                          + " | ".join("-" if k not in test else f"{test[k]:+.2f}" for k in folds)
-                         + f" | {_mean_text(test)} | {'-' if not v else f'{sum(v) / len(v):+.2f}'} |")
+                         + f" | {_mean_text(test, len(folds))} | {'-' if not v else f'{sum(v) / len(v):+.2f}'} |")
     return lines
 
 
