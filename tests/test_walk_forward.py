@@ -231,3 +231,17 @@ def test_a_short_shortlist_still_scores_the_top_by_train_reward(fold_setup):
     sel = result["selections"]
     assert sel["top_train"]["n"] == len(POOL + SLOW) and sel["top_train"]["test_valid"] == len(POOL)
     assert set(sel["top_validation"]["formulas"]) <= set(POOL[:2]) and sel["pool"]["n"] == 2
+
+
+@pytest.mark.real_data
+def test_on_the_real_panel_fold_5s_test_score_is_the_pseudo_holdout_score(real_us46):
+    """Fold 5's test window is the comparison's pseudo-holdout with the same lookback history (its validation
+    window is the year before it), so a formula valid on both training windows scores the same on both."""
+    panels = fold_panels(real_us46, "5", 252)
+    formulas = ["rank(volume)", "rank(-ts_delta(close, 5))", "-ts_corr(open, volume, 10)"]
+    result = score_fold(_pool(formulas), Verifier(panels.search), panels)
+    assert all(r["train_valid"] for r in result["rows"])
+    train, hold = real_us46.window(end="2024-08-16"), real_us46.window(start="2024-08-19")
+    direct = evaluate_holdout(formulas, train, hold, alpha_tests=False)
+    assert [r["test"] for r in result["rows"]] == [a.score for a in direct.answers]
+    assert all(a.valid for a in direct.answers)
