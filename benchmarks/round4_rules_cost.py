@@ -71,7 +71,10 @@ def main() -> None:
     from alpha_gym.market import load_panel, load_universe
     everything = load_panel(Path(args.data) / "us_daily_train.csv.gz")
     panels = {"us46": everything.select(load_universe(Path(args.data) / "universe_us46.txt")), "all": everything}
-    panels = {name: panels[name] for name in args.panels.split(",")}
+    asked = args.panels.split(",")
+    if not asked or any(name not in panels for name in asked):
+        ap.error(f"--panels: a comma-separated list of {', '.join(panels)}, not {args.panels!r}")
+    panels = {name: panels[name] for name in asked}
     todo = README + tuple(formulas(industry_free=True).values())
     print(json.dumps({name: measure(p, todo, args.repeat) for name, p in panels.items()}, indent=1))
 
