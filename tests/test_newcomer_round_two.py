@@ -129,8 +129,8 @@ def test_the_synthetic_note_names_the_flag_each_command_reads_prices_from(capsys
             continue
         required = [a for a in command._actions if a.required and a.option_strings]
         argv = [name] + [x for a in required for x in (a.option_strings[0], "2024-01-02")]  # a date fits any
-        if any(not a.option_strings and a.nargs is None for a in command._actions):
-            argv.append("X")  # a positional
+        if any(not a.option_strings and a.nargs in (None, "+") for a in command._actions):
+            argv.append("X")  # a positional the command requires
         flag = market_data_flag(parser.parse_args(argv))
         _show_warning(SyntheticDataNotice("alpha-gym: using the embedded SYNTHETIC market; load real data with "
                                           "alpha_gym.market.load_panel"), SyntheticDataNotice, "x.py", 1)
