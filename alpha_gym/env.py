@@ -20,6 +20,8 @@ from alpha_gym.errors import InputError
 from alpha_gym.language import canonical
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
 from alpha_gym.market import Panel
+from alpha_gym.evaluation.validation import ValidationScorer
+from alpha_gym.market.folds import Fold, FoldPlan, cut_fold, fold_number, make_fold
 from alpha_gym.market.resolve import resolve_panel
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
@@ -89,7 +91,11 @@ class AlphaFormulaEnv(gym.Env):
     `cost_model` (a `TrainingCosts`), `config` (a `VerifierConfig`, or a settings TOML file: its
     `[verifier]`), `briefs` ("train" (default): the training split of the 500 seeded briefs; "probe":
     the 50 held-out probe briefs; "fixed"; or a sequence of `Brief`), `archive` ("grow" (default) or
-    "frozen").
+    "frozen"), `fold` (a walk-forward fold: its number under the default plan, or a `Fold`; the verifier
+    sees that fold's search window only, `alpha_gym.market.folds`) and `validation_score` (with `fold`;
+    default False): `info["validation"]` then holds the answer's score on the fold's validation window
+    (`alpha_gym.evaluation.validation`), a reading for early stopping and choosing that never enters the
+    reward.
     """
 
     # render_fps: the text render has no frame rate, but Gymnasium's checker asks for one
@@ -98,7 +104,8 @@ class AlphaFormulaEnv(gym.Env):
     def __init__(self, panel: Panel | None = None, data: str | None = None, universe=None,
                  train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
                  config: VerifierConfig | str | None = None, briefs: str | Sequence[Brief] = "train",
-                 verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow"):
+                 verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow",
+                 fold: "int | Fold | None" = None, validation_score: bool = False):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if archive not in ("grow", "frozen"):
@@ -109,12 +116,27 @@ class AlphaFormulaEnv(gym.Env):
             from alpha_gym.settings import load
             config = load(config).verifier
         auto = verifier is None and (config or VerifierConfig()).stress_checkpoint == "auto"
+        if validation_score is not False and validation_score is not True:
+            raise ValueError(f"validation_score must be True or False, got {validation_score!r}")
+        if validation_score and fold is None:
+            raise ValueError("validation_score=True needs fold=K: the validation window is a walk-forward fold's")
+        if fold is not None and verifier is not None:
+            raise ValueError("pass fold= or verifier=, not both: the fold decides the window the verifier sees")
+        fold_panels = None
         if verifier is None:
             config = config or VerifierConfig()
             if cost_model is not None:
                 config = config.with_(costs=cost_model)
-            verifier = Verifier(resolve_panel(panel, data, universe, train_start, train_end), config)
+            market = resolve_panel(panel, data, universe, train_start, train_end)
+            if fold is not None:   # a Fold (any plan) or a fold number of the default plan
+                chosen = (fold if isinstance(fold, Fold) else
+                          make_fold(market.dates, fold_number(fold, FoldPlan().n_folds)))
+                fold_panels = cut_fold(market, chosen)
+                market = fold_panels.search
+            verifier = Verifier(market, config)
         self.verifier = verifier
+        self.fold = None if fold_panels is None else fold_panels.fold
+        self.validation = ValidationScorer(fold_panels, verifier) if validation_score else None
         announce_world_model(verifier, auto)
         self.briefs = brief_set(briefs) if isinstance(briefs, str) else tuple(briefs)
         if not self.briefs:
@@ -166,6 +188,8 @@ class AlphaFormulaEnv(gym.Env):
                 "diagnostics": score.diagnostics, "formula": score.formula,
                 "brief_id": None if self._brief is None else self._brief.id,
                 "archive_size": len(self.verifier.archive), "world_model": score.world_model}
+        if self.validation is not None:
+            info["validation"] = self.validation.reading(score.formula, score.valid, score.reason)
         return self._prompt, float(score.reward), True, False, info
 
     def render(self):
@@ -221,12 +245,14 @@ class AlphaFormulaEvolveEnv(AlphaFormulaEnv):
                  train_start=None, train_end=None, cost_model: TrainingCosts | None = None,
                  config: VerifierConfig | str | None = None, briefs: str | Sequence[Brief] | None = "train",
                  verifier: Verifier | None = None, render_mode: str | None = None, archive: str = "grow",
-                 database=None, parents_per_prompt: int = 2):
+                 database=None, parents_per_prompt: int = 2, fold: "int | Fold | None" = None,
+                 validation_score: bool = False):
         if not isinstance(parents_per_prompt, int) or isinstance(parents_per_prompt, bool) \
                 or not 1 <= parents_per_prompt <= 16:
             raise ValueError(f"parents_per_prompt must be an integer in 1..16, got {parents_per_prompt!r}")
         super().__init__(panel, data, universe, train_start, train_end, cost_model, config,
-                         "fixed" if briefs is None else briefs, verifier, render_mode, archive)
+                         "fixed" if briefs is None else briefs, verifier, render_mode, archive, fold=fold,
+                         validation_score=validation_score)
         if briefs is None:
             self.briefs = (None,)
         self.parents_per_prompt = parents_per_prompt
