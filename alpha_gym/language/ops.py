@@ -1318,6 +1318,80 @@ def where(c, a, b):
 
 
 # ---------------------------------------------------------------------------
+# compiled kernels (numba, `compiled.py`): the heaviest operators in one fused pass
+# ---------------------------------------------------------------------------
+
+#: Today's numpy kernels of the operators `compiled.py` runs: the test oracle (tests/test_compiled_kernels.py holds
+#: the compiled kernels to them), never called by the product. Wrapped below like the product's kernels.
+NUMPY_REFERENCE: dict[str, Callable[..., np.ndarray]] = {
+    "ts_std": ts_std, "ts_cov": ts_cov, "ts_corr": ts_corr, "ts_decay_linear": ts_decay_linear, "ts_rank": ts_rank,
+}
+
+
+def _contiguous(x: object) -> np.ndarray:
+    """The float64 (T, N) panel a compiled kernel reads (C order: one compiled signature, rows streamed)."""
+    return np.ascontiguousarray(_panel(x, clean=False))
+
+
+def _compiled_window(kernel_name: str, k: int):
+    """``f(x, d)`` or ``f(x, y, d)`` running the window kernel `kernel_name` of `compiled.py` over column parts:
+    one part, or one a kernel thread where the work (cells x k quantities) is large enough. Columns are
+    independent, so the bits never depend on the thread count."""
+    def kernel(*args):
+        from alpha_gym.language import compiled
+        *xs, d = args
+        arrays = [_contiguous(a) for a in xs]
+        if len(arrays) == 2 and arrays[0].shape != arrays[1].shape:
+            raise ValueError(f"shape mismatch: {arrays[0].shape} vs {arrays[1].shape}")
+        d = _window(d)
+        run = getattr(compiled, kernel_name)
+        T, N = arrays[0].shape
+        out = np.empty((T, N))
+        if T == 0 or N == 0:
+            return out
+        threads = _split_threads() if T * N * k >= _MIN_SPLIT_CELLS else 1
+        _run_parts(lambda lo, hi: run(*arrays, d, lo, hi, out), _segments(N, threads))
+        return out
+    return kernel
+
+
+@_kernel(sweep_inf=False)
+def ts_std(x, d):
+    """Population (ddof=0) standard deviation of the last ``d`` rows; 0 on a constant window."""
+    return _compiled_window("window_std", 2)(x, d)
+
+
+@_kernel(sweep_inf=False)
+def ts_cov(x, y, d):
+    """Population (ddof=0) covariance of the last ``d`` rows; 0 if either window is constant."""
+    return _compiled_window("window_cov", 3)(x, y, d)
+
+
+@_kernel(sweep_inf=False)
+def ts_corr(x, y, d):
+    """Pearson correlation of the last ``d`` rows; NaN if either window has zero variance."""
+    return _compiled_window("window_corr", 5)(x, y, d)
+
+
+@_kernel(sweep_inf=False)
+def ts_decay_linear(x, d):
+    """Linearly decaying weighted mean: weights d (today), d-1, ..., 1 (oldest), summing to 1."""
+    return _compiled_window("decay_linear", 2)(x, d)
+
+
+@_kernel(sweep_inf=False)
+def ts_rank(x, d):
+    """Rank of today within the last ``d`` rows, in [0, 1].
+
+    ``(count below + 0.5 * count of other equal values) / (d - 1)`` = (average-tie
+    1-based rank - 1) / (d - 1).  NaN for ``d == 1`` (0/0, as alpha101v).
+    """
+    if _window(d) == 1:
+        return _nan_panel(np.shape(x))
+    return _compiled_window("window_rank", _window(d))(x, d)
+
+
+# ---------------------------------------------------------------------------
 # windows constant up to rounding
 # ---------------------------------------------------------------------------
 
@@ -1383,12 +1457,18 @@ def _constant_up_to_rounding(value: Callable[[int], float]):
     return deco
 
 
-ts_std = _constant_up_to_rounding(lambda d: 0.0)(ts_std)
-ts_cov = _constant_up_to_rounding(lambda d: 0.0)(ts_cov)
+_NEAR_CONSTANT_VALUE = {
+    "ts_std": lambda d: 0.0, "ts_cov": lambda d: 0.0, "ts_corr": lambda d: np.nan,   # zero variance
+    "ts_rank": lambda d: 0.5 if d > 1 else np.nan,                                     # all ties
+}
+NUMPY_REFERENCE.update({name: _constant_up_to_rounding(value)(NUMPY_REFERENCE[name])
+                        for name, value in _NEAR_CONSTANT_VALUE.items()})
+ts_std = _constant_up_to_rounding(_NEAR_CONSTANT_VALUE["ts_std"])(ts_std)
+ts_cov = _constant_up_to_rounding(_NEAR_CONSTANT_VALUE["ts_cov"])(ts_cov)
 ts_slope = _constant_up_to_rounding(lambda d: 0.0 if d > 1 else np.nan)(ts_slope)
-ts_corr = _constant_up_to_rounding(lambda d: np.nan)(ts_corr)  # zero variance
+ts_corr = _constant_up_to_rounding(_NEAR_CONSTANT_VALUE["ts_corr"])(ts_corr)
 ts_skew = _constant_up_to_rounding(lambda d: np.nan)(ts_skew)
 ts_kurt = _constant_up_to_rounding(lambda d: np.nan)(ts_kurt)
-ts_rank = _constant_up_to_rounding(lambda d: 0.5 if d > 1 else np.nan)(ts_rank)  # all ties
+ts_rank = _constant_up_to_rounding(_NEAR_CONSTANT_VALUE["ts_rank"])(ts_rank)
 ts_argmax = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmax)  # ties -> the oldest
 ts_argmin = _constant_up_to_rounding(lambda d: d - 1.0)(ts_argmin)
