@@ -352,11 +352,12 @@ def probe_report_only_without_torch(tmp: Path) -> tuple[int, list[str]]:
         if wanted_change:
             for name in ("comparison.md", "report.json", "seeds.png"):
                 (results / name).unlink(missing_ok=True)
-    # the README's own example: --report-only into --out, nothing asking to rewrite the kept results
-    readme = (root / "README.md").read_text()
-    examples = [c for c in readme.split("```")[1::2] if "compare" in c and "--report-only" in c]
+    # the docs' own examples (README and docs/): --report-only into --out, nothing asking to rewrite the kept results
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    examples = [c for page in pages for c in page.read_text().split("```")[1::2]
+                if "compare" in c and "--report-only" in c]
     if not examples or any("--out" not in c or "--update-results" in c for c in examples):
-        bad.append("README: a --report-only example without --out, or rewriting the kept results")
+        bad.append("docs: a --report-only example without --out, or rewriting the kept results")
     return len(cases) + 1, bad
 
 
