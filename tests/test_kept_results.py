@@ -1,8 +1,9 @@
-"""The answers kept under benchmarks/results/ are what BENCHMARKS.md's trainer tables rest on: compare-cpu
-(30 steps a rung) and compare-long (100 steps, the RL rungs against their controls).
+"""The answers kept under benchmarks/results/ are what the trainer tables of the benchmark notes rest on
+(benchmarks/notes/, linked from BENCHMARKS.md): compare-cpu (30 steps a rung) and compare-long (100 steps, the
+RL rungs against their controls).
 
-Three checks, from cheap to thorough: each run's numbers agree with its kept answers; BENCHMARKS.md shows
-the kept table; and rebuilding the table from the kept answers on the real panel gives it back exactly.
+Three checks, from cheap to thorough: each run's numbers agree with its kept answers; the note shows the kept
+table; and rebuilding the table from the kept answers on the real panel gives it back exactly.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 #: A kept comparison: its folder, the steps each run trained (a control spends as many steps' verifier calls),
-#: how many runs it keeps at least, the BENCHMARKS.md section whose first table is its table, a rung its page names.
+#: how many runs it keeps at least, the benchmark note and its section whose first table is its table, a rung its
+#: page names.
 @dataclass(frozen=True)
 class Kept:
     name: str
     steps: int
     runs: int
+    note: str
     section: str
     rung: str
 
@@ -40,8 +43,9 @@ class Kept:
 
 
 COMPARISONS = [
-    Kept("compare-cpu", 30, 15, "## Trainer comparison under the reward contract", "cispo_repo_r_dora_filtered"),
-    Kept("compare-long", 100, 12, "## Long runs against the controls", "cispo_repo_r_gate"),
+    Kept("compare-cpu", 30, 15, "trainer-comparison.md", "## Trainer comparison under the reward contract",
+         "cispo_repo_r_dora_filtered"),
+    Kept("compare-long", 100, 12, "long-runs.md", "## Long runs against the controls", "cispo_repo_r_gate"),
 ]
 each_comparison = pytest.mark.parametrize("kept", COMPARISONS, ids=[k.name for k in COMPARISONS])
 
@@ -115,10 +119,10 @@ def test_every_kept_run_book_is_chosen_from_its_admitted_formulas(kept):
 
 
 @each_comparison
-def test_benchmarks_md_shows_the_kept_table(kept):
+def test_the_benchmark_note_shows_the_kept_table(kept):
     table = _table((kept.folder / "comparison.md").read_text())
-    benchmarks = (ROOT / "BENCHMARKS.md").read_text()
-    section = benchmarks[benchmarks.index(kept.section):]
+    note = (ROOT / "benchmarks" / "notes" / kept.note).read_text()
+    section = note[note.index(kept.section):]
     assert _table(section) == table
 
 
