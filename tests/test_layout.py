@@ -185,18 +185,19 @@ def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_readme_layout_table_matches_the_tree():
-    """Every package folder (and top-level package) has a row in README's Layout table, and every row exists."""
-    text = (ROOT / "README.md").read_text()
+def test_the_layout_table_matches_the_tree():
+    """Every package folder (and top-level package) has a row in docs/architecture.md's Layout table, and every
+    row exists."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
     table = text[text.index("## Layout"):]
     table = table[: table.index("\n## ", 1)] if "\n## " in table[1:] else table
     named = set(re.findall(r"`([a-z_][a-z0-9_/.]*)`", table))
     folders = {f"{p.parent.relative_to(ROOT).as_posix()}/" for p in ROOT.glob("alpha_gym/*/__init__.py")}
     folders |= {"trainers/", "benchmarks/"}
-    assert folders <= named, f"README's Layout table misses {sorted(folders - named)}"
+    assert folders <= named, f"docs/architecture.md's Layout table misses {sorted(folders - named)}"
     for entry in named:
         if "/" in entry or entry.endswith(".py"):
-            assert (ROOT / entry.rstrip("/")).exists(), f"README's Layout table names {entry}, which is not in the tree"
+            assert (ROOT / entry.rstrip("/")).exists(), f"the Layout table names {entry}, which is not in the tree"
 
 
 # the names are split so this file does not match its own rule
