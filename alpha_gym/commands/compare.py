@@ -12,13 +12,15 @@ Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/
 run resumes from its checkpoints, and seeds run in different sessions add up: the table is built from
 the answers kept under --results, whichever session wrote them.
 
-Arms (trainers/compare/arms.py, ARMS: one row each, run by `run.run_comparison`; this module only reads
-the flags): the rungs (trainers/compare/ladder.py, LADDER): DAPO; CISPO; CISPO + REPO-R; the same on the filtered
-prompts; DoRA instead of LoRA; CISPO + REPO-R trained against the diversity gate (verifier
-self_corr_gate 0.7). Controls (CONTROLS): `best_of_n` (the start model's best of k samples per probe brief)
-`search` (model-free evolutionary search) and `evolve` (evolution from a program database with the tree
-mutator, `alpha-gym evolve`), each spending a rung's verifier calls (steps x
-prompts_per_step x num_generations) and no weight update; every rung is paired against each. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
+What it runs (`--rungs` picks among them; its help lists every name): the rungs of the ladder, DAPO; CISPO;
+CISPO + REPO-R; the same on the filtered prompts; DoRA instead of LoRA; CISPO + REPO-R trained against the
+diversity gate (verifier self_corr_gate 0.7); CISPO with the collapse refill trained against the brief and book
+rewards. The controls, each spending a rung's verifier calls (steps x prompts_per_step x num_generations) with
+no weight updated: `best_of_n` (the start model's best of k samples per probe brief), `search` (model-free
+evolutionary search), `evolve` (evolution from a program database with the tree mutator, `alpha-gym evolve`),
+`random` (random formulas, no search) and `evolve_model` (evolve with the frozen start model as its mutator);
+every rung is paired against each. And the rung `evolve_rl`: evolve_model's mutator trained on its own rewards,
+paired with evolve_model. For each rung: train, checkpoint every `eval_every` steps; at step 0 and
 every checkpoint answer the probe briefs greedily; score the answers on the TRAIN window (the selection
 rule: best mean train CPCV of the valid probe answers) and, afterwards, on a pseudo-holdout (the last
 252 sessions of the train window, cut off before training: the sealed real holdout is never read).
@@ -55,7 +57,7 @@ from pathlib import Path
 
 from alpha_gym.commands.flags import add_settings_args, settings_from_args
 from alpha_gym.ranges import flag, ints
-from trainers.compare.arms import arm_names
+from trainers.compare.arms import ARMS, arm_names
 from trainers.compare.ladder import SCALES, panels
 from trainers.compare.runner import CompareError
 from trainers.config import register_train_table
@@ -93,6 +95,11 @@ def seeds_flag(text: str) -> list[int]:
     return seeds
 
 
+def control_names() -> list[str]:
+    """The arms that train nothing, in table order (the help names them from the table, so it cannot go stale)."""
+    return [a.name for a in ARMS if a.kind == "control"]
+
+
 def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", choices=sorted(SCALES), default="smoke")
     p.add_argument("--model", help="starting policy: a packaged model (smollm2-135m-instruct, gemma3-270m), a model "
@@ -107,7 +114,7 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="folder for the kept answers and the table (small text files to commit); "
                                      "default: OUT/results")
     p.add_argument("--rungs", help="comma-separated subset of: " + ", ".join(arm_names()) +
-                   " (the last three are the controls: no training, the same verifier calls)")
+                   " (controls, no training and the same verifier calls: " + ", ".join(control_names()) + ")")
     p.add_argument("--seeds", type=seeds_flag,
                    help=f"comma-separated training seeds, at most {MAX_SEEDS} (default: the scale's, cpu: 42,43,44)")
     p.add_argument("--steps", type=flag(ints(1, MAX_STEPS)), help="override the scale's steps per rung")
