@@ -30,16 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Record what this session collected before any -m/-k deselection: (tests, real_data tests, whole suite?).
-    tests/test_newcomer.py compares it with README's count when the whole suite runs (and collects in a
-    subprocess otherwise)."""
-    whole = [Path(a).resolve() for a in config.args] in ([ROOT / "tests"], [ROOT])
-    session.alpha_gym_collected = (len(items), sum(1 for i in items if i.get_closest_marker("real_data")), whole)
-    config._alpha_gym_collected = session.alpha_gym_collected[:2]
+    """Record what this session collected before any -m/-k deselection: (tests, real_data tests), which the
+    terminal summary prints."""
+    config._alpha_gym_collected = (len(items), sum(1 for i in items if i.get_closest_marker("real_data")))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The suite's size, printed at the end of every run (CI's log shows it; README no longer pins it)."""
+    """The suite's size, printed at the end of every run: CI's log shows it, and no document pins it."""
     got = getattr(terminalreporter.config, "_alpha_gym_collected", None)
     if got is not None:
         total, real = got
