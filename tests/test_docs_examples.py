@@ -120,9 +120,20 @@ def _relative_links(page: Path) -> list[str]:
     return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
 @pytest.mark.parametrize("page", LINKED, ids=[p.relative_to(ROOT).as_posix() for p in LINKED])
 def test_every_relative_link_resolves(page):
-    missing = [t for t in _relative_links(page) if not (page.parent / t.split("#")[0]).exists()]
+    missing = []
+    for target in _relative_links(page):
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve()
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
+            missing.append(target)
     assert missing == [], f"{page.relative_to(ROOT)} links to {missing}"
 
 
@@ -131,6 +142,9 @@ def test_the_link_check_sees_links_and_misses():
     links = _relative_links(page)
     assert "docs/architecture.md" in links and "BENCHMARKS.md" in links
     assert not (page.parent / "docs/no-such-page.md").exists()
+    anchors = _anchors(DOCS / "evaluation.md")
+    assert "a-trained-model-served-by-llamacpp" in anchors and "evaluate-a-model-behind-an-endpoint" in anchors
+    assert "the-reward-contract" in _anchors(DOCS / "rewards.md") and "no-such-heading" not in anchors
 
 
 def test_readme_is_a_front_page_that_links_every_doc_and_pins_no_test_count():
