@@ -305,37 +305,68 @@ with _numba_cache_dir(_CACHE_FOLDER):
         return out
 
     @_compiled
-    def cross_rank(x, lo, hi, out):
-        """`rank` of rows lo..hi-1 into `out`: each row's finite cells sorted by order key, runs of neighbours
-        at most `TIE_ULPS` apart tied at their average place, divided by (valid cells - 1)."""
-        N = x.shape[1]
-        values = np.empty(N)
-        keys = values.view(np.int64)   # order keys (`ops._order_keys`): the bits, negatives reversed
-        cols = np.empty(N, dtype=np.int64)
+    def _order_key(bits):
+        """An int64 in the order of the finite float64 whose bits are `bits`: negatives reversed
+        (`ops._order_keys`); -0.0 is 0.0's key."""
+        if bits == np.int64(-0x8000_0000_0000_0000):
+            return np.int64(0)
+        return bits ^ 0x7FFF_FFFF_FFFF_FFFF if bits < 0 else bits
+
+    @_compiled
+    def rank_keys(x, lo, hi, bits, keys):
+        """Rows lo..hi-1 of `x` as packed sort keys into `keys`: the order key with its lowest `bits` bits
+        replaced by the column (missing cells: +inf's key, so they sort last)."""
+        high = ~np.int64((1 << bits) - 1)
         for t in range(lo, hi):
-            m = 0
-            for n in range(N):
-                v = x[t, n]
-                if np.isfinite(v):
-                    values[m] = v + 0.0   # -0.0 and 0.0: one key
-                    cols[m] = n
-                    m += 1
-                else:
-                    out[t, n] = np.nan
-            if m == 0:
-                continue
-            for i in range(m):
-                if keys[i] < 0:
-                    keys[i] ^= 0x7FFF_FFFF_FFFF_FFFF
-            order = np.argsort(keys[:m])
+            raw = x[t].view(np.int64)
+            for n in range(x.shape[1]):
+                k = _order_key(raw[n]) if np.isfinite(x[t, n]) else np.int64(0x7FF0_0000_0000_0000)
+                keys[t - lo, n] = (k & high) | n
+
+    @_compiled
+    def rank_sorted(x, lo, hi, bits, keys, out):
+        """`rank` of rows lo..hi-1 from their sorted packed keys (`rank_keys`, each row sorted).
+
+        Cells whose keys share the bits above the column bits (a *group*) lie within 2**bits <= TIE_ULPS ulps of
+        each other: in exact order they are neighbours and one run, in whatever order the column bits put them.
+        So runs break only between groups, where the gap from the previous group's largest exact key to this
+        group's smallest is above TIE_ULPS; each run's cells get its average place / (valid cells - 1)."""
+        N = x.shape[1]
+        missing = np.int64(0x7FF0_0000_0000_0000) >> bits
+        low = np.int64((1 << bits) - 1)
+        for t in range(lo, hi):
+            row = keys[t - lo]
+            raw = x[t].view(np.int64)
+            m = N
+            while m > 0 and (row[m - 1] >> bits) == missing:
+                m -= 1
+                out[t, row[m] & low] = np.nan
             den = float(m - 1)
-            first = 0
-            for i in range(1, m + 1):
-                if i < m and keys[order[i]] - TIE_ULPS <= keys[order[i - 1]]:
-                    continue   # within TIE_ULPS of the previous: the same run
-                avg = float(first) + 0.5 * (i - first - 1)
-                r = avg / den
-                for p in range(first, i):
-                    out[t, cols[order[p]]] = r
-                first = i
+            start = 0
+            previous_max = np.int64(0)
+            i = 0
+            while i < m:
+                group = row[i] >> bits
+                smallest = largest = _order_key(raw[row[i] & low])
+                j = i + 1
+                while j < m and (row[j] >> bits) == group:
+                    k = _order_key(raw[row[j] & low])
+                    smallest = min(smallest, k)
+                    largest = max(largest, k)
+                    j += 1
+                if i > 0 and smallest - TIE_ULPS > previous_max:   # a gap above TIE_ULPS: a new run
+                    _place_run(row, start, i, den, low, out[t])
+                    start = i
+                previous_max = largest
+                i = j
+            if m > 0:
+                _place_run(row, start, m, den, low, out[t])
         return out
+
+    @_compiled
+    def _place_run(row, first, end, den, low, out_row):
+        """The run of sorted places first..end-1 gets its average place / den (`ops._rank_rows`' arithmetic)."""
+        r = (float(first) + 0.5 * (end - first - 1)) / den
+        for p in range(first, end):
+            out_row[row[p] & low] = r
+

@@ -1325,6 +1325,7 @@ def where(c, a, b):
 #: the compiled kernels to them), never called by the product. Wrapped below like the product's kernels.
 NUMPY_REFERENCE: dict[str, Callable[..., np.ndarray]] = {
     "ts_std": ts_std, "ts_cov": ts_cov, "ts_corr": ts_corr, "ts_decay_linear": ts_decay_linear, "ts_rank": ts_rank,
+    "rank": rank,
 }
 
 
@@ -1455,6 +1456,42 @@ def _constant_up_to_rounding(value: Callable[[int], float]):
             return out
         return wrapper
     return deco
+
+
+#: Column bits of `rank`'s packed keys at most this: a group of keys equal above them then spans under TIE_ULPS
+#: (`compiled.rank_sorted`); wider rows (over 4 million stocks) take the numpy kernel.
+_RANK_MAX_BITS = TIE_ULPS.bit_length() - 1
+
+
+@_kernel(sweep_inf=False)
+def rank(x):
+    """Per-row average-tie rank of the non-NaN cells scaled to [0, 1] as (r-1)/(n-1).
+
+    NaN cells stay NaN; a row with a single valid cell is NaN (0/0, as alpha101v).
+    Values within TIE_ULPS of their sorted neighbour are ties (chained): rounding noise is
+    not an order, so a cross-section constant up to rounding is all ties (a flat book).
+    Each cache-sized block of rows: packed int64 keys (value order, column in the low bits) made
+    and read back compiled (`compiled.rank_keys`, `rank_sorted`), sorted by numpy (its SIMD sort).
+    """
+    a = _contiguous(x)   # +-inf is read as NaN by the kernels
+    T, N = a.shape
+    bits = max(1, int(N - 1).bit_length())
+    if T == 0 or N == 0 or bits > _RANK_MAX_BITS:
+        return NUMPY_REFERENCE["rank"](a)
+    from alpha_gym.language import compiled
+    out = np.empty((T, N))
+    rows = max(1, _CS_CHUNK_CELLS // N)
+
+    def segment(s0: int, s1: int) -> None:
+        keys = np.empty((min(rows, s1 - s0), N), dtype=np.int64)
+        for r0 in range(s0, s1, rows):
+            r1 = min(s1, r0 + rows)
+            block = keys[: r1 - r0]
+            compiled.rank_keys(a, r0, r1, bits, block)
+            block.sort(axis=1)
+            compiled.rank_sorted(a, r0, r1, bits, block, out)
+    _run_parts(segment, _segments(T, _split_threads(), rows))
+    return out
 
 
 _NEAR_CONSTANT_VALUE = {
