@@ -154,3 +154,19 @@ def test_readme_is_a_front_page_that_links_every_doc_and_pins_no_test_count():
     assert sorted(p.relative_to(ROOT).as_posix() for p in DOCS.glob("*.md")
                   if p.relative_to(ROOT).as_posix() not in linked) == []
     assert not re.search(r"\b\d[\d,]* tests\b", text), "the suite's size is printed by every run, not pinned here"
+
+
+@pytest.mark.parametrize("page", LINKED, ids=[p.relative_to(ROOT).as_posix() for p in LINKED])
+def test_every_code_fence_is_closed(page):
+    """An unclosed fence swallows the prose after it into the code block."""
+    fences = re.findall(r"^\s*```", page.read_text(encoding="utf-8"), flags=re.M)
+    assert len(fences) % 2 == 0
+
+
+def test_the_readme_quickstart_runs_as_written():
+    """README's first Python block: the env on the synthetic market, one brief, one scored answer."""
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)[0]
+    assert 'gym.make("AlphaFormula-v0")' in block and "env.step(" in block
+    namespace = _run(block, "README quickstart")
+    assert namespace["info"]["valid"] is True and namespace["terminated"] is True
+    assert isinstance(namespace["reward"], float) and set(namespace["info"]["channels"]) >= {"cpcv", "turnover"}
