@@ -170,3 +170,16 @@ def test_the_readme_quickstart_runs_as_written():
     namespace = _run(block, "README quickstart")
     assert namespace["info"]["valid"] is True and namespace["terminated"] is True
     assert isinstance(namespace["reward"], float) and set(namespace["info"]["channels"]) >= {"cpcv", "turnover"}
+
+
+def test_the_readme_commands_table_names_every_command():
+    import argparse
+    from alpha_gym.commands.main import build_parser
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Commands"):readme.index("\n## ", readme.index("## Commands") + 1)]
+    first_cells = [row.split(" | ")[0] for row in table.splitlines() if row.startswith("| `alpha-gym")]
+    listed = {name for cell in first_cells for name in re.findall(r"`alpha-gym ([a-z-]+)", cell)}
+    assert len(commands) >= 15 and sorted(set(commands) - listed) == []
+    long_form = (DOCS / "commands.md").read_text(encoding="utf-8")
+    assert sorted(c for c in commands if f"`alpha-gym {c}" not in long_form) == []
