@@ -232,3 +232,84 @@ def test_the_kernels_work_where_the_cache_folder_cannot_be_written_or_is_off(tmp
     x = np.arange(60.0).reshape(20, 3) ** 1.5
     assert float(total) == float(np.nansum(ops.ts_std(x, 4)))
     assert not (blocker.parent / "numba").exists()
+
+
+# ------------------------------------------------------------------------ rule 5's rounding runs
+def numpy_rounding_runs(x, ex, ranks=None):
+    """`bounds.rounding_runs` as numpy computed it before `compiled.rounding_runs_rows` (its oracle): the rows
+    with a cell whose bound reaches rule 1's tie tolerance, sorted, linked, chained into runs, block by block."""
+    from alpha_gym.language import bounds
+    if bounds._exact(ex) or isinstance(ex, bounds.Relative) and ex.k <= bounds.TIE_REL / 2:
+        return None
+    ex = bounds._array(bounds.absolute(ex, x), x.shape)
+    valid = ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        wide = valid & ~(ex <= (bounds.TIE_REL / 2) * np.abs(x))
+    rows = np.flatnonzero(wide.any(axis=1))
+    if rows.size == 0:
+        return None
+    tied = None
+    for s in bounds._row_blocks((rows.size, x.shape[1])):
+        r_ids = rows[s]
+        rs = ops.NUMPY_REFERENCE["rank"](x[r_ids]) if ranks is None else ranks[r_ids]
+        xs, es, ok = x[r_ids], ex[r_ids], valid[r_ids] & ~np.isnan(rs)
+        order = np.argsort(np.where(ok, xs, np.inf), axis=1, kind="stable")
+        v, e, r, k = (np.take_along_axis(a, order, axis=1) for a in (xs, es, rs, ok))
+        with np.errstate(invalid="ignore", over="ignore"):
+            link = (v[:, 1:] - v[:, :-1]) <= (e[:, 1:] + e[:, :-1])
+        link |= np.isnan(e[:, 1:]) | np.isnan(e[:, :-1])
+        link &= k[:, 1:] & k[:, :-1]
+        decided_by_rounding = link & (r[:, 1:] != r[:, :-1])
+        if not decided_by_rounding.any():
+            continue
+        n_rows, n = v.shape
+        starts = np.ones((n_rows, n), dtype=bool)
+        starts[:, 1:] = ~link
+        run = np.cumsum(starts.reshape(-1)).reshape(n_rows, n) - 1
+        flat_r = np.where(k, r, 0.0).reshape(-1)
+        ids = run.reshape(-1)
+        size = np.bincount(ids, weights=k.reshape(-1).astype(float))
+        mean = np.bincount(ids, weights=flat_r) / np.maximum(size, 1.0)
+        if tied is None:
+            tied = (ops.NUMPY_REFERENCE["rank"](x) if ranks is None else ranks).copy()
+        back = np.empty_like(order)
+        np.put_along_axis(back, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
+        differs = np.zeros(size.shape, dtype=bool)
+        differs[run[:, 1:][decided_by_rounding]] = True
+        tied[r_ids] = np.take_along_axis(np.where(k & differs[run], mean[run], r), back, axis=1)
+    return tied
+
+
+def _bound_cases(rng):
+    """Values with bounds from none to overlapping everything: ties, NaN values and bounds, +-inf bounds, rows
+    with one valid cell, whole-panel bounds."""
+    from alpha_gym.language import bounds
+    for case in range(60):
+        T, N = int(rng.integers(1, 40)), int(rng.integers(1, 70))
+        x = rng.standard_normal((T, N)) * 10.0 ** rng.integers(-3, 4)
+        if case % 3 == 0:
+            x = np.round(x, 1)                                   # exact ties
+        x[rng.random((T, N)) < 0.1] = np.nan
+        scale = 10.0 ** rng.uniform(-16, 0, (T, N))
+        ex = np.abs(x) * scale * rng.random((T, N))
+        ex[rng.random((T, N)) < 0.03] = np.nan                   # "anything"
+        ex[rng.random((T, N)) < 0.02] = np.inf
+        if case % 7 == 0:
+            ex = bounds.Relative(float(10.0 ** rng.uniform(-12, -6)))
+        if case % 11 == 0:
+            ex = float(10.0 ** rng.uniform(-6, 0))
+        yield x, ex
+
+
+def test_rounding_runs_agree_with_the_numpy_rule_bit_for_bit():
+    from alpha_gym.language import bounds
+    rng = np.random.default_rng(17)
+    changed = 0
+    for x, ex in _bound_cases(rng):
+        for ranks in (None, ops.rank(x)):
+            got, want = bounds.rounding_runs(x, ex, ranks), numpy_rounding_runs(x, ex, ranks)
+            assert (got is None) == (want is None)
+            if got is not None:
+                assert got.tobytes() == want.tobytes()
+                changed += 1
+    assert changed >= 20          # the cases reach runs that rounding decides, not only the early exits

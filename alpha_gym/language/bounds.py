@@ -355,35 +355,14 @@ def rounding_runs(x: np.ndarray, ex, ranks: np.ndarray | None = None):
     rows = np.flatnonzero(wide.any(axis=1))
     if rows.size == 0:
         return None
-    tied = None
-    for s in _row_blocks((rows.size, x.shape[1])):
-        r_ids = rows[s]
-        rs = ops.rank(x[r_ids]) if ranks is None else ranks[r_ids]  # a row's ranks are its own
-        xs, es, ok = x[r_ids], ex[r_ids], valid[r_ids] & ~np.isnan(rs)
-        order = np.argsort(np.where(ok, xs, np.inf), axis=1, kind="stable")  # valid cells first, in value order
-        v, e, r, k = (np.take_along_axis(a, order, axis=1) for a in (xs, es, rs, ok))
-        with np.errstate(invalid="ignore", over="ignore"):
-            link = (v[:, 1:] - v[:, :-1]) <= (e[:, 1:] + e[:, :-1])
-        link |= np.isnan(e[:, 1:]) | np.isnan(e[:, :-1])
-        link &= k[:, 1:] & k[:, :-1]
-        decided_by_rounding = link & (r[:, 1:] != r[:, :-1])
-        if not decided_by_rounding.any():
-            continue
-        n_rows, n = v.shape
-        starts = np.ones((n_rows, n), dtype=bool)
-        starts[:, 1:] = ~link
-        run = np.cumsum(starts.reshape(-1)).reshape(n_rows, n) - 1  # a global run id per sorted cell
-        flat_r = np.where(k, r, 0.0).reshape(-1)
-        ids = run.reshape(-1)
-        size = np.bincount(ids, weights=k.reshape(-1).astype(float))
-        mean = np.bincount(ids, weights=flat_r) / np.maximum(size, 1.0)
-        if tied is None:
-            tied = (ops.rank(x) if ranks is None else ranks).copy()
-        back = np.empty_like(order)
-        np.put_along_axis(back, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
-        differs = np.zeros(size.shape, dtype=bool)  # runs whose ranks differ: the others keep theirs, bit for bit
-        differs[run[:, 1:][decided_by_rounding]] = True
-        tied[r_ids] = np.take_along_axis(np.where(k & differs[run], mean[run], r), back, axis=1)
+    from alpha_gym.language import compiled
+    picked = [np.ascontiguousarray(a[rows], dtype=np.float64) for a in (x, ex)]
+    rs = ops.rank(picked[0]) if ranks is None else np.ascontiguousarray(ranks[rows])  # a row's ranks are its own
+    runs = np.empty_like(rs)
+    if compiled.rounding_runs_rows(*picked, rs, runs) == 0:
+        return None
+    tied = (ops.rank(x) if ranks is None else ranks).copy()
+    tied[rows] = runs
     return tied
 
 
