@@ -11,7 +11,7 @@ workload's median seconds and the median of the per-round ratios (1 worker / 2 w
 the two give the same results, bit for bit and in the same order:
 
     groups  best-of-N's scoring: `--formulas` answers as groups of 8, each scored, then offered to the archive
-    search  `alpha_gym.search.search` for `--budget` verifier calls (the Alpha101 seeds, then generations)
+    search  the evolution engine's GP setting (`GP_SEARCH`, the tree mutator) for `--budget` calls, Alpha101 seeds
     evolve  `alpha_gym.search.evolution.evolve` (tree + random mutators) for `--budget` calls, groups of 8
     batch   `score_batch` of `--formulas` formulas into a fresh output (the bytes compared)
     serve   the scoring service (`--workers 1` / `2`, 4 request threads): `--formulas` single-answer requests
@@ -76,9 +76,12 @@ def run_groups(verifier, formulas, workers):
 
 
 def run_search(verifier, budget, workers):
-    from alpha_gym.search import SearchConfig, search
-    result = search(verifier.fork(), [], budget, SearchConfig(), seed=0, workers=workers)
-    return json.dumps([c.to_dict() for c in result.candidates], sort_keys=True)
+    """The comparison's `search` arm: the evolution engine with the GP database and the tree mutator, Alpha101 seeds."""
+    from alpha_gym.search.database import GP_SEARCH
+    from alpha_gym.search.evolution import TreeMutator, evolve
+    result = evolve(verifier.fork(), TreeMutator(), GP_SEARCH, budget=budget, seed=0, progress=None, say=None,
+                    workers=workers)
+    return json.dumps(result.database.to_dict(), sort_keys=True)
 
 
 def run_evolve(verifier, budget, workers):

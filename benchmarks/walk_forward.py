@@ -7,10 +7,12 @@ choices scored on the fold's validation and test windows (`alpha_gym.market.fold
 
 The arms, as the comparison's controls run them, at --budget verifier calls each, groups of 8, one scoring process:
 `evolve` (the tree mutator from a program database seeded with the Alpha101 set that needs no sector labels),
-`search` (the model-free (mu + lambda) search, seeded alike, generations of 2 x 8) and `random` (random formulas
-from the grammar, unseeded). A run's pool is what its verifier admitted (valid, train CPCV above 0: evolve's and
-random's archive, search's scored formulas); evolve and random report the book the run chose, search's book is
-chosen the same way (`walk_forward.train_book`). Each run on fold K sees its search window only; the choices are
+`search` (the same engine with the genetic-programming database, `GP_SEARCH`, seeded alike) and `random` (random
+formulas from the grammar, unseeded). A run's pool is what its verifier admitted (valid, train CPCV above 0: the
+run's archive), its book the one the run chose. The kept search rows were made before search ran on the
+evolution engine (the mu + lambda search, generations of 2 x 8, its pool its scored formulas, its book chosen by
+`walk_forward.train_book`): a rerun of this script gives other search rows.
+Each run on fold K sees its search window only; the choices are
 then scored with `score_fold`. Writes the run folders into --out (an evolve run resumes there; its
 walk-forward.jsonl holds every formula scored), one sealed row per (calls, seed, fold) into --results/ARM.jsonl
 (a row already kept is not run again) and the table, walk-forward.md, beside them; prints each fold's lines
@@ -30,36 +32,20 @@ ARMS = ("evolve", "search", "random")
 GROUP = 8
 
 
-def _pool_of_search(result, verifier):
-    """The search's admitted formulas (valid, R1 above the archive's floor), and its best valid one when none is,
-    as an evolve run's pool holds its best program (`evolve_arm.run_pool`)."""
-    from alpha_gym.evaluation.walk_forward import PoolEntry
-    floor = verifier.config.archive_min_core
-    valid = sorted((c for c in result.candidates if c.valid), key=lambda c: (-c.reward, c.text))
-    pool = [PoolEntry(c.text, float(c.reward), c.cpcv) for c in valid if c.cpcv is not None and c.cpcv > floor]
-    if valid and valid[0].text not in {e.formula for e in pool}:
-        pool.append(PoolEntry(valid[0].text, float(valid[0].reward), valid[0].cpcv))
-    return pool
-
-
 def run_arm(arm: str, panels, verifier, budget: int, seed: int, out: Path, probe) -> dict:
     """One arm on one fold: the run on the search window, then its choices scored (a `score_fold` result)."""
     from alpha_gym.alpha101 import formulas as alpha101
     from alpha_gym.evaluation.walk_forward import score_fold, write_walk_forward
-    if arm in ("evolve", "random"):
-        from alpha_gym.search.evolve_arm import run_evolve, run_pool
-        seeds = list(alpha101(industry_free=True).values()) if arm == "evolve" else []
-        run_evolve(verifier, panels.search, panels.validation, probe, mutators=("tree",) if arm == "evolve"
-                   else ("random",), budget=budget, seed=seed, out=out, name=arm, group_size=GROUP,
-                   seed_formulas=seeds, workers=1, progress=None, holdout_history=panels.validation_history)
-        pool, book = run_pool(out)
-    elif arm == "search":
-        from alpha_gym.search.evolve import SearchConfig, search
-        result = search(verifier.fork(), [], budget, SearchConfig(group_size=GROUP, groups_per_generation=2),
-                        seed=seed, workers=1)
-        pool, book = _pool_of_search(result, verifier), None
-    else:
+    if arm not in ARMS:
         raise SystemExit(f"walk_forward.py: unknown arm {arm!r}: one of {', '.join(ARMS)}")
+    from alpha_gym.search.database import GP_SEARCH, DatabaseConfig
+    from alpha_gym.search.evolve_arm import run_evolve, run_pool
+    seeds = list(alpha101(industry_free=True).values()) if arm != "random" else []
+    run_evolve(verifier, panels.search, panels.validation, probe, mutators=("random",) if arm == "random" else ("tree",),
+               database=GP_SEARCH if arm == "search" else DatabaseConfig(), budget=budget, seed=seed, out=out,
+               name=arm, group_size=GROUP, seed_formulas=seeds, workers=1, progress=None,
+               holdout_history=panels.validation_history)
+    pool, book = run_pool(out)
     scored = score_fold(pool, verifier, panels, book=book, label=arm)
     write_walk_forward(out, scored)
     return scored

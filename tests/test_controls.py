@@ -1,22 +1,22 @@
-"""The comparison's controls (issue 28.2): model-free search and best-of-N, at a rung's verifier budget."""
+"""The comparison's controls: model-free search (the evolution engine's GP setting) and best-of-N, at a rung's
+verifier budget."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from alpha_gym.evaluation.kept import read_object, read_rows
-from alpha_gym.jsonable import json_dumps
-from alpha_gym.language import DEFAULT_LIMITS, Limits, parse
+from alpha_gym.language import DEFAULT_LIMITS, Limits, canonical, parse
 from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.verifier import Verifier
-from alpha_gym.search import SearchConfig, SearchError, pick_answers, rung_budget, search
-from alpha_gym.search.rung import run_search_rung, scale_budget
-from alpha_gym.tasks.compliance import check_compliance
+from alpha_gym.errors import InputError
+from alpha_gym.search.database import GP_SEARCH, DatabaseConfig, ProgramDatabase
+from alpha_gym.search.evolution import TreeMutator, evolve
+from trainers.compare.ladder import scale_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT_KEYS = {"brief_id", "step", "answer", "formula", "train_cpcv", "train_valid"}
@@ -72,13 +72,13 @@ def probe():
 
 # ------------------------------------------------------------------------------------------- budget
 def test_budget_is_the_rungs_calls():
-    assert rung_budget(30, 2, 8) == 480
     assert scale_budget(_Scale(30, dict(prompts_per_step=2, num_generations=8))) == 480
     assert scale_budget(_Scale(100, dict(prompts_per_step=2, num_generations=8))) == 1600
-    with pytest.raises(SearchError, match="num_generations"):
+    with pytest.raises(InputError, match="num_generations"):
         scale_budget(_Scale(30, dict(prompts_per_step=2)))
-    with pytest.raises(SearchError):
-        rung_budget(0, 2, 8)
+    for bad in (0, -3, True, 2.0):
+        with pytest.raises(InputError, match="steps must be a positive integer"):
+            scale_budget(_Scale(bad, dict(prompts_per_step=2, num_generations=8)))
 
 
 def test_the_comparisons_cpu_scale_gives_480_calls():
@@ -88,44 +88,73 @@ def test_the_comparisons_cpu_scale_gives_480_calls():
     assert scale_budget(cpu) == cpu.steps * cpu.train["prompts_per_step"] * cpu.train["num_generations"] == 480
 
 
+# ------------------------------------------------------- the search arm: the engine's genetic-programming setting
+def _gp(verifier, budget: int, seed: int, seeds=WEAK_SEEDS, **database):
+    """The `search` arm's run: the evolution engine, the tree mutator, the GP database (`GP_SEARCH`)."""
+    config = replace(GP_SEARCH, **database)
+    return evolve(verifier, TreeMutator(limits=verifier.config.limits), config, budget, seed=seed,
+                  seed_formulas=list(seeds), group_size=4, progress=None, say=None)
+
+
 @pytest.mark.parametrize("budget", [0, 1, 7, 33, 80])
 def test_search_never_exceeds_its_budget(panels, budget):
     v = CountingVerifier(panels[0])
     v.archive  # seeded before counting starts (the seed books are not answers)
-    result = search(v.fork(), WEAK_SEEDS, budget, SearchConfig(population=6), seed=3)
-    assert v.counted[0] == result.calls == budget  # the search's own count is the verifier's
-    assert len(result.candidates) == budget
-    assert len({c.text for c in result.candidates}) == budget  # exact duplicates never spend a call
+    result = _gp(v.fork(), budget, seed=3, island_capacity=6)
+    assert v.counted[0] == result.calls == budget  # the run's own count is the verifier's
+    assert len(result.database.scored_forms) == budget  # exact duplicates never spend a call
 
 
-def test_search_seeds_spend_at_most_their_share(verifier):
-    result = search(verifier.fork(), WEAK_SEEDS, 40, SearchConfig(seed_share=0.25), seed=0)
-    assert len(result.seeds) == 10 and result.calls == 40  # 4 step-0 formulas, then 6 of Alpha101
-    assert [c.origin for c in result.seeds[:4]] == ["step0"] * 4
-    assert {c.origin for c in result.seeds[4:]} == {"alpha101"}
-
-
-# ------------------------------------------------------------------------------------ determinism
 def test_search_is_deterministic_for_a_seed(verifier):
-    runs = [search(verifier.fork(), WEAK_SEEDS, 48, SearchConfig(population=8, alpha101=False), seed=s)
-            for s in (5, 5, 6)]
-    same = [[(c.text, c.reward, c.origin) for c in r.candidates] for r in runs]
-    assert same[0] == same[1]
-    assert [c.text for c in runs[0].population] == [c.text for c in runs[1].population]
+    runs = [_gp(verifier.fork(), 48, seed=s, island_capacity=8) for s in (5, 5, 6)]
+    same = [r.database.to_dict() for r in runs]
+    assert same[0] == same[1] and runs[0].history == runs[1].history
     assert same[0] != same[2]  # the seed matters
 
 
 def test_search_does_not_touch_the_callers_archive_through_a_fork(verifier):
     before = len(verifier.archive)
-    search(verifier.fork(), WEAK_SEEDS, 32, SearchConfig(alpha101=False), seed=1)
+    _gp(verifier.fork(), 32, seed=1)
     assert len(verifier.archive) == before
 
 
-def test_search_grows_its_archive_as_training_does(panels):
-    v = Verifier(panels[0]).fork()
-    before = len(v.archive)
-    search(v, WEAK_SEEDS, 64, SearchConfig(population=8, alpha101=False), seed=2)
-    assert len(v.archive) > before  # good children are admitted after each group, so novelty sees them
+def test_search_keeps_the_best_mu_and_draws_parents_by_tournament(verifier):
+    """Truncation survival: the one island holds the best `island_capacity` programs by reward, whatever the order
+    they came in; the best never gets worse; every child's parents are programs of the run."""
+    result = _gp(verifier.fork(), 96, seed=1, island_capacity=8)
+    db = result.database
+    assert db.config.n_islands == 1 and not db.config.cells and db.config.refresh == "none"
+    best8 = sorted(db.programs, key=lambda p: (-p.reward, p.id))[:8]
+    assert sorted(db.islands[0]) == sorted(p.id for p in best8)
+    best = [h["best_reward"] for h in result.history]
+    assert best == sorted(best)
+    children = [p for p in db.programs if p.origin == "tree"]
+    assert children and all(1 <= len(p.parents) <= 2 for p in children)
+    assert db.island_best(0) == db.best()  # survival never loses the best
+
+
+@pytest.mark.parametrize("tournament", [1, 2, 3, 50])
+def test_a_tournament_takes_the_best_of_its_draws(tournament):
+    """The tournament rule against its definition: over many draws from an island of 10 ranked programs, the
+    first parent is rank r with probability ((10 - r) / 10)^t - ((9 - r) / 10)^t."""
+    db = ProgramDatabase(DatabaseConfig(n_islands=1, parents_per_prompt=1, cells=False, refresh="none",
+                                        selection="tournament", tournament=tournament))
+    for k in range(10):
+        text = f"ts_mean(close, {k + 2})"
+        db.add(text, parse(text, DEFAULT_LIMITS), reward=float(k), core=0.0)
+    rng = np.random.default_rng(0)
+    draws = [s[1][0].reward for s in db.sample(20_000, rng)]
+    counts = np.bincount([9 - int(r) for r in draws], minlength=10) / len(draws)  # rank 0: the best
+    want = [((10 - r) / 10) ** tournament - ((9 - r) / 10) ** tournament for r in range(10)]
+    assert np.allclose(counts, want, atol=0.015)
+
+
+def test_the_softmax_rule_writes_no_new_setting():
+    """A folder made before the database had a selection rule names neither key: it resumes with the same settings."""
+    assert "selection" not in DatabaseConfig().to_dict() and "tournament" not in DatabaseConfig().to_dict()
+    assert GP_SEARCH.to_dict()["selection"] == "tournament" and GP_SEARCH.to_dict()["tournament"] == 3
+    assert DatabaseConfig.from_dict(GP_SEARCH.to_dict()) == GP_SEARCH
+    assert DatabaseConfig.from_dict(DatabaseConfig().to_dict()) == DatabaseConfig()
 
 
 # ----------------------------------------------------------------------------------- what it builds
@@ -133,9 +162,11 @@ def test_search_never_executes_anything(verifier, tmp_path):
     marker = tmp_path / "ran"
     hostile = [f"__import__('os').system('touch {marker}')", f"eval(\"open('{marker}', 'w')\")",
                "exec('x = 1')", "close.__class__", "rank(close)"]
-    result = search(verifier.fork(), hostile, 24, SearchConfig(population=4, alpha101=False), seed=0)
+    result = _gp(verifier.fork(), 24, seed=0, seeds=hostile)
     assert not marker.exists()
-    assert [c.text for c in result.seeds] == ["rank(close)"]  # the rest never parse: dropped without a call
+    # the one seed that parses was scored (invalid or not); the rest were dropped without a call
+    assert canonical(parse("rank(close)", DEFAULT_LIMITS)) in result.database.scored_forms and result.calls == 24
+    assert not any(word in p.text for p in result.database.programs for word in ("import", "eval", "exec", "__"))
     source = "\n".join(p.read_text() for p in (ROOT / "alpha_gym" / "search").glob("*.py"))
     for word in ("eval(", "exec(", "compile(", "__import__", "subprocess", "os.system", "pickle"):
         assert word not in source
@@ -144,85 +175,11 @@ def test_search_never_executes_anything(verifier, tmp_path):
 def test_every_child_meets_the_limits(panels):
     limits = Limits(max_depth=5, max_tokens=24, max_lookback=60)
     v = Verifier(panels[0], VerifierConfig(limits=limits))
-    result = search(v.fork(), WEAK_SEEDS, 64, SearchConfig(population=8), seed=4)
+    from alpha_gym.alpha101 import formulas
+    result = _gp(v.fork(), 64, seed=4, seeds=WEAK_SEEDS + list(formulas(industry_free=True).values()))
     assert result.calls == 64
-    for c in result.candidates:
-        node = parse(c.text, limits)  # raises if any submitted formula broke a limit
-        assert node == c.node
-    # the Alpha101 seeds that break the tight limits never got in
-    assert all(parse(c.text, limits) for c in result.seeds)
-
-
-def test_search_improves_the_reward_over_its_seeds(verifier):
-    result = search(verifier.fork(), WEAK_SEEDS, 96, SearchConfig(population=8, alpha101=False), seed=1)
-    seeds = [c.reward for c in result.seeds]
-    final = [c.reward for c in result.population]
-    assert max(final) > max(seeds)
-    assert np.mean(final) > np.mean(seeds) + 1.0
-    best = [h["best_reward"] for h in result.history]
-    assert best == sorted(best)  # (mu + lambda): the best never gets worse
-
-
-def test_pick_answers_prefers_complying_formulas(verifier, probe):
-    result = search(verifier.fork(), WEAK_SEEDS, 64, SearchConfig(population=16), seed=0)
-    for pool in ("population", "scored"):
-        picks = pick_answers(result, probe, pool)
-        members = result.population if pool == "population" else result.candidates
-        for brief, (c, complies) in zip(probe, picks):
-            ok = [m for m in members if all(check_compliance(brief, m.node).values())]
-            assert complies == bool(ok)
-            if complies:  # the best complying member (valid before invalid, then reward)
-                assert c is min(ok, key=lambda m: (not m.valid, -m.reward, m.text))
-            else:
-                assert c is min(members, key=lambda m: (not m.valid, -m.reward, m.text))
-    with pytest.raises(SearchError):
-        pick_answers(result, probe, "everything")
-
-
-def test_search_rung_writes_the_kept_format(panels, verifier, probe, tmp_path):
-    train, holdout = panels
-    scale = _Scale(4, dict(prompts_per_step=2, num_generations=4))  # 32 calls
-    results, out = tmp_path / "results", tmp_path / "out"
-    numbers = run_search_rung(scale, 42, verifier, train, holdout, probe, [None, "rank(close)", "nonsense(("],
-                              results, out=out, config=SearchConfig(population=12, group_size=4,
-                                                                    groups_per_generation=2))
-    rows = read_rows(results / "seed-42" / "search.jsonl")  # each row checked against its content hash
-    assert [r["brief_id"] for r in rows] == [b.id for b in probe]
-    saved = read_object(results / "seed-42" / "search.json")
-    assert saved == json.loads(json_dumps(numbers)) and NUMBER_KEYS <= set(saved)
-    assert saved["verifier_calls"] == saved["budget"] == 32 and saved["selected_step"] == 4
-    assert {c["step"] for c in saved["checkpoints"]} == {4}
-    for brief, r in zip(probe, rows):
-        assert KEPT_KEYS | {"complies"} <= set(r) and r["step"] == 4
-        node = parse(r["formula"], DEFAULT_LIMITS)
-        assert r["answer"] == f"<alpha>{r['formula']}</alpha>"
-        assert r["complies"] == all(check_compliance(brief, node).values())
-        if r["train_valid"]:  # the kept train CPCV is the R1 a rung's probe scoring reports
-            assert r["train_cpcv"] == pytest.approx(verifier.score_formula(r["formula"]).channels["cpcv"])
-    assert (out / "seed-42" / "search" / "holdout-step-4.json").exists()
-    grown = verifier.fork()
-    grown.load_archive(out / "seed-42" / "search" / "archive.npz")
-    assert len(grown.archive) >= len(verifier.archive)
-    from alpha_gym.evaluation.answers_file import read_formulas
-    assert read_formulas(results / "seed-42" / "search.jsonl") == [r["formula"] for r in rows]
-    # a rerun reuses the saved search and writes the same answers
-    trace = (out / "seed-42" / "search" / "search.json").read_text()
-    run_search_rung(scale, 42, verifier, train, holdout, probe, [None, "rank(close)", "nonsense(("], results, out=out,
-                    config=SearchConfig(population=12, group_size=4, groups_per_generation=2))
-    assert (out / "seed-42" / "search" / "search.json").read_text() == trace
-    assert read_rows(results / "seed-42" / "search.jsonl") == rows
-    # ... and reports the search's own wall time, not the moment it took to read it back
-    # (train_seconds is kept to 0.1 s, search.json's seconds to 1 ms: compare at the coarser one, or 3.1 < 3.122)
-    searched = json.loads(trace)["seconds"]
-    assert searched > 0 and read_object(results / "seed-42" / "search.json")["train_seconds"] >= round(searched, 1)
-
-
-def test_search_settings_are_checked():
-    for bad in (dict(population=0), dict(tournament=-1), dict(crossover_rate=1.5), dict(seed_share=-0.1)):
-        with pytest.raises(SearchError):
-            SearchConfig(**bad)
-    with pytest.raises(SearchError, match="budget"):
-        search(None, [], -1)
+    for p in result.database.programs:
+        assert parse(p.text, limits)  # raises if any submitted formula broke a limit
 
 
 # ---------------------------------------------------------------------------------------- best-of-N

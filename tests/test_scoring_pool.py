@@ -71,12 +71,12 @@ def test_groups_with_archive_updates_match_the_serial_loop(two_cores, verifier):
 
 
 def test_the_search_does_not_depend_on_its_workers(two_cores, verifier):
-    from alpha_gym.search import SearchConfig, search
-    runs = [search(verifier.fork(), ["rank(close / open)"], 64, SearchConfig(population=8, alpha101=False), seed=5,
-                   workers=w) for w in (1, 2)]
-    one, two = ([c.to_dict() for c in r.candidates] for r in runs)
-    assert one == two and runs[0].history == runs[1].history
-    assert [c.text for c in runs[0].population] == [c.text for c in runs[1].population]
+    from alpha_gym.search.database import GP_SEARCH
+    from alpha_gym.search.evolution import TreeMutator, evolve
+    runs = [evolve(verifier.fork(), TreeMutator(), GP_SEARCH, 64, seed=5, seed_formulas=["rank(close / open)"],
+                   progress=None, say=None, workers=w) for w in (1, 2)]
+    one, two = (r.database.to_dict() for r in runs)
+    assert one == two and runs[0].history == runs[1].history and runs[0].calls == 64
 
 
 def test_workers_run_one_thread_each_and_die_loudly(two_cores, verifier):

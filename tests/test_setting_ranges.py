@@ -26,7 +26,7 @@ from alpha_gym.scoring.config import (CHANNELS, DEFAULT_PRIORITIES, PRIORITY, VE
                                       VerifierConfig, weighted_sum)
 from alpha_gym.scoring.cpcv import CPCV_RANGES, MAX_SLICES, CPCVConfig
 from alpha_gym.scoring.verifier import Verifier
-from alpha_gym.search.evolve import SEARCH_RANGES, SearchConfig, SearchError
+from alpha_gym.search.database import DATABASE_RANGES, DatabaseConfig
 from alpha_gym.commands.serve import SERVE_RANGES
 from alpha_gym.stress.config import (GATE_RANGES, SCENARIO_RANGES, STRESS_RANGES, PRESETS, GateConfig, ScenarioConfig,
                                      StressConfig, StressError)
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 RANGED = [(VerifierConfig, VERIFIER_RANGES), (CPCVConfig, CPCV_RANGES), (Limits, LIMIT_RANGES),
           (TrainingCosts, TRAINING_COST_RANGES), (RealisticCosts, REALISTIC_COST_RANGES),
           (HoldoutConfig, HOLDOUT_RANGES), (StressConfig, STRESS_RANGES), (GateConfig, GATE_RANGES),
-          (ScenarioConfig, SCENARIO_RANGES), (SearchConfig, SEARCH_RANGES)]
+          (ScenarioConfig, SCENARIO_RANGES), (DatabaseConfig, DATABASE_RANGES)]
 
 
 # ------------------------------------------------------------------------------ the issue's cases
@@ -96,9 +96,9 @@ def test_every_numeric_field_has_a_declared_range_and_the_defaults_are_inside():
 
 
 def test_training_stress_and_search_settings_are_checked_the_same_way():
-    """TrainConfig, StressConfig and SearchConfig declare their ranges (issue 38.4): every numeric field has one,
-    the defaults and every recipe and preset pass, and a bad value is a SettingError naming the key and the
-    range; for the stress and search settings it is still the StressError / SearchError callers catch."""
+    """TrainConfig, StressConfig and DatabaseConfig declare their ranges: every numeric field has one, the defaults
+    and every recipe and preset pass, and a bad value is a SettingError naming the key and the range; for the
+    stress settings it is still the StressError callers catch."""
     from trainers.config import RECIPES, TRAIN_RANGES, TrainConfig, register_train_table
     register_train_table()
     assert unranged_numeric_fields(TrainConfig, TRAIN_RANGES) == [] and set(TRAIN_RANGES) <= {f.name for f in
@@ -120,10 +120,10 @@ def test_training_stress_and_search_settings_are_checked_the_same_way():
         ScenarioConfig(innovations="x")
     with pytest.raises(ConfigError, match=r"^stress\.gates\.max_error_ratio = 0\.0: must be \(0, inf\)$"):
         S.load(None, ["stress.gates.max_error_ratio=0"])
-    with pytest.raises(SearchError, match=r"SearchConfig\.seed_share = 2\.0: must be \[0, 1\]"):
-        SearchConfig(seed_share=2.0)
-    with pytest.raises(SearchError, match=r"SearchConfig\.population = True: must be an integer in \[1, 1000000\]"):
-        SearchConfig(population=True)
+    with pytest.raises(SettingError, match=r"^DatabaseConfig\.tournament = 0: must be an integer in \[1, 10000\]$"):
+        DatabaseConfig(selection="tournament", tournament=0)
+    with pytest.raises(SettingError, match=r"^DatabaseConfig\.selection = 'best': must be one of softmax, tournament$"):
+        DatabaseConfig(selection="best")
 
 
 def test_serve_flags_name_the_flag_and_range(capsys):

@@ -1,6 +1,6 @@
 """The `best_of_n` control of the trainer comparison: the start model, sampled, with the verifier picking.
 
-No weight is updated. The budget is a rung's training calls (`alpha_gym.search.rung.scale_budget`: steps x
+No weight is updated. The budget is a rung's training calls (`trainers.compare.ladder.scale_budget`: steps x
 prompts_per_step x num_generations, 480 at `--scale cpu`), spent as k = budget // n_probe samples on each
 probe brief's own prompt, each brief's k samples scored on the train window as one group (the archive updated
 after it, as in training); the brief is answered with its best sample by reward (the first of equal ones).
@@ -30,7 +30,7 @@ import torch
 from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_numbers, write_kept
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.answer import formula_or_none
-from alpha_gym.search.rung import scale_budget
+from trainers.compare.ladder import scale_budget
 
 
 @dataclass(frozen=True)

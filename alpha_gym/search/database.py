@@ -14,7 +14,9 @@ scored it. The database holds every program; each of its `n_islands` islands hol
                 turn), drawn one after another with weights
                     w_i  proportional to  exp(z_i / temperature) / (1 + offspring_i) ** offspring_penalty
                 where z_i is the reward standardised within the island by its median and median absolute
-                deviation; temperature 0 takes the best (highest reward, then lowest id). Each draw counts
+                deviation; temperature 0 takes the best (highest reward, then lowest id). With
+                `selection="tournament"` each draw is instead the best of `tournament` programs drawn
+                uniformly with replacement (the genetic-programming rule, `GP_SEARCH`). Each draw counts
                 one offspring for the program drawn. Parents are returned best first
     refresh     every `refresh_interval` verifier calls: "reset" empties the weakest `reset_share` of the
                 islands (by their best reward) and refounds each with the best program of a surviving
@@ -64,6 +66,8 @@ from alpha_gym.ranges import SettingError, Range, check_fields, check_value, clo
 
 DATABASE_FORMAT = "alpha-gym/program-database/v1"
 REFRESH_MODES = ("reset", "migrate", "none")
+#: How a prompt's parents are drawn from an island (see the module docstring's "parents").
+SELECTIONS = ("softmax", "tournament")
 #: The largest |reward| (and |CPCV|) a program read back may carry: far above any a run writes (the default
 #: reward lies within about +-25), so only an edit reaches it, and every sum of rewards stays finite.
 REWARD_BOUND = 1e9
@@ -90,14 +94,21 @@ class DatabaseConfig:
     refresh_interval: int = 400       # verifier calls between refreshes
     reset_share: float = 0.5          # islands reset at a refresh (FunSearch: the worse half)
     migration_share: float = 0.1      # of an island's programs copied to each neighbour at a refresh
+    selection: str = "softmax"        # softmax | tournament
+    tournament: int = 3               # programs in a tournament (selection="tournament")
 
     def __post_init__(self):
         check_fields(self, DATABASE_RANGES)
         if self.refresh not in REFRESH_MODES:
             raise SettingError("DatabaseConfig", "refresh", self.refresh, f"one of {', '.join(REFRESH_MODES)}")
+        if self.selection not in SELECTIONS:
+            raise SettingError("DatabaseConfig", "selection", self.selection, f"one of {', '.join(SELECTIONS)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.selection == "softmax":  # the rule every run used before there was a choice: a folder made then
+            del d["selection"], d["tournament"]  # names neither, and resumes with the same settings
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DatabaseConfig":
@@ -117,7 +128,14 @@ DATABASE_RANGES = {
     "refresh_interval": ints(1, 10**9),
     "reset_share": Range(0.0, 1.0, hi_open=True),
     "migration_share": Range(0.0, 1.0, lo_open=True),
+    "tournament": ints(1, 10_000),
 }
+
+#: The model-free genetic-programming search (the comparison's `search` arm) as a database: one island holding the
+#: best 32 programs by reward (mu, truncation survival), no cells, no refresh, two parents a prompt, each the best of
+#: a tournament of 3; with the tree mutator, a (mu + group_size) search whose survivors are chosen after every group.
+GP_SEARCH = DatabaseConfig(n_islands=1, parents_per_prompt=2, island_capacity=32, cells=False, refresh="none",
+                           selection="tournament", tournament=3)
 
 
 # ------------------------------------------------------------------------------------------ programs
@@ -357,6 +375,11 @@ class ProgramDatabase:
             chosen: list[int] = []
             if island is not None:
                 for _ in range(min(self.config.parents_per_prompt, len(self.islands[island]))):
+                    if self.config.selection == "tournament":
+                        pid = self._tournament(island, chosen, rng)
+                        chosen.append(pid)
+                        self.programs[pid].offspring += 1
+                        continue
                     ids, p = self.weights(island)
                     keep = [j for j, i in enumerate(ids) if i not in chosen]
                     q = p[keep]
@@ -371,6 +394,12 @@ class ProgramDatabase:
                 self.next_island = (self.next_island + 1) % self.config.n_islands
             out.append((island, sorted((self.programs[i] for i in chosen), key=_rank_key)))
         return out
+
+    def _tournament(self, island: int, chosen: list[int], rng: np.random.Generator) -> int:
+        """The best of `tournament` programs drawn uniformly with replacement from the island's not yet chosen."""
+        ranked = [i for i in sorted(self.islands[island], key=lambda i: _rank_key(self.programs[i]))
+                  if i not in chosen]
+        return ranked[int(rng.integers(len(ranked), size=self.config.tournament).min())]
 
     def _next_nonempty_island(self) -> int | None:
         for _ in range(self.config.n_islands):

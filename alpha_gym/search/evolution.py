@@ -16,7 +16,7 @@ holds the programs, `alpha_gym.search.bandit` shares the proposals among the mut
                 (the last group of seeds may be short)
     scoring     `verifier.score_group(answers)` (a plain formula is sent as `<alpha>formula</alpha>`, an
                 answer with tags as written), then `verifier.update_archive(group)`, as a training step
-                and the model-free search (`alpha_gym.search.evolve`) score their groups
+                scores its groups
     recording   each valid answer joins the database on its parents' island; each arm is paid its
                 proposal's improvement over the best parent (0 when invalid or rejected); the islands are
                 refreshed on schedule (`ProgramDatabase.tick`)

@@ -17,12 +17,12 @@ mutators from their specs (`alpha_gym.search.mutators`), runs `evolution.evolve`
 beside the run's own files (`evolution`: state.json, proposals.jsonl, archive.jsonl, book.json).
 
 The kept answers: for each probe brief, the best-rewarded formula the run scored that meets the brief's
-constraints (`alpha_gym.tasks.compliance`), else the best overall (`complies` says which), as the `search`
-control picks from what it scored. NAME.json holds the curve, so one run to 10,000 calls is read at 1,600
-and 4,800 along it (`curve_at`); `keep_evolve(..., calls=B)` rewrites the kept files as the run stood after
-its last group ending at or before B calls (its programs, its book, its curve to there). The schedule does
-not depend on the budget, so that state is a run of budget B's, except that a run stopped at B makes its
-last group short to spend the calls between (at most group_size - 1 calls).
+constraints (`alpha_gym.tasks.compliance`), else the best overall (`complies` says which). NAME.json holds the
+curve, so one run to 10,000 calls is read at 1,600 and 4,800 along it (`curve_at`); `keep_evolve(..., calls=B)`
+rewrites the kept files as the run stood after its last group ending at or before B calls (its programs, its
+book, its curve to there). The schedule does not depend on the budget, so that state is a run of budget B's,
+except that a run stopped at B makes its last group short to spend the calls between (at most group_size - 1
+calls).
 
 Nothing here reads the pseudo-holdout but `checkpoint_row`, which scores the kept answers on it for the table.
 """

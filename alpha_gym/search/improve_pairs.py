@@ -19,8 +19,7 @@ none for a run without one or a bare `evolve()` folder), so the prompt is the on
 
 What an evolve run folder records about parents: state.json's program database holds every valid program with
 its parent ids (`Program.parents`) and numbers, and proposals.jsonl logs each proposal's parent ids; the kept
-comparison files (results/seed-S/evolve.json, .jsonl) keep neither. A run of the model-free `search` control
-(`alpha_gym.search.evolve`) records no parents at all. Both give `ImprovePairsError`.
+comparison files (results/seed-S/evolve.json, .jsonl) keep neither: they give `ImprovePairsError`.
 
 Deterministic: pairs are ranked by improvement (largest first), then child id; `max_pairs` keeps the first;
 `per_prompt` caps the children kept for one parent set (so one lucky parent pair cannot fill the data);

@@ -61,7 +61,7 @@ class RunContext:
     @property
     def budget(self) -> int:
         """The verifier calls of one rung's training: steps x prompts_per_step x num_generations."""
-        from alpha_gym.search.rung import scale_budget
+        from trainers.compare.ladder import scale_budget
         return scale_budget(self.scale)
 
     def run_dir(self, seed: int, name: str) -> Path:
@@ -132,25 +132,29 @@ def best_of_n(context: RunContext, seed: int) -> dict:
                               context.probe, context.results, out=context.out)
 
 
-def search(context: RunContext, seed: int) -> dict:
-    """Model-free evolutionary search, seeded with Alpha101 and the step-0 formulas (alpha_gym/search/)."""
-    from alpha_gym.search.rung import run_search_rung
-    return run_search_rung(context.scale, seed, context.verifier(), context.train, context.holdout, context.probe,
-                           context.step0_formulas, context.results, out=context.out)
-
-
-def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: bool = True) -> dict:
+def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: bool = True, database=None) -> dict:
     """An `alpha-gym evolve` run as arm `name`: the context's budget, its group size, its folders. `seeded`: the
-    database starts from the step-0 formulas and Alpha101, as `search` does (else it starts empty)."""
+    database starts from the step-0 formulas and Alpha101 (else it starts empty). database: the program
+    database's configuration (None: the evolution's default, `DatabaseConfig()`)."""
     from alpha_gym.alpha101 import formulas as paper
+    from alpha_gym.search.database import DatabaseConfig
     from alpha_gym.search.evolve_arm import run_evolve
     seeds = ([f for f in (context.step0_formulas or ()) if isinstance(f, str)]
              + list(paper(industry_free=True).values())) if seeded else []
     return run_evolve(context.verifier(), context.train, context.holdout, context.probe,
                       mutators=tuple(mutators), budget=context.budget, seed=seed, name=name,
+                      database=DatabaseConfig() if database is None else database,
                       out=context.run_dir(seed, name), results=context.results,
                       group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
                       about={"scale": context.scale_name, "data": context.data, "universe": context.universe})
+
+
+def search(context: RunContext, seed: int) -> dict:
+    """Model-free genetic programming: the evolution engine with the tree mutator and the GP database
+    (`alpha_gym.search.database.GP_SEARCH`: the best 32 by reward, parents by tournament), seeded with the step-0
+    formulas and Alpha101."""
+    from alpha_gym.search.database import GP_SEARCH
+    return _evolve_run(context, seed, "search", ("tree",), database=GP_SEARCH)
 
 
 def evolve(context: RunContext, seed: int) -> dict:

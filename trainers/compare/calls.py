@@ -1,10 +1,10 @@
 """The arms along their verifier calls (issue 40.5): what each arm had found after 1,600, 4,800 and 10,000 calls.
 
 An arm whose kept NAME.json holds a curve can be read at any smaller budget: the evolve arms (`evolve`, `random`,
-`evolve_model`, `evolve_rl`: one row per group with the calls so far, the best train reward, the run's own book
-(members, effective bets, book CPCV) and the wall time, `alpha_gym.search.evolve_arm`) and `search` (its history:
-calls and best train reward per generation; its own book and wall time on its last row, from NAME.book.json and
-NAME.json). Trained rungs and `best_of_n` keep no curve: they have one point, at their own budget, and are left
+`evolve_model`, `evolve_rl`, and `search`, the genetic-programming configuration of the same engine: one row per
+group with the calls so far, the best train reward, the run's own book (members, effective bets, book CPCV) and the
+wall time, `alpha_gym.search.evolve_arm`), and a `search` kept before it ran on that engine (its history: calls and
+best train reward per generation; its own book and wall time on its last row, from NAME.book.json and NAME.json). Trained rungs and `best_of_n` keep no curve: they have one point, at their own budget, and are left
 out here (the comparison table has them).
 
     calls.md    one row per arm and budget (each of BUDGETS the arm's runs reached, and the arm's own budget):
@@ -16,7 +16,7 @@ out here (the comparison table has them).
 
 Reading a curve at B is reading a run of budget B where the arm's schedule does not depend on its budget: true of
 the evolve arms (`evolve_arm` says why), up to the last group, which a run stopped at B shortens. It is not true of
-`search` exactly where its budget cuts the seeds it scores (at most `seed_share` of the budget): its rows
+a kept mu+lambda `search` exactly where its budget cut the seeds it scored (at most `seed_share` of the budget): its rows
 below its own budget are marked "part-way" only at budgets that would have scored fewer seeds than the run did
 (at the comparison's sizes, 116 seeds, a budget under 232).
 
@@ -32,7 +32,8 @@ from pathlib import Path
 
 #: The budgets of issue 40.5's comparison.
 BUDGETS = (1600, 4800, 10000)
-#: Arms whose schedule does not depend on the budget: a curve read at B is a budget-B run.
+#: Arms whose schedule does not depend on the budget: a curve read at B is a budget-B run (for curves given without
+#: `exact_from`; `arm_curves` reads it from the kept file).
 BUDGET_FREE = ("evolve", "random", "evolve_model", "evolve_rl")
 #: A curve row's numbers, in the table's order.
 COLUMNS = (("best_reward", "best train reward", "+.3f"), ("book_members", "book members", ".1f"),
@@ -65,7 +66,9 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
         # reading of it is that budget's run
         budget = numbers.get("budget")
         curve[-1]["reached"] = max(curve[-1]["calls"], int(budget) if isinstance(budget, int) else 0)
-        curve[-1]["exact_from"] = 0 if path.stem in BUDGET_FREE else _search_exact_from(numbers)
+        # an evolution run's curve (every arm kept with one, `search` since it runs on the evolution engine) is
+        # budget-free; a kept mu+lambda search (its "history") depends on its budget through its seeds
+        curve[-1]["exact_from"] = 0 if numbers.get("curve") else _search_exact_from(numbers)
         for row in curve:
             _rates(row)
         out.setdefault(path.stem, {})[seed] = curve
@@ -73,8 +76,9 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
 
 
 def _search_exact_from(numbers: dict) -> float:
-    """The smallest budget whose search run is this run read there: search depends on its budget only through
-    the seeds it scores (the first `seed_share` x budget of them, `alpha_gym.search.evolve.search`), so from the
+    """The smallest budget whose search run is this run read there: a kept mu+lambda search (the `search` arm
+    before it ran on the evolution engine; its NAME.json keeps a "history", no "curve") depends on its budget only
+    through the seeds it scores (the first `seed_share` x budget of them), so from the
     budget that fits all the seeds this run scored on, its schedule is the same. inf where the kept file does not
     say (every row below the run's end is then part-way)."""
     share = ((numbers.get("config") or {}).get("search") or {}).get("seed_share")
@@ -138,9 +142,9 @@ def budget_rows(curves: dict[str, dict[int, list[dict]]], budgets=BUDGETS) -> li
         for b in points:
             got = {s: at_calls(c, b) for s, c in seeds.items()}
             got = {s: r if all(k in r for k in RATES) else _with_rates(r) for s, r in got.items() if r is not None}
+            free = 0 if arm in BUDGET_FREE else math.inf   # a curve not read by arm_curves says no exact_from
             row = {"arm": arm, "budget": b, "seeds": sorted(got),
-                   "part_way": any(b < _reached(c) and b < c[-1].get("exact_from", math.inf) for c in seeds.values())
-                   if arm not in BUDGET_FREE else False}
+                   "part_way": any(b < _reached(c) and b < c[-1].get("exact_from", free) for c in seeds.values())}
             for key, _, _ in COLUMNS:
                 row[key] = _spread(r[key] for r in got.values())
             rows.append(row)

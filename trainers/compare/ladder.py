@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from alpha_gym.errors import InputError
+
 LADDER = (
     # (rung, recipe, prompts)
     ("dapo", "dapo", "all"),
@@ -92,6 +94,24 @@ SCALES = {
                  pseudo_holdout=252,
                  train=dict(prompts_per_step=4, num_generations=12, max_completion_length=128, learning_rate=1e-5)),
 }
+
+
+def scale_budget(scale) -> int:
+    """A comparison scale's verifier calls per rung: steps x prompts_per_step x num_generations.
+
+    `scale`: the comparison's `Scale` (anything with `.steps` and a `.train` dict holding prompts_per_step and
+    num_generations, every preset does). At `--scale cpu`: 30 x 2 x 8 = 480.
+    """
+    train = getattr(scale, "train", None) or {}
+    missing = [k for k in ("prompts_per_step", "num_generations") if k not in train]
+    if missing:
+        raise InputError(f"the scale's train settings lack {', '.join(missing)}: the budget needs them")
+    sizes = (("steps", scale.steps), ("prompts_per_step", train["prompts_per_step"]),
+             ("num_generations", train["num_generations"]))
+    for name, v in sizes:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    return sizes[0][1] * sizes[1][1] * sizes[2][1]
 
 
 def panels(scale_name: str, data=None, universe=None):

@@ -69,7 +69,7 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
     from trainers.run_log import read_log
     config = scale.train_config(recipe, save_steps=scale.eval_every, seed=seed)
     if config.refill_rounds:  # refills are verifier calls too: the rung spends the controls' budget, not more
-        from alpha_gym.search.rung import scale_budget
+        from trainers.compare.ladder import scale_budget
         config = config.with_(max_verifier_calls=scale_budget(scale))
     run_dir = out / f"seed-{seed}" / name
     run_dir.mkdir(parents=True, exist_ok=True)
