@@ -3,11 +3,9 @@ with k parent formulas and their numbers in the prompt (the improve task)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import string
-from pathlib import Path
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -16,8 +14,6 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from alpha_gym.book.costs import TrainingCosts
-from alpha_gym.errors import InputError
-from alpha_gym.language import canonical
 from alpha_gym.language.answer import MAX_ANSWER_CHARS
 from alpha_gym.market import Panel
 from alpha_gym.evaluation.validation import ValidationScorer
@@ -27,8 +23,8 @@ from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
-from alpha_gym.search.evolution import read_answer
 from alpha_gym.search.mutators import parents_context
+from alpha_gym.search.task_prompts import draw_parents, program_database
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.improve import improvement
 from alpha_gym.tasks.sets import brief_set
@@ -285,16 +281,7 @@ class AlphaFormulaEvolveEnv(AlphaFormulaEnv):
                               "parent_rewards": [p.reward for p in self._parents], "island": island}
 
     def _draw_parents(self) -> tuple[int, tuple[Program, ...]]:
-        db, rng = self.database, self.np_random
-        islands = [i for i, members in enumerate(db.islands) if members]
-        island = islands[int(rng.integers(len(islands)))]
-        ids, p = db.weights(island)
-        k = min(self.parents_per_prompt, len(ids))
-        if int((p > 0).sum()) >= k:
-            picks = [ids[int(j)] for j in rng.choice(len(ids), size=k, replace=False, p=p)]
-        else:  # temperature 0: the best k
-            picks = [q.id for q in db.island_programs(island)[:k]]
-        return island, tuple(sorted((db.programs[i] for i in picks), key=lambda q: (-q.reward, q.id)))
+        return draw_parents(self.database, self.parents_per_prompt, self.np_random)
 
     def step(self, action: str):
         obs, reward, terminated, truncated, info = super().step(action)
@@ -321,87 +308,6 @@ def _programs(formulas, verifier: Verifier, config: DatabaseConfig = DatabaseCon
         else:
             raise ValueError(f"a parent is a Program or a formula string, got {type(f).__name__}")
     return out
-
-
-def program_database(source, verifier: Verifier, config: DatabaseConfig = DatabaseConfig(),
-                     strict: bool = False) -> ProgramDatabase:
-    """The program database `AlphaFormulaEvolveEnv(database=)` names (see its docstring). Formulas are parsed
-    under the verifier's limits, scored as one group without touching its archive, and the valid ones dealt
-    to the islands in turn; strict: a formula that does not parse, repeats another or scores invalid is a
-    ValueError instead of being left out."""
-    if isinstance(source, ProgramDatabase):
-        return source
-    if source is None:
-        from alpha_gym.alpha101 import formulas as paper
-        source = list(paper(industry_free=True).values())
-    elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_dir():
-            path = path / "state.json"
-        if not path.is_file():
-            raise ValueError(f"database {str(source)!r}: no such file (an evolve run folder, its state.json, "
-                             "or a JSONL file of lines with a 'formula')")
-        if path.suffix == ".jsonl":
-            source = _formulas_of_lines(path)
-        else:
-            return _stored_database(path, verifier.config.limits)
-    limits = verifier.config.limits
-    read, forms = [], set()
-    for f in source:
-        r = read_answer(f, limits)
-        if isinstance(r, str) or canonical(r[2]) in forms:
-            if strict:
-                raise ValueError(f"parent {f!r:.80}: " + (r if isinstance(r, str) else "repeats another parent"))
-            continue
-        forms.add(canonical(r[2]))
-        read.append(r)
-    db = ProgramDatabase(config)
-    group = verifier.score_group([r[0] for r in read]) if read else None
-    for (answer, text, node), s in zip(read, group.scores if group else ()):
-        if not s.valid:
-            if strict:
-                raise ValueError(f"parent {text!r:.80} scores invalid ({s.reason}): it has no numbers to show")
-            continue
-        d = s.diagnostics
-        db.add(text, node, s.reward, s.channels["cpcv"], d.get("cpcv"), d.get("turnover"), d.get("ic"),
-               d.get("max_pnl_corr"), origin="seed")
-    return db
-
-
-def _not_a_database(path: Path, why: str) -> InputError:
-    return InputError(f"database {str(path)!r} is neither an evolve state nor JSONL lines with a 'formula' ({why})")
-
-
-def _formulas_of_lines(path: Path) -> list:
-    """The `formula` of each line of a JSONL file (a run's archive.jsonl); scored as a list of formulas is."""
-    from alpha_gym.search.run_state import MAX_DEPTH
-    from alpha_gym.service.http_json import json_depth
-    out = []
-    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line) if json_depth(line) <= MAX_DEPTH else None
-        except (UnicodeDecodeError, ValueError) as err:
-            raise _not_a_database(path, f"line {n}: {type(err).__name__}: {err}") from None
-        if not isinstance(row, dict) or "formula" not in row:
-            raise _not_a_database(path, f"line {n} is not an object with a 'formula'")
-        out.append(row["formula"])
-    return out
-
-
-def _stored_database(path: Path, limits) -> ProgramDatabase:
-    """The database of an evolve run's state.json (the whole checkpoint checked, `run_state.check_state`), or of
-    a file holding one database state (`ProgramDatabase.to_dict`'s): every field checked and each program's
-    text parsed again, under the run's Limits (else `limits`), so an edited text or reward never reaches a prompt."""
-    from alpha_gym.search.run_state import STATE_FORMAT, RunStateError, check_state, read_json
-    try:
-        state = read_json(path, "state")
-    except RunStateError as err:
-        raise _not_a_database(path, str(err)) from None
-    if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
-        return check_state(state, path.parent, path).database
-    return ProgramDatabase.from_dict(state, limits)
 
 
 def announce_world_model(verifier: Verifier, auto: bool = False) -> str:

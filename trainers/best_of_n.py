@@ -30,6 +30,9 @@ import torch
 from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_numbers, write_kept
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.answer import formula_or_none
+from alpha_gym.search.task_prompts import task_prompts
+from alpha_gym.tasks.prompts import TaskPrompts
+from alpha_gym.tasks.task import DEFAULT_TASK
 from trainers.compare.ladder import scale_budget
 
 
@@ -61,7 +64,7 @@ def best_sample(rewards: Sequence[float]) -> int:
 
 
 def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Sampling, seed: int,
-                    done: Sequence[dict] = (), on_brief=None) -> list[dict]:
+                    done: Sequence[dict] = (), on_brief=None, task: TaskPrompts | None = None) -> list[dict]:
     """Per brief: k sampled answers, their rewards (scored as one group, archive updated after it), the best.
 
     Returns one dict a brief: brief_id, answers, rewards, valid, cpcv (R1 when valid, else None), best.
@@ -69,9 +72,10 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     (the archive grows as it did; a reward that differs is an error, not a silent blend), and sampling goes on
     from the next brief with its own seed, so a resumed run gives the uninterrupted one's records.
     `on_brief(record)` is called after each newly sampled brief (the caller keeps it on disk).
+    `task`: the prompts (default: the write task under the verifier's limits); brief i's is
+    `task.prompts(briefs, seed)[i]`, the Gym env's for that task and seed.
     """
     from alpha_gym.pool import score_group
-    from alpha_gym.tasks.task import render_prompt
     from trainers.rollout import end_token_ids as _eos_ids, prompt_ids as _prompt_ids, sample_group
     out = []
     for brief, record in zip(briefs, done):
@@ -89,13 +93,13 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     eos_ids = _eos_ids(model, tokenizer)
     was_training = model.training
     model.eval()
+    prompts = (task or TaskPrompts(limits=verifier.config.limits)).prompts(briefs, seed)
     try:
         for i, brief in enumerate(briefs):
             if i < len(out):
                 continue
             torch.manual_seed(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
-            prompt = render_prompt(brief, verifier.config.limits)
-            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompt, device), sampling,
+            _, _, texts = sample_group(model, tokenizer, _prompt_ids(tokenizer, prompts[i], device), sampling,
                                        eos_ids, drop_finished=sampling.drop_finished)
             group = score_group(verifier, texts, brief)  # on every core, the same scores (alpha_gym.pool)
             verifier.update_archive(group)
@@ -134,7 +138,9 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     sampling = Sampling(k, float(config.temperature), int(config.max_completion_length))
     settings = {"budget": budget, "k": k, "seed": int(seed), "model": None if start_model is None else str(start_model),
                 "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
-                "briefs": [b.id for b in probe]}
+                "briefs": [b.id for b in probe],
+                # the kept samples were drawn on the write task's prompts: only another task is recorded
+                **({"task": config.task} if config.task != DEFAULT_TASK else {})}
     run_dir = None if out is None else Path(out) / f"seed-{seed}" / name
     t0 = time.perf_counter()
     picked, sampled = _cached(run_dir, settings)
@@ -155,7 +161,8 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
             print(f"best_of_n seed {seed}: brief {n}/{len(probe)} ({record['brief_id']}), best reward "
                   f"{max(record['rewards']):+.3f}, {sum(record['valid'])}/{len(record['valid'])} valid, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
-        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed, done=done, on_brief=kept)
+        picked = sample_and_pick(model, tokenizer, grown, probe, sampling, seed, done=done, on_brief=kept,
+                                 task=task_prompts(config.task, grown, owner="TrainConfig"))
         del model
         sampled = time.perf_counter() - t0      # this process's sampling (a resumed run's earlier part not counted)
         if run_dir is not None:

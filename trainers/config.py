@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from alpha_gym.ranges import INF, Range, SettingError, above, check_choice, check_fields, closed, ints
+from alpha_gym.tasks.prompts import check_task
 
 LOSS_TYPES = ("grpo", "dapo", "cispo")
 #: epsilon_high when a config leaves it None: DAPO's clip-higher band 1.28 and CISPO's weight cap 1.2 (both
@@ -101,6 +102,11 @@ class TrainConfig:
     # first scoring still fits, so a refill rung spends what a control does (the comparison sets it to its budget).
     max_verifier_calls: int = 0
 
+    # --- the task whose prompts the policy answers (`alpha_gym.tasks.task.TASKS`): "write" (AlphaFormula-v0's
+    # prompts) or "improve" (AlphaFormulaEvolve-v0's: parents drawn per prompt from the Alpha101 formulas scored
+    # by the run's verifier); every prompt states the verifier's limits
+    task: str = "write"
+
     # --- bookkeeping
     save_steps: int = 50                # checkpoint every N steps (and at the last step); 0 = only the last
     logging_steps: int = 1              # JSONL line every N steps (and at the last step)
@@ -108,6 +114,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self, TRAIN_RANGES)
+        check_task("TrainConfig", self.task)
         check_choice("TrainConfig", "loss_type", self.loss_type, LOSS_TYPES)
         check_choice("TrainConfig", "lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULES)
         check_choice("TrainConfig", "advantage_mode", self.advantage_mode, ADVANTAGE_MODES)

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.settings import claim_run_dir, to_dict
-from alpha_gym.tasks.task import render_prompt
+from alpha_gym.search.task_prompts import task_prompts
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import (ARCHIVE_FILE, check_checkpoint_settings, checkpoint_verifier_calls,
                                   latest_checkpoint, load_checkpoint, save_checkpoint)
@@ -71,7 +71,9 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     model: None (built-in SmolLM2-135M-Instruct), a model folder or Hub id, or a (model, tokenizer) pair
     (a PeftModel is used as it is; a plain model gets fresh adapters from `config`).
     briefs: `Brief`s, or objects with `.id` and their own `.prompt()` (default: the 450 training briefs,
-    `brief_set("train")`); prompts are rendered by the task seam (`alpha_gym.tasks.task.render_prompt`).
+    `brief_set("train")`); the prompts are `config.task`'s under the verifier's limits, as the Gym env renders
+    them (`alpha_gym.search.task_prompts.task_prompts`; a step's prompts are `TaskPrompts.prompts(chosen, seed,
+    step)`).
     The verifier's novelty archive grows during the run; it is saved with every checkpoint and restored
     on resume, so a resumed run scores exactly as the uninterrupted one.
     """
@@ -104,6 +106,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     adapo = AdapoController(epsilon_high=config.resolved_epsilon_high) if config.adapo else None
     priorities = [verifier.config.priorities[c] for c in CHANNELS]
     eos_ids = _eos_ids(policy, tokenizer)
+    task = task_prompts(config.task, verifier, owner="TrainConfig")  # the env's prompts under the verifier's limits
 
     start, verifier_calls = 0, 0  # verifier_calls: answers scored so far, refills included (a checkpoint keeps it)
     if resume:
@@ -133,7 +136,7 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
         # 1. sample a group of answers per prompt, with the sampling policy's log-probs and entropies
         chosen = briefs_for_step(briefs, config, step)
-        prompts = [_prompt_ids(tokenizer, render_prompt(b, verifier.config.limits), device) for b in chosen]
+        prompts = [_prompt_ids(tokenizer, text, device) for text in task.prompts(chosen, config.seed, step)]
         groups = _sample(policy, tokenizer, [b.id for b in chosen], prompts, config, eos_ids, t)
 
         # 2. score each group with the verifier, with its brief

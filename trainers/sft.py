@@ -115,13 +115,14 @@ def check_lengths(dataset, tokenizer, max_length: int, where="the data") -> int:
     return max(lengths, default=0)
 
 
-def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96) -> dict:
-    """Greedy answers to the briefs and the share the verifier finds valid."""
-    from alpha_gym.tasks.task import render_prompt
+def probe_valid_rate(model_dir: str | None, verifier, briefs, max_new_tokens: int = 96, task: str = "write") -> dict:
+    """Greedy answers to the briefs and the share the verifier finds valid; the prompts are `task`'s under the
+    verifier's limits, brief i's the Gym env's after `reset(seed=prompt_seed(i))`, as the comparison's probe."""
+    from alpha_gym.search.task_prompts import task_prompts
     from trainers.rollout import generate_answers
     from trainers.models import load_base
+    prompts = task_prompts(task, verifier, owner="probe_valid_rate").prompts(briefs)
     model, tokenizer = load_base(model_dir)
-    prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
     answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=max_new_tokens)]
     scores = [verifier.score(a, brief=b) for a, b in zip(answers, briefs)]

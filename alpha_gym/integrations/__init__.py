@@ -9,6 +9,7 @@ costs nothing and each module needs only its own library:
     verifiers  `load_environment()` for verifiers.v1 (12 weighted async rewards, briefs as data)
     openenv    an OpenEnv server whose episodes live in sessions, and its client
     skyrl      a skyrl-gym env class sharing one Verifier per process
+    prompts    the dataset rows' prompts: a task's, under the limits of the verifier the reward function uses
 
 Each takes its Verifier from the process's pool, `alpha_gym.pool` (one per panel and config), and
 every path returns exactly what `Verifier.score` returns for the same answer.

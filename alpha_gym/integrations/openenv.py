@@ -30,8 +30,6 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, field_validator
 
-from alpha_gym.tasks.task import render_prompt
-
 
 def without_lone_surrogates(text: str) -> str:
     """`text` with each unpaired UTF-16 surrogate (U+D800-U+DFFF alone) replaced by U+FFFD; pairs are joined."""
@@ -68,14 +66,21 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
     SUPPORTS_CONCURRENT_SESSIONS = True  # sessions share only the verifier, which scoring never changes
 
     def __init__(self, briefs: str = "train", data: str | None = None, universe=None, start=None, end=None,
-                 config=None, settings=()):
-        """`config`/`settings`: a VerifierConfig, a settings TOML or a mapping, and --set items (`cache.resolve_config`)."""
+                 config=None, settings=(), task: str = "write"):
+        """`config`/`settings`: a VerifierConfig, a settings TOML or a mapping, and --set items (`cache.resolve_config`).
+        `task`: "write" (AlphaFormula-v0's prompts) or "improve" (AlphaFormulaEvolve-v0's); `reset(seed=s)` gives
+        the Gym env's prompt for that seed, under this verifier's limits."""
         super().__init__()
         from alpha_gym.pool import shared_verifier
+        from alpha_gym.search.task_prompts import task_prompts
+        from alpha_gym.tasks.prompts import check_task
         from alpha_gym.tasks.sets import brief_set
+        check_task("AlphaEnvironment", task)
         self.briefs = brief_set(briefs)
         self.verifier = shared_verifier(data=data, universe=universe, start=start, end=end, config=config,
                                         settings=settings)
+        self.prompts = task_prompts(task, self.verifier, owner="AlphaEnvironment")
+        self._prompt = ""
         self._rng = np.random.default_rng()
         self._brief = None
         self._state = State(episode_id=None, step_count=0)
@@ -95,8 +100,9 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
                 self._brief = self.briefs[int(self._rng.integers(len(self.briefs)))]
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             brief = self._brief
-        return AlphaObservation(prompt=render_prompt(brief, self.verifier.config.limits), brief_id=brief.id, done=False,
-                                reward=None)
+            # the improve task's parents come from the same generator after the brief, as the Gym env draws them
+            prompt = self._prompt = self.prompts.drawn(brief, self._rng)
+        return AlphaObservation(prompt=prompt, brief_id=brief.id, done=False, reward=None)
 
     def step(self, action: AlphaAction, timeout_s: Optional[float] = None, **kwargs: Any) -> AlphaObservation:
         with self._lock:  # held while scoring: a parallel step waits, then finds the episode over
@@ -104,10 +110,10 @@ class AlphaEnvironment(Environment[AlphaAction, AlphaObservation, State]):
                 raise RuntimeError("call reset() before step()")
             if self._state.step_count > 0:
                 raise RuntimeError("the episode is over (one answer per episode): call reset() for the next")
-            brief = self._brief
+            brief, prompt = self._brief, self._prompt
             score = self.verifier.score(action.answer, brief=brief)
             self._state = State(episode_id=self._state.episode_id, step_count=1)
-        return AlphaObservation(prompt=render_prompt(brief, self.verifier.config.limits), brief_id=brief.id,
+        return AlphaObservation(prompt=prompt, brief_id=brief.id,
                                 done=True, reward=float(score.reward), valid=score.valid, reason=score.reason,
                                 formula=score.formula, channels=dict(score.channels))
 

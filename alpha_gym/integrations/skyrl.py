@@ -21,8 +21,6 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from alpha_gym.tasks.task import render_prompt
-
 ENV_CLASS = "alpha_gym"
 
 
@@ -67,11 +65,20 @@ def register_env(env_id: str = ENV_CLASS) -> str:
     return env_id
 
 
-def dataset_rows(briefs="train") -> list[dict]:
-    """skyrl-train dataset rows for the briefs: prompt, env_class, reward_spec, extra_info (with brief_id)."""
+def dataset_rows(briefs="train", task: str = "write", seed: int = 0, *, data=None, universe=None, start=None,
+                 end=None, config=None, settings=()) -> list[dict]:
+    """skyrl-train dataset rows for the briefs: prompt, env_class, reward_spec, extra_info (with brief_id).
+
+    The prompts are `task`'s under the limits of the verifier the env gets from the same `config` and `settings`
+    (its `env_config`); row i's is the Gym env's after `reset(seed=prompt_seed(seed, i))`."""
+    from alpha_gym.integrations.prompts import integration_prompts
     from alpha_gym.tasks.sets import brief_set
+    prompts = integration_prompts(task, "skyrl.dataset_rows", data=data, universe=universe, start=start, end=end,
+                                  config=config, settings=settings)
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
-    return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": render_prompt(b)}],
+    texts = prompts.prompts(items, seed)
+    return [{"data_source": "alpha_gym", "prompt": [{"role": "user", "content": text}],
              "env_class": ENV_CLASS,
              "reward_spec": {"method": "rule", "ground_truth": None}, "brief_id": b.id,
-             "extra_info": {"brief_id": b.id, "family": b.family, "index": i}} for i, b in enumerate(items)]
+             "extra_info": {"brief_id": b.id, "family": b.family, "index": i}}
+            for i, (b, text) in enumerate(zip(items, texts))]

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 import verifiers.v1 as vf
 
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
-from alpha_gym.tasks.task import render_prompt
 
 __all__ = ["AlphaTaskset", "AlphaTask", "AlphaData", "AlphaTaskConfig", "AlphaTasksetConfig", "load_environment"]
 
@@ -50,6 +49,10 @@ class AlphaTaskConfig(vf.TaskConfig):
 class AlphaTasksetConfig(vf.TasksetConfig):
     briefs: str = "train"
     """A brief set: "train" (450 briefs), "probe" (50 held-out briefs) or "fixed"."""
+    task_type: str = "write"
+    """The task whose prompts the tasks hold: "write" (AlphaFormula-v0's) or "improve" (AlphaFormulaEvolve-v0's)."""
+    seed: int = 0
+    """Task i's prompt is the Gym env's after `reset(seed=prompt_seed(seed, i))` (the improve task's parents)."""
     task: AlphaTaskConfig = AlphaTaskConfig()
 
 
@@ -129,21 +132,30 @@ class AlphaTaskset(vf.Taskset[AlphaTask, AlphaTasksetConfig]):
     """alpha-gym's design briefs, one task each."""
 
     def load(self) -> Iterator[AlphaTask]:
+        from alpha_gym.integrations.prompts import integration_prompts
         from alpha_gym.tasks.sets import brief_set
-        for brief in brief_set(self.config.briefs):
-            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=render_prompt(brief), brief_id=brief.id,
+        c = self.config.task  # the prompts state the limits of the verifier `AlphaTask.verifier` scores with
+        prompts = integration_prompts(self.config.task_type, "AlphaTasksetConfig", data=c.data, universe=c.universe,
+                                      start=c.start, end=c.end,
+                                      config={"verifier": dict(c.verifier)} if c.verifier else None)
+        briefs = brief_set(self.config.briefs)
+        for brief, prompt in zip(briefs, prompts.prompts(briefs, self.config.seed)):
+            yield AlphaTask(AlphaData(id=brief.id, name=brief.id, prompt=prompt, brief_id=brief.id,
                                       family=brief.family), self.config.task)
 
 
 def load_environment(briefs: str = "train", data: str | None = None, universe: str | None = None,
                      start: str | None = None, end: str | None = None, priorities=None, config=None,
-                     settings=()) -> AlphaTaskset:
+                     settings=(), task: str = "write", seed: int = 0) -> AlphaTaskset:
     """The alpha-gym taskset. `config` (a VerifierConfig, a settings TOML's path or a mapping of its
     tables) and `settings` (--set items) set the verifier as `--config`/`--set` do; `priorities`
     overrides channel weights ({channel: weight}) after them. Every priority that differs from the
     default goes through verifiers' own per-reward weight config, so traces record the weights they
-    were scored with."""
+    were scored with. `task`: the task whose prompts the taskset holds ("write" or "improve"), each under the
+    verifier's limits; `seed` seeds them (`AlphaTasksetConfig.seed`)."""
     from alpha_gym.pool import resolve_config
+    from alpha_gym.tasks.prompts import check_task
+    check_task("load_environment", task)
     from alpha_gym.settings import to_dict
     unknown = set(priorities or {}) - set(CHANNELS)
     if unknown:
@@ -153,6 +165,6 @@ def load_environment(briefs: str = "train", data: str | None = None, universe: s
     prios = {**resolved.priorities, **{k: float(v) for k, v in (priorities or {}).items()}}
     changed = {k: float(prios[k]) for k in CHANNELS if prios[k] != DEFAULT_PRIORITIES[k] or k in (priorities or {})}
     rewards = {name: vf.RewardFunctionConfig(weight=w) for name, w in changed.items()}
-    task = AlphaTaskConfig(data=data, universe=universe, start=start, end=end, rewards=rewards,
-                           priorities=changed, verifier=to_dict(resolved) if given else {})
-    return AlphaTaskset(AlphaTasksetConfig(briefs=briefs, task=task))
+    task_config = AlphaTaskConfig(data=data, universe=universe, start=start, end=end, rewards=rewards,
+                                  priorities=changed, verifier=to_dict(resolved) if given else {})
+    return AlphaTaskset(AlphaTasksetConfig(briefs=briefs, task=task_config, task_type=task, seed=seed))

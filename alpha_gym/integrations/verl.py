@@ -36,7 +36,6 @@ import numpy as np
 
 from alpha_gym.scoring.advantage_rule import project_advantages
 from alpha_gym.scoring.config import CHANNELS, DEFAULT_PRIORITIES
-from alpha_gym.tasks.task import render_prompt
 
 DATA_SOURCE = "alpha_gym"
 #: The keys of `compute_score`'s result that GDPO should normalise: the 14 reward channels.
@@ -75,16 +74,24 @@ def compute_score(data_source: str = DATA_SOURCE, solution_str: str = "", ground
             **{k: float(v) for k, v in score.channels.items()}, "may_win": bool(score.valid and not guarded)}
 
 
-def dataset_rows(briefs: Iterable | str = "train") -> list[dict]:
+def dataset_rows(briefs: Iterable | str = "train", task: str = "write", seed: int = 0, *, data: str | None = None,
+                 universe=None, start=None, end=None, config=None, settings=()) -> list[dict]:
     """verl's RL dataset rows for the briefs (a brief set name or Brief objects): prompt, data_source, ...
 
+    The prompts are `task`'s under the limits of the verifier `compute_score` gets from the same `config` and
+    `settings` (and, for the improve task, `data`...: its parents are scored there); row i's is the Gym env's
+    after `reset(seed=prompt_seed(seed, i))`.
     Write them with pandas: `pd.DataFrame(dataset_rows("train")).to_parquet("train.parquet")`.
     """
+    from alpha_gym.integrations.prompts import integration_prompts
     from alpha_gym.tasks.sets import brief_set
+    prompts = integration_prompts(task, "verl.dataset_rows", data=data, universe=universe, start=start, end=end,
+                                  config=config, settings=settings)
     items = brief_set(briefs) if isinstance(briefs, str) else list(briefs)
-    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": render_prompt(b)}], "ability": "alpha",
+    texts = prompts.prompts(items, seed)
+    return [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": text}], "ability": "alpha",
              "reward_model": {"style": "rule", "ground_truth": ""},
-             "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, b in enumerate(items)]
+             "extra_info": {"index": i, "brief_id": b.id, "family": b.family}} for i, (b, text) in enumerate(zip(items, texts))]
 
 
 def guard_advantages(advantages, may_win, index=None, response_mask=None):

@@ -37,6 +37,7 @@ from typing import Iterable, Sequence
 
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
+from alpha_gym.language.parser import DEFAULT_LIMITS, Limits
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import (AVERAGING_OPS, COMPARISON_OPS, PRICE_FIELDS, TS_OPS, Constraint,
                                         DistinctFields, ForbidOpOnFields, MaxNodes, MaxWindow, OpCount, RootOp,
@@ -247,9 +248,13 @@ def _fields(c: Constraint) -> dict:
     return {f.name: getattr(c, f.name) for f in dc_fields(c)}
 
 
-def check_prompt(brief: Brief) -> None:
-    """Raise ValueError unless the brief's prompt is printable ASCII of at most 4096 characters."""
-    text = render_prompt(brief)
+def check_prompt(brief: Brief, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Raise ValueError unless the brief's prompt under `limits` is printable ASCII of at most 4096 characters.
+
+    The seeded sets are generated once, before any verifier exists, so `generate_briefs` checks them under the
+    default limits; the env checks every prompt again under its verifier's limits, and every consumer renders
+    under those (`alpha_gym.tasks.prompts`)."""
+    text = render_prompt(brief, limits)
     bad = sorted(set(text) - PRINTABLE)
     if bad or len(text) > MAX_PROMPT_CHARS:
         raise ValueError(f"brief {brief.id}: prompt has {len(text)} characters (limit {MAX_PROMPT_CHARS}) "

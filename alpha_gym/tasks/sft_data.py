@@ -29,7 +29,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.compliance import check_compliance
-from alpha_gym.tasks.task import render_prompt
+from alpha_gym.tasks.prompts import TaskPrompts
 
 
 def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_turnover: float = 0.03,
@@ -60,10 +60,12 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
 
 
 def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
-              min_compliance: float = 0.5) -> list[dict]:
-    """For each brief, the most compliant pool formulas (then best CPCV) as prompt/completion rows."""
+              min_compliance: float = 0.5, prompts: TaskPrompts | None = None) -> list[dict]:
+    """For each brief, the most compliant pool formulas (then best CPCV) as prompt/completion rows; the prompt is
+    `prompts`' (pass the verifier's: `TaskPrompts(limits=verifier.config.limits)`; None: the write task under
+    the default limits), brief i's the Gym env's after `reset(seed=prompt_seed(i))`."""
     rows = []
-    for brief in briefs:
+    for brief, prompt in zip(briefs, (prompts or TaskPrompts()).prompts(briefs)):
         ranked = []
         for k, item in enumerate(pool):  # the pool is sorted best CPCV first, so k breaks ties by CPCV
             checks = check_compliance(brief, item["node"]) if brief.constraints else {}
@@ -72,7 +74,7 @@ def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
                 ranked.append((-share, k, item))
         for neg_share, _, item in sorted(ranked, key=lambda r: r[:2])[:per_brief]:
             rows.append({
-                "prompt": [{"role": "user", "content": render_prompt(brief)}],
+                "prompt": [{"role": "user", "content": prompt}],
                 "completion": [{"role": "assistant", "content": f"<alpha>{item['formula']}</alpha>"}],
                 "brief_id": brief.id, "family": brief.family, "formula": item["formula"],
                 "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]), "compliance": -neg_share,
@@ -115,10 +117,12 @@ def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
 
 def build_sft_dataset(verifier, briefs: Sequence[Brief], out: str | Path, pool_size: int = 4000,
                       per_brief: int = 2, seed: int = 0, min_compliance: float = 0.5,
-                      progress: bool = False) -> dict:
-    """Pool -> pairs -> JSONL. Returns a summary (rows, briefs covered, mean compliance, pool kept)."""
+                      progress: bool = False, prompts: TaskPrompts | None = None) -> dict:
+    """Pool -> pairs -> JSONL. Returns a summary (rows, briefs covered, mean compliance, pool kept). `prompts`:
+    the task's (`alpha_gym.search.task_prompts.task_prompts(task, verifier)`); None: the write task under
+    the verifier's limits."""
     pool = formula_pool(verifier, pool_size, seed=seed, progress=progress)
-    rows = pair_rows(briefs, pool, per_brief, min_compliance)
+    rows = pair_rows(briefs, pool, per_brief, min_compliance, prompts or TaskPrompts(limits=verifier.config.limits))
     save_jsonl(rows, out)
     covered = len({r["brief_id"] for r in rows})
     mean_compliance = float(np.mean([r["compliance"] for r in rows])) if rows else 0.0

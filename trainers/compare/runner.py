@@ -37,11 +37,10 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
         return d["train_cpcv"], d["summary"]
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
-    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import load_for_inference
     from trainers.rollout import generate_answers
+    prompts = probe_prompts(verifier, briefs, scale.train_config("dapo").task)
     model, tokenizer = load_for_inference(model_path)
-    prompts = [render_prompt(b, verifier.config.limits) for b in briefs]
     answers = [a[0] for a in generate_answers(model, tokenizer, prompts,
                                               max_new_tokens=scale.train_config("dapo").max_completion_length)]
     del model
@@ -55,6 +54,13 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
                                "train_cpcv": train_cpcv, "summary": summary}, indent=1))
     tmp.replace(cached)
     return train_cpcv, summary
+
+
+def probe_prompts(verifier, briefs, task: str = "write") -> list[str]:
+    """The probe's prompts: the scale's task under the verifier's limits, brief i's the Gym env's after
+    `reset(seed=prompt_seed(i))` (one probe for every rung and seed)."""
+    from alpha_gym.search.task_prompts import task_prompts
+    return task_prompts(task, verifier, owner="TrainConfig").prompts(briefs)
 
 
 def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, holdout, briefs, filtered,
