@@ -4,6 +4,8 @@ train extra)."""
 
 from __future__ import annotations
 
+import sys
+
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
@@ -29,9 +31,18 @@ def cmd_sft_data(args) -> int:
     verifier = Verifier(panel_from_args(args), settings_from_args(args).verifier)
     briefs = load_briefs(args.briefs) if args.briefs else brief_set("train")
     summary = build_sft_dataset(verifier, briefs, args.out, pool_size=args.pool, per_brief=args.per_brief,
-                                seed=args.seed, progress=True)
+                                seed=args.seed, max_briefs_per_formula=args.max_briefs_per_formula, progress=True)
     print(json_dumps(summary, indent=2))
+    print(coverage_line(summary), file=sys.stderr)
     return 0
+
+
+def coverage_line(summary: dict) -> str:
+    """One line: how many briefs got a formula, and why the others did not."""
+    left = "; ".join(f"{reason}: {n}" for reason, n in summary["left"].items())
+    return (f"sft-data: {summary['briefs_covered']} of {summary['briefs']} briefs covered "
+            f"({summary['briefs_full']} with {summary['per_brief']} formulas), {summary['rows']} pairs"
+            + (f"; left out: {left}" if left else ""))
 
 
 def _improve_data(args) -> int:
@@ -89,9 +100,16 @@ def register(sub) -> None:
     p.add_argument("--per-prompt", type=flag(ints(1, 10**6)), default=None,
                    help=f"improve: most children kept for one parent set (default {IMPROVE_PER_PROMPT})")
     p.add_argument("--briefs", help="write: briefs JSONL (default: the training split of the seeded briefs)")
-    p.add_argument("--pool", type=int, default=4000, help="write: random formulas to draw and score (default 4000)")
-    p.add_argument("--per-brief", type=int, default=2, help="write: pairs per brief (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="write: of the random formulas drawn (default 0)")
+    p.add_argument("--pool", type=flag(ints(0, 10**7)), default=0,
+                   help="write: random formulas to draw and score, tried for each brief before the formulas composed "
+                        "from its parts (default 0)")
+    p.add_argument("--per-brief", type=flag(ints(1, 100)), default=3,
+                   help="write: distinct formulas per brief, each meeting every check of the brief channel, valid and "
+                        "with train CPCV above 0 (default 3)")
+    p.add_argument("--max-briefs-per-formula", type=flag(ints(1, 10**6)), default=3,
+                   help="write: most briefs one formula may answer (default 3)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="write: of the random formulas drawn and of each brief's search (default 0)")
     add_data_args(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_sft_data)

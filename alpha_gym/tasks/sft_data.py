@@ -1,17 +1,21 @@
 """Verified brief -> formula pairs for a supervised warm start.
 
 A small model rarely writes a valid `<alpha>` answer at first, so RL has no
-signal. The warm start teaches the answer format and the DSL on pairs where
-every formula was drawn from the grammar, scored by the verifier, and kept
-only when it is valid, trades a reasonable book and satisfies its brief's
-checkable constraints:
+signal. The warm start teaches the answer format, the DSL and the brief on pairs
+where every formula meets every check the brief channel (R13) pays for, on the
+formula's live tree, passes every validity rule of the verifier and has train
+CPCV above 0:
 
-1. draw a pool of random formulas (`alpha_gym.language.sample`);
-2. trade each once on the training panel; keep those with turnover in
+1. optionally draw a pool of random formulas (`alpha_gym.language.sample`) and
+   trade each once on the training panel; keep those with turnover in
    [min_turnover, max_turnover] and CPCV >= min_cpcv;
-3. for each brief, take the pool formulas that satisfy the largest share of its
-   constraints (at least `min_compliance`), best CPCV first, up to `per_brief`,
-   so the pairs teach both the contract and, as far as the pool allows, the brief.
+2. for each brief, a search (`alpha_gym.tasks.template_search`): the pool
+   formulas that meet the brief first, then formulas composed from the parts
+   the brief asks for, up to `per_brief` distinct ones, none answering more than
+   `max_briefs_per_formula` briefs, so the pairs show several compliant answers
+   per brief and no one formula for many briefs;
+3. the summary says how many briefs got a formula and, per reason, why the
+   others did not (`template_search.REASONS`).
 
 Rows are conversational prompt/completion records that `datasets` loads and
 TRL's `SFTTrainer` trains on (the loss covers the completion only).
@@ -19,8 +23,10 @@ TRL's `SFTTrainer` trains on (the loss covers the completion only).
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,8 +34,8 @@ from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
-from alpha_gym.tasks.compliance import check_compliance
-from alpha_gym.tasks.prompts import TaskPrompts
+from alpha_gym.tasks.template_search import SearchBounds, search_briefs
+from alpha_gym.tasks.task import render_prompt
 
 
 def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_turnover: float = 0.03,
@@ -39,7 +45,7 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
     seen: set[str] = set()
     kept = []
     iterator = range(n)
-    if progress:
+    if progress and n:  # no bar for an empty pool (the default)
         try:
             from tqdm import tqdm
             iterator = tqdm(iterator, desc="formula pool", unit="formula")
@@ -54,30 +60,24 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
         if ev is None:
             continue
         if min_turnover <= ev.turnover <= max_turnover and ev.cpcv >= min_cpcv:
-            kept.append({"formula": ev.text, "node": ev.node, "cpcv": ev.cpcv, "turnover": ev.turnover})
+            kept.append({"formula": ev.text, "node": ev.node, "live": ev.live, "cpcv": ev.cpcv,
+                         "turnover": ev.turnover})
     kept.sort(key=lambda r: (-r["cpcv"], r["formula"]))
     return kept
 
 
-def pair_rows(briefs: Sequence[Brief], pool: list[dict], per_brief: int = 2,
-              min_compliance: float = 0.5, prompts: TaskPrompts | None = None) -> list[dict]:
-    """For each brief, the most compliant pool formulas (then best CPCV) as prompt/completion rows; the prompt is
-    `prompts`' (pass the verifier's: `TaskPrompts(limits=verifier.config.limits)`; None: the write task under
-    the default limits), brief i's the Gym env's after `reset(seed=prompt_seed(i))`."""
+def pair_rows(briefs: Sequence[Brief], found: Mapping[str, Sequence[dict]]) -> list[dict]:
+    """For each brief, its searched formulas (`found[brief.id]`: `template_search.search_briefs`' items, in
+    order) as prompt/completion rows."""
     rows = []
-    for brief, prompt in zip(briefs, (prompts or TaskPrompts()).prompts(briefs)):
-        ranked = []
-        for k, item in enumerate(pool):  # the pool is sorted best CPCV first, so k breaks ties by CPCV
-            checks = check_compliance(brief, item["node"]) if brief.constraints else {}
-            share = sum(checks.values()) / len(checks) if checks else 1.0
-            if share >= min_compliance:
-                ranked.append((-share, k, item))
-        for neg_share, _, item in sorted(ranked, key=lambda r: r[:2])[:per_brief]:
+    for brief in briefs:
+        for item in found.get(brief.id, ()):
             rows.append({
-                "prompt": [{"role": "user", "content": prompt}],
+                "prompt": [{"role": "user", "content": render_prompt(brief)}],
                 "completion": [{"role": "assistant", "content": f"<alpha>{item['formula']}</alpha>"}],
                 "brief_id": brief.id, "family": brief.family, "formula": item["formula"],
-                "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]), "compliance": -neg_share,
+                "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]),
+                "compliance": float(item["compliance"]), "checks": int(item["checks"]),
             })
     return rows
 
@@ -115,17 +115,32 @@ def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
     return path
 
 
-def build_sft_dataset(verifier, briefs: Sequence[Brief], out: str | Path, pool_size: int = 4000,
-                      per_brief: int = 2, seed: int = 0, min_compliance: float = 0.5,
-                      progress: bool = False, prompts: TaskPrompts | None = None) -> dict:
-    """Pool -> pairs -> JSONL. Returns a summary (rows, briefs covered, mean compliance, pool kept). `prompts`:
-    the task's (`alpha_gym.search.task_prompts.task_prompts(task, verifier)`); None: the write task under
-    the verifier's limits."""
+def build_sft_dataset(verifier, briefs: Sequence[Brief], out: str | Path, pool_size: int = 0,
+                      per_brief: int = 3, seed: int = 0, max_briefs_per_formula: int = 3,
+                      progress: bool = False, bounds: SearchBounds | None = None) -> dict:
+    """Pool -> search per brief -> pairs -> JSONL. Returns a summary (`search_summary`). `bounds` overrides
+    `per_brief` and `max_briefs_per_formula` (and sets the search's draw and verifier-call budgets)."""
     pool = formula_pool(verifier, pool_size, seed=seed, progress=progress)
-    rows = pair_rows(briefs, pool, per_brief, min_compliance, prompts or TaskPrompts(limits=verifier.config.limits))
+    bounds = bounds or SearchBounds(per_brief=per_brief, max_briefs=max_briefs_per_formula)
+    results, uses = search_briefs(verifier, briefs, bounds, seed=seed, pool=pool,
+                                  progress=_say if progress else None)
+    rows = pair_rows(briefs, {r.brief_id: r.found for r in results})
     save_jsonl(rows, out)
-    covered = len({r["brief_id"] for r in rows})
-    mean_compliance = float(np.mean([r["compliance"] for r in rows])) if rows else 0.0
-    return {"rows": len(rows), "briefs": len(briefs), "briefs_covered": covered,
-            "mean_compliance": round(mean_compliance, 3), "pool_kept": len(pool),
+    return {**search_summary(results, uses, bounds), "rows": len(rows), "pool_kept": len(pool),
             "pool_drawn": pool_size, "path": str(out)}
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def search_summary(results, uses: Mapping[str, int], bounds: SearchBounds) -> dict:
+    """How many briefs got a formula (and `per_brief` of them), why the others did not (reason -> briefs; those
+    short of `per_brief` under `short`), the cap and how many briefs the most shared formula answers."""
+    left = Counter(r.reason for r in results if not r.found)
+    short = Counter(r.reason for r in results if r.found and r.reason)
+    return {"briefs": len(results), "briefs_covered": sum(bool(r.found) for r in results),
+            "briefs_full": sum(len(r.found) >= bounds.per_brief for r in results), "per_brief": bounds.per_brief,
+            "left": dict(sorted(left.items())), "short": dict(sorted(short.items())),
+            "distinct_formulas": len(uses), "max_briefs_per_formula": bounds.max_briefs,
+            "most_briefs_one_formula": max(uses.values(), default=0)}
