@@ -110,11 +110,10 @@ def test_the_probe_renders_the_envs_prompts(task, narrow, envs):
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_sft_pairs_carry_the_envs_prompts(task, narrow, envs):
-    from alpha_gym.language import parse
     from alpha_gym.tasks.sft_data import pair_rows
-    formula = "rank(ts_delta(close, 5))"
-    pool = [{"formula": formula, "node": parse(formula, NARROW), "cpcv": 0.1, "turnover": 0.2}]
-    rows = pair_rows(BRIEFS, pool, per_brief=1, min_compliance=0.0, prompts=task_prompts(task, narrow))
+    found = {b.id: [{"formula": "rank(ts_delta(close, 5))", "cpcv": 0.1, "turnover": 0.2, "compliance": 1.0,
+                     "checks": 1}] for b in BRIEFS}
+    rows = pair_rows(BRIEFS, found, prompts=task_prompts(task, narrow))
     assert [r["brief_id"] for r in rows] == [b.id for b in BRIEFS]
     got = [r["prompt"][0]["content"] for r in rows]
     assert got == [env_prompt(envs, task, b, prompt_seed(i)) for i, b in enumerate(BRIEFS)]
@@ -126,7 +125,7 @@ def test_sft_data_renders_under_the_verifiers_limits_by_default(small_synthetic,
     import json
     verifier = Verifier(small_synthetic, VerifierConfig(limits=NARROW))
     out = tmp_path / "pairs.jsonl"
-    summary = build_sft_dataset(verifier, BRIEFS, out, pool_size=60, per_brief=1, min_compliance=0.0)
+    summary = build_sft_dataset(verifier, BRIEFS, out, pool_size=60, per_brief=1)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert summary["rows"] == len(rows) > 0
     for row in rows:

@@ -35,7 +35,7 @@ from alpha_gym.jsonable import json_dumps
 from alpha_gym.language.sample import random_formula
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.template_search import SearchBounds, search_briefs
-from alpha_gym.tasks.task import render_prompt
+from alpha_gym.tasks.prompts import TaskPrompts
 
 
 def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_turnover: float = 0.03,
@@ -66,14 +66,17 @@ def formula_pool(verifier, n: int, seed: int = 0, min_cpcv: float = -0.5, min_tu
     return kept
 
 
-def pair_rows(briefs: Sequence[Brief], found: Mapping[str, Sequence[dict]]) -> list[dict]:
+def pair_rows(briefs: Sequence[Brief], found: Mapping[str, Sequence[dict]],
+              prompts: TaskPrompts | None = None) -> list[dict]:
     """For each brief, its searched formulas (`found[brief.id]`: `template_search.search_briefs`' items, in
-    order) as prompt/completion rows."""
+    order) as prompt/completion rows; the prompt is
+    `prompts`' (pass the verifier's: `TaskPrompts(limits=verifier.config.limits)`; None: the write task under
+    the default limits), brief i's the Gym env's after `reset(seed=prompt_seed(i))`."""
     rows = []
-    for brief in briefs:
+    for brief, prompt in zip(briefs, (prompts or TaskPrompts()).prompts(briefs)):
         for item in found.get(brief.id, ()):
             rows.append({
-                "prompt": [{"role": "user", "content": render_prompt(brief)}],
+                "prompt": [{"role": "user", "content": prompt}],
                 "completion": [{"role": "assistant", "content": f"<alpha>{item['formula']}</alpha>"}],
                 "brief_id": brief.id, "family": brief.family, "formula": item["formula"],
                 "cpcv": float(item["cpcv"]), "turnover": float(item["turnover"]),
@@ -117,14 +120,18 @@ def save_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
 
 def build_sft_dataset(verifier, briefs: Sequence[Brief], out: str | Path, pool_size: int = 0,
                       per_brief: int = 3, seed: int = 0, max_briefs_per_formula: int = 3,
-                      progress: bool = False, bounds: SearchBounds | None = None) -> dict:
+                      progress: bool = False, prompts: TaskPrompts | None = None,
+                      bounds: SearchBounds | None = None) -> dict:
     """Pool -> search per brief -> pairs -> JSONL. Returns a summary (`search_summary`). `bounds` overrides
-    `per_brief` and `max_briefs_per_formula` (and sets the search's draw and verifier-call budgets)."""
+    `per_brief` and `max_briefs_per_formula` (and sets the search's draw and verifier-call budgets). `prompts`:
+    the task's (`alpha_gym.search.task_prompts.task_prompts(task, verifier)`); None: the write task under
+    the verifier's limits."""
     pool = formula_pool(verifier, pool_size, seed=seed, progress=progress)
     bounds = bounds or SearchBounds(per_brief=per_brief, max_briefs=max_briefs_per_formula)
     results, uses = search_briefs(verifier, briefs, bounds, seed=seed, pool=pool,
                                   progress=_say if progress else None)
-    rows = pair_rows(briefs, {r.brief_id: r.found for r in results})
+    rows = pair_rows(briefs, {r.brief_id: r.found for r in results},
+                     prompts or TaskPrompts(limits=verifier.config.limits))
     save_jsonl(rows, out)
     return {**search_summary(results, uses, bounds), "rows": len(rows), "pool_kept": len(pool),
             "pool_drawn": pool_size, "path": str(out)}
