@@ -316,13 +316,14 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
     result holds {part: {kind: seconds}} of the ops' own time (`op_kind`) under "ops". bf16_gemm: the GEMMs are
     timed in bfloat16 too, under "gemm_bf16" (the case for a bf16 base: measured, not built).
 
-    The parts are found by wrapping what the loop calls: `sample_groups` (generation), `_score` (scoring),
-    `group_logps` without gradients (the reference pass, adapters off), and each optimizer step: from its
-    first `group_logps` with gradients to the end of AdamW's step (forward, loss, backward, clipping, step).
+    The parts are found by wrapping what the loop calls: `sample_groups` (generation), `_score` (scoring), the
+    update's (`trainers.update`) `group_logps` without gradients (the reference pass, adapters off), and each
+    optimizer step: from its first `group_logps` with gradients to the end of AdamW's step (forward, loss,
+    backward, clipping, step).
     """
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from trainers import loop
+    from trainers import loop, update
     from trainers.models import load_policy
 
     policy, tokenizer = load_policy(model, config)  # loading is not part of the step
@@ -375,12 +376,12 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
         x = args[0]
         calls[-1] = Call(**{**calls[-1].__dict__, "logits": x.numel() // x.shape[-1]})
 
-    real_sample, real_score, real_logps = loop.sample_groups, loop._score, loop.group_logps
+    real_sample, real_score, real_logps = loop.sample_groups, loop._score, update.group_logps
     hooks = [base.model.register_forward_pre_hook(record, with_kwargs=True),
              base.lm_head.register_forward_pre_hook(head_rows),
              register_optimizer_step_post_hook(step_done)]
     loop.sample_groups, loop._score = span("generation", real_sample), span("scoring", real_score)
-    loop.group_logps = logps
+    update.group_logps = logps
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
     try:
         with tempfile.TemporaryDirectory() as out, (profiler or _nothing()):
@@ -389,7 +390,7 @@ def parts(config, verifier, briefs, model: str | None = None, gemm_seconds: floa
             total = _Clocks()
             total.add(time.process_time() - c, time.perf_counter() - t)
     finally:
-        loop.sample_groups, loop._score, loop.group_logps = real_sample, real_score, real_logps
+        loop.sample_groups, loop._score, update.group_logps = real_sample, real_score, real_logps
         for h in hooks:
             h.remove()
     modules = [getattr(layer.self_attn if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp, name)

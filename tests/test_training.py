@@ -336,15 +336,15 @@ def test_trimmed_answers_give_the_padded_step(smollm, verifier, tmp_path):
     oracle `padded_logps`, in every log-prob pass of the step): the same answers and rewards, and the step's
     ratio, entropy, KL and loss to float rounding, and adapters that moved alike (two mini-batches, the KL
     term on; a planted valid answer, longer than the sampled ones, in each group)."""
-    from trainers import loop
+    from trainers import loop, update
     from trainers.run_log import read_log
     logs, weights = {}, {}
     for on in (True, False):
         config = recipe("cispo", **{**TINY, "steps_per_generation": 2})
         with pytest.MonkeyPatch.context() as mp:  # a valid answer in each group: advantages, so an update
             mp.setattr(loop, "sample_groups", planting()[0])
-            if not on:
-                mp.setattr(loop, "group_logps", padded_logps)
+            if not on:  # the update's log-prob passes (reference and policy)
+                mp.setattr(update, "group_logps", padded_logps)
             summary = loop.train(config, verifier.fork(), BRIEFS, tmp_path / str(on),
                                  model=fresh_policy(smollm, config), steps=1, progress=False)
         logs[on] = read_log(tmp_path / str(on))[0]

@@ -2,8 +2,10 @@
 
 Nothing is imported here (torch loads only where a module needs it). The modules, top to bottom:
 
-    config       TrainConfig and the named recipes (and the [train] table of the settings file)
+    config       TrainConfig, the named recipes (and the [train] table of the settings file), and LOSS_TABLE: one
+                 row per policy loss (its formula, options, default clip, averaging, clip and its metrics)
     losses       the policy losses, each beside its formula
+    update       one policy update on a batch of groups, the loop's and the RL mutator's (a row's loss, AdamW steps)
     advantages   GDPO / GRPO advantages, the advantage floor and the guard
     repo_r       REPO-R's token shaping and entropy thermostat, ADAPO
     loop         the training loop (sample, score as a group, advantages, off-policy mini-batches)

@@ -21,10 +21,77 @@ from typing import Any
 from alpha_gym.ranges import INF, Range, SettingError, above, check_choice, check_fields, closed, ints
 from alpha_gym.tasks.prompts import check_task
 
-LOSS_TYPES = ("grpo", "dapo", "cispo")
+
+@dataclass(frozen=True)
+class Clip:
+    """What a kind of clip logs (TRL's metric names, `trainers.losses.policy_loss`), and which of its metrics the
+    run log's clip_ratio (`share`: TRL's clip share) and clipped_share (`acted`: every token it acted on) read."""
+
+    metrics: tuple[str, ...]
+    share: str
+    acted: str
+
+
+#: "band": clip(r, 1 - epsilon, 1 + epsilon_high) in a surrogate (low: r under the band with A < 0, high: over it
+#: with A > 0); "cap": a stop-gradient weight min(r, 1 + epsilon_high) (TRL counts r > cap with A > 0 only;
+#: "capped" counts any sign, as the cap acts on both).
+CLIPS = {"band": Clip(("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"),
+                      share="clip_ratio/region_mean", acted="clip_ratio/region_mean"),
+         "cap": Clip(("cispo_clip_ratio", "clip_ratio/capped"), share="cispo_clip_ratio", acted="clip_ratio/capped")}
+AVERAGING = ("sequence", "token")
+
+
+@dataclass(frozen=True)
+class LossRow:
+    """One policy loss, whole: what the update (`trainers.update`) hands its formula, how it averages, its clip.
+
+    formula: its function in trainers/losses.py, f(logp, old_logp, adv, mask, *, beta, ref_logp, ...options);
+    options: the TrainConfig fields handed to it beside beta (epsilon_high as the update resolves it: the
+    config's, the row's default, or ADAPO's); epsilon_high: the default when a config leaves it None (None: epsilon,
+    a symmetric band); averaging: "sequence" (mean over each answer's tokens, then over answers: the update
+    weighs every group alike) or "token" (every completion token of the mini-batch weighs the same); clip: a key
+    of `CLIPS` (ADAPO steers a "band" only).
+    """
+
+    formula: str
+    options: tuple[str, ...]
+    epsilon_high: float | None
+    averaging: str
+    clip: str
+
+    def __post_init__(self):
+        check_choice("LossRow", "averaging", self.averaging, AVERAGING)
+        check_choice("LossRow", "clip", self.clip, tuple(CLIPS))
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metrics `policy_loss` returns for this loss (and "kl", "entropy" when given those)."""
+        return ("ratio/mean", *CLIPS[self.clip].metrics)
+
+    @property
+    def clip_metric(self) -> str:
+        return CLIPS[self.clip].share
+
+    @property
+    def clipped_metric(self) -> str:
+        return CLIPS[self.clip].acted
+
+
+#: The losses, one row each (TRL 1.16's `loss_type` names); LOSS_TYPES, EPSILON_HIGH and the logged metrics follow
+#: from it. A new loss is one row here (its formula in trainers/losses.py) plus its line in the TRL option map
+#: (trainers/trl_adapter.py).
+LOSS_TABLE: dict[str, LossRow] = {
+    # GRPO: clipped surrogate, symmetric band unless epsilon_high is set; short answers weigh more per token
+    "grpo": LossRow("grpo_loss", ("epsilon", "epsilon_high"), None, "sequence", "band"),
+    # DAPO: clip-higher band 0.8 / 1.28, token-level averaging
+    "dapo": LossRow("dapo_loss", ("epsilon", "epsilon_high"), 0.28, "token", "band"),
+    # CISPO: importance weight capped at 1.2 (a margin above 1, as DAPO's band), every token keeps its gradient
+    "cispo": LossRow("cispo_loss", ("epsilon_high",), 0.2, "token", "cap"),
+}
+LOSS_TYPES = tuple(LOSS_TABLE)
 #: epsilon_high when a config leaves it None: DAPO's clip-higher band 1.28 and CISPO's weight cap 1.2 (both
 #: as margins above 1; grpo uses epsilon, a symmetric band). The losses and ADAPO take their defaults here.
-EPSILON_HIGH = {"dapo": 0.28, "cispo": 0.2}
+EPSILON_HIGH = {name: row.epsilon_high for name, row in LOSS_TABLE.items() if row.epsilon_high is not None}
 
 #: Fields that change only what a run writes, never what it learns: a resume may change them.
 OUTPUT_ONLY = ("log_completions", "logging_steps")
@@ -65,7 +132,7 @@ class TrainConfig:
     # (cispo: min(r, 1 + epsilon_high)). None = the loss's default: grpo epsilon, dapo 0.28, cispo 0.2.
     # TRL differs for cispo: there epsilon_high is the absolute cap (ours 0.2 = TRL's 1.2).
     epsilon_high: float | None = 0.2
-    loss_type: str = "cispo"            # "grpo" | "dapo" | "cispo"
+    loss_type: str = "cispo"            # a row of LOSS_TABLE: "grpo" | "dapo" | "cispo"
     top_entropy_quantile: float = 1.0   # share of completion tokens (highest entropy) kept in the policy term
     max_grad_norm: float | None = 1.0   # 0 or None: no clipping
     weight_decay: float = 0.0
@@ -115,7 +182,7 @@ class TrainConfig:
     def __post_init__(self):
         check_fields(self, TRAIN_RANGES)
         check_task("TrainConfig", self.task)
-        check_choice("TrainConfig", "loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("TrainConfig", "loss_type", self.loss_type, tuple(LOSS_TABLE))  # the table now, rows added too
         check_choice("TrainConfig", "lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULES)
         check_choice("TrainConfig", "advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
         if self.steps_per_generation > self.num_generations:
@@ -134,18 +201,20 @@ class TrainConfig:
             raise SettingError("TrainConfig", "max_verifier_calls", self.max_verifier_calls,
                                f"0 (no cap) or >= prompts_per_step x num_generations "
                                f"({self.prompts_per_step * self.num_generations}): one step's answers must fit")
-        if self.adapo and self.loss_type == "cispo":
+        if self.adapo and LOSS_TABLE[self.loss_type].clip != "band":
+            bands = "/".join(name for name, row in LOSS_TABLE.items() if row.clip == "band")
             raise SettingError("TrainConfig", "adapo", self.adapo,
-                               "false with loss_type='cispo': adapo steers the clip band of grpo/dapo; with cispo "
-                               "epsilon_high is a weight cap, not a band: use repo_r for entropy control, or "
-                               "loss_type 'dapo'")
+                               f"false with loss_type={self.loss_type!r}: adapo steers the clip band of {bands}; with "
+                               f"{self.loss_type} epsilon_high is a weight cap, not a band: use repo_r for entropy "
+                               "control, or loss_type 'dapo'")
 
     @property
     def resolved_epsilon_high(self) -> float:
         """epsilon_high as the loss uses it (None -> the loss's own default, see the field comment)."""
         if self.epsilon_high is not None:
             return self.epsilon_high
-        return self.epsilon if self.loss_type == "grpo" else EPSILON_HIGH[self.loss_type]
+        default = LOSS_TABLE[self.loss_type].epsilon_high
+        return self.epsilon if default is None else default
 
     def with_(self, **changes: Any) -> "TrainConfig":
         """A validated copy with some fields changed; unknown names raise ValueError."""

@@ -21,9 +21,10 @@ mutator of an `evolve` run. Each step, top to bottom:
                 advantages per group with `trainers.advantages.compute_advantages` (mode "grpo" on the one
                 scalar reward the run already holds, the validity projection: no positive advantage for an
                 invalid answer, each group sums to 0), the reference log-probs with the adapters off when the
-                recipe's beta != 0 (`trainers.logprobs.group_logps`), the recipe's top-entropy token mask,
-                and the recipe's loss (`trainers.losses.policy_loss`: grpo | dapo | cispo, + beta * KL). The
-                learning rate is the recipe's, constant (the number of updates depends on what is rejected)
+                recipe's beta != 0, the recipe's top-entropy token mask, and the recipe's loss (its row of
+                `trainers.config.LOSS_TABLE`, + beta * KL): `trainers.update.policy_update`, the loop's update,
+                with one pass and one mini-batch. The learning rate is the recipe's, constant (the number of
+                updates depends on what is rejected)
     5. log      the update's record (loss, KL, mean scored reward, share of non-zero advantages, answers,
                 rejected) goes into the evolve group's history row ("updates"), so state.json keeps it
     6. resume   `save_state` writes the adapters, the optimizer and the answers awaiting their update in one
@@ -42,11 +43,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from alpha_gym.errors import InputError
 from alpha_gym.language import DEFAULT_LIMITS, Limits
@@ -54,10 +55,9 @@ from alpha_gym.search.database import Program
 from alpha_gym.search.mutators import improve_prompts
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.config import RECIPES, TrainConfig
-from trainers.logprobs import group_logps
-from trainers.losses import policy_loss, top_entropy_mask
 from trainers.models import add_adapters, adapter_state, load_policy
 from trainers.rollout import end_token_ids, prompt_ids, sample_groups
+from trainers.update import Batch, policy_update
 
 STATE_FORMAT = "alpha-gym/evolve-rl/v1"
 
@@ -188,52 +188,20 @@ class TrainedMutator:
         groups, self.ready = self.ready, []
         scored = [o[0] for g in groups for o in g["outcomes"] if o is not None]
         low = min(scored) if scored else 0.0   # a duplicate: invalid, at the update's lowest reward
-        cfg = self.config
         advs = []
         for g in groups:
             reward = torch.tensor([low if o is None else o[0] for o in g["outcomes"]], dtype=torch.float64)
             valid = torch.tensor([o is not None and o[1] for o in g["outcomes"]])
             advs.append(compute_advantages(reward[None, :, None], [1.0], valid[None], reward[None],
                                            mode="grpo").float()[0])
-        # one length for the update's answers: the recipe's top-entropy mask is taken over all of them, as the loop's
-        T = max(g["mask"].shape[1] for g in groups)
-        pad = [{k: F.pad(g[k], (0, T - g[k].shape[1]), value=v) for k, v in
-                (("completion_ids", self.tokenizer.pad_token_id), ("mask", 0.0), ("old_logp", 0.0), ("entropy", 0.0))}
-               for g in groups]
-        masks = torch.cat([p["mask"] for p in pad])
-        keep = top_entropy_mask(torch.cat([p["entropy"] for p in pad]), masks, cfg.top_entropy_quantile)
-        n_tokens = masks.sum()
-        kw = {"beta": cfg.beta, "epsilon_high": cfg.resolved_epsilon_high}
-        if cfg.loss_type in ("grpo", "dapo"):
-            kw["epsilon"] = cfg.epsilon
-        if cfg.loss_type in ("dapo", "cispo"):
-            kw["num_items_in_batch"] = n_tokens   # every group divides by the update's token count
-        scale = 1.0 / len(groups) if cfg.loss_type == "grpo" else 1.0
-        self.optimizer.zero_grad(set_to_none=True)
-        stats = {"loss": 0.0, "kl": 0.0}
-        at = 0
-        for g, p, a in zip(groups, pad, advs):
-            k = p["mask"].shape[0]
-            lengths = [int(x) for x in p["mask"].sum(-1).tolist()]
-            token_adv = a[:, None] * keep[at:at + k].to(a.dtype)
-            at += k
-            ref = None
-            if cfg.beta != 0.0:
-                with torch.no_grad(), self.policy.disable_adapter():   # the reference: the base model
-                    ref = group_logps(self.policy, g["prompt_ids"], p["completion_ids"], cfg.temperature,
-                                      lengths=lengths)[0]
-            logp, _ = group_logps(self.policy, g["prompt_ids"], p["completion_ids"], cfg.temperature, lengths=lengths)
-            loss, m = policy_loss(cfg.loss_type, logp, p["old_logp"], token_adv, p["mask"], ref_logp=ref, **kw)
-            (loss * scale).backward()
-            stats["loss"] += loss.item() * scale
-            stats["kl"] += m.get("kl", 0.0) * p["mask"].sum().item() / n_tokens.item()
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.optimizer.step()
+        # one batch of the update's answers, one AdamW step with the recipe's loss (trainers/update.py, as the loop)
+        adv = torch.cat(advs)
+        batch = Batch.of([SimpleNamespace(**g) for g in groups], self.tokenizer.pad_token_id)
+        stats = policy_update(self.policy, self.optimizer, self.params, self.config, batch, adv,
+                              epsilon_high=self.config.resolved_epsilon_high)
         self.updates += 1
         self.stats["updates"] += 1
         self.stats["update_seconds"] += time.perf_counter() - t0
-        adv = torch.cat(advs)
         n_valid = sum(o is not None and o[1] for g in groups for o in g["outcomes"])
         return {"update": self.updates, "groups": len(groups), "answers": int(adv.numel()),
                 "duplicates": int(adv.numel()) - len(scored), "valid": int(n_valid),

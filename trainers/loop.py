@@ -13,12 +13,13 @@ One step of `train`, top to bottom:
        the run ends after the last step whose first scoring fits (refill paid for with steps, not extra calls)
     4. advantages: GDPO (or GRPO) per group, then the projection: no positive advantage for an invalid or
        motif-guarded (R10) answer, nor (optional floor) one whose core score is <= floor
-    5. the reference log-probs: one no-grad pass with adapters off (`trainers.logprobs`); the old log-probs
-       are the sampler's
+    5. the batch: every group's answers padded to one length; the old log-probs and entropies are the sampler's
     6. entropy control: REPO-R's thermostat sets zeta, or ADAPO sets epsilon_high
-    7. update: `num_iterations` passes over the batch, each split into `steps_per_generation` mini-batches (a
-       slice of every group's answers), one AdamW step per mini-batch (grpo | dapo | cispo, + beta * KL): from
-       the second mini-batch on the policy is newer than the one that sampled, so the ratios leave 1
+    7. update (`trainers.update.policy_update`, the RL mutator's too): the reference log-probs (one no-grad pass,
+       adapters off), then `num_iterations` passes over the batch, each split into `steps_per_generation`
+       mini-batches (a slice of every group's answers), one AdamW step per mini-batch with the loss of
+       `config.loss_type`'s row of `LOSS_TABLE` (+ beta * KL): from the second mini-batch on the policy is newer
+       than the one that sampled, so the ratios leave 1
     8. log: one JSONL line to out_dir/log.jsonl (with the non-zero-advantage share and the distinct forms of
        each group), every answer to completions.jsonl (`trainers.run_log`); a
        checkpoint (adapters, optimizer, RNG, archive) every `save_steps` (`trainers.checkpoints`)
@@ -41,7 +42,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from alpha_gym.scoring.config import CHANNELS
 from alpha_gym.settings import claim_run_dir, to_dict
@@ -50,15 +50,14 @@ from trainers.advantages import compute_advantages, nonzero_share
 from trainers.checkpoints import (ARCHIVE_FILE, check_checkpoint_settings, checkpoint_verifier_calls,
                                   latest_checkpoint, load_checkpoint, save_checkpoint)
 from trainers.config import OUTPUT_ONLY, RETIRED, TrainConfig, register_train_table
-from trainers.logprobs import group_logps
 from trainers.refill import RefillCounts, distinct_forms, nonzero_by_group, refill
-from trainers.losses import policy_loss, top_entropy_mask
-from trainers.repo_r import AdapoController, EntropyThermostat, shape_advantages
+from trainers.repo_r import AdapoController, EntropyThermostat
 from trainers.rollout import Group, sample_groups
 from trainers.rollout import end_token_ids as _eos_ids
 from trainers.rollout import prompt_ids as _prompt_ids
 from trainers.run_book import ARCHIVE_LOG, append_admitted, truncate_admitted
 from trainers.run_log import append_jsonl, completion_rows, step_record, truncate_jsonl, write_jsonl
+from trainers.update import Batch, policy_update
 
 
 def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model=None, steps: int = 10,
@@ -108,15 +107,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
     eos_ids = _eos_ids(policy, tokenizer)
     task = task_prompts(config.task, verifier, owner="TrainConfig")  # the env's prompts under the verifier's limits
 
-    start, verifier_calls = 0, 0  # verifier_calls: answers scored so far, refills included (a checkpoint keeps it)
-    if resume:
-        ckpt = latest_checkpoint(out)
-        if ckpt is None:
-            raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
-        start = load_checkpoint(ckpt, policy, optimizer, thermostat, adapo)
-        verifier_calls = checkpoint_verifier_calls(ckpt)
-        if (ckpt / ARCHIVE_FILE).exists():
-            verifier.load_archive(ckpt / ARCHIVE_FILE)
+    # verifier_calls: answers scored so far, refills included (a checkpoint keeps it)
+    start, verifier_calls = _resume(out, policy, optimizer, thermostat, adapo, verifier) if resume else (0, 0)
     for name in ("log.jsonl", "completions.jsonl"):  # drop lines past the restart point (or all, fresh run)
         truncate_jsonl(out / name, start)
     truncate_admitted(out / ARCHIVE_LOG, start)  # the archive's admitted formulas, as the restored archive holds
@@ -160,67 +152,20 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
 
         # 4. advantages (P, G): GDPO/GRPO, then no positive advantage for an invalid or guarded answer, sum 0
         t_update = time.perf_counter()
-        channels = torch.as_tensor(np.stack([s.matrix for s in scores]))        # (P, G, K) float64
-        valid = torch.as_tensor(np.stack([s.valid for s in scores]))
-        guarded = torch.as_tensor(np.stack([s.guarded for s in scores]))
-        core = torch.as_tensor(np.stack([s.core for s in scores]))
-        adv = compute_advantages(channels, priorities, valid, core, mode=config.advantage_mode,
-                                 floor=config.advantage_floor, guarded=guarded).float()
+        adv = _advantages(scores, priorities, config)
 
-        # 5. one length for the batch; old log-probs + entropies are the sampler's; the reference's (adapters off)
-        completion_ids, mask = _pad_batch(groups, tokenizer.pad_token_id)   # (P, G, T)
-        old_logp, entropy = _pad_like(groups, "old_logp", mask), _pad_like(groups, "entropy", mask)
-        ref_logp = None
-        if config.beta != 0.0:
-            with torch.no_grad(), policy.disable_adapter():  # the reference is the base model: adapters off
-                ref_logp = torch.stack([group_logps(policy, g.prompt_ids, ids, config.temperature,
-                                                    lengths=_lengths(m))[0]
-                                        for g, ids, m in zip(groups, completion_ids, mask)])
-        n_tokens = mask.sum()
-        mean_entropy = ((entropy * mask).sum() / n_tokens).item()
-
-        # 6. entropy control, once per rollout batch, from the sampling policy's entropy
+        # 5. one batch of the step's answers (the sampler's log-probs and entropies); 6. entropy control from them
+        batch = Batch.of(groups, tokenizer.pad_token_id)
+        mean_entropy = batch.mean_entropy()
         zeta = thermostat.update(mean_entropy) if thermostat else 0.0
         eps_high = adapo.update(mean_entropy) if adapo else config.resolved_epsilon_high
-        # The high-entropy mask over the whole batch, folded into per-token advantages: every loss is linear
-        # in A and the KL term is never masked, so A * keep is the same as masking the policy term.
-        keep = top_entropy_mask(entropy.flatten(0, 1), mask.flatten(0, 1), config.top_entropy_quantile)
-        token_adv = adv.to(mask.device)[..., None] * keep.view_as(mask).to(adv.dtype)    # (P, G, T)
 
-        # 7. num_iterations passes x steps_per_generation mini-batches, one AdamW step each. A mini-batch takes
-        # a slice of every group's answers (TRL splits its generation batch the same way). Every mini-batch
-        # is scored against old_logp, the SAMPLING policy: after the first step the ratios leave 1.
-        updates_per_step = config.num_iterations * config.steps_per_generation
-        rows = [torch.as_tensor(x, device=mask.device) for x in np.array_split(np.arange(mask.shape[1]),
-                                                                            config.steps_per_generation)]
-        stats = {"loss": 0.0, "kl": 0.0, "clip": 0.0, "clipped": 0.0, "ratio": 0.0}
-        for it in range(config.num_iterations):
-            for k, r in enumerate(rows):
-                update = (step - 1) * updates_per_step + it * config.steps_per_generation + k
-                lr = _learning_rate(config, update, steps * updates_per_step)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                mb_mask = mask[:, r]
-                kw = _loss_kwargs(config, eps_high, mb_mask.sum())
-                scale = 1.0 / len(groups) if config.loss_type == "grpo" else 1.0  # grpo averages sequences;
-                optimizer.zero_grad(set_to_none=True)                               # dapo/cispo divide by tokens
-                for i, g in enumerate(groups):
-                    logp, _ = group_logps(policy, g.prompt_ids, completion_ids[i, r], config.temperature,
-                                          lengths=_lengths(mb_mask[i]))
-                    a = token_adv[i, r]
-                    a = shape_advantages(a, logp.detach(), zeta) if config.repo_r else a
-                    loss, m = policy_loss(config.loss_type, logp, old_logp[i, r], a, mb_mask[i],
-                                          ref_logp=None if ref_logp is None else ref_logp[i, r], **kw)
-                    (loss * scale).backward()
-                    share = mb_mask[i].sum().item() / n_tokens.item() / config.num_iterations  # of the whole step
-                    stats["loss"] += loss.item() * scale / updates_per_step
-                    stats["kl"] += m.get("kl", 0.0) * share
-                    stats["clip"] += m.get("cispo_clip_ratio", m.get("clip_ratio/region_mean", 0.0)) * share
-                    stats["clipped"] += m.get("clip_ratio/capped", m.get("clip_ratio/region_mean", 0.0)) * share
-                    stats["ratio"] += m["ratio/mean"] * share
-                if config.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
+        # 7. the update (trainers/update.py): the reference pass, then num_iterations passes x steps_per_generation
+        # mini-batches, one AdamW step each, at the schedule's learning rate (n optimizer steps per step)
+        n = config.num_iterations * config.steps_per_generation
+        stats = policy_update(policy, optimizer, params, config, batch, adv.flatten(), epsilon_high=eps_high, zeta=zeta,
+                              passes=config.num_iterations, minibatches=config.steps_per_generation,
+                              learning_rate=lambda j: _learning_rate(config, (step - 1) * n + j, steps * n))
         t_update = time.perf_counter() - t_update
 
         # 8. log, checkpoint
@@ -229,8 +174,8 @@ def train(config: TrainConfig, verifier, briefs: Sequence | None, out_dir, model
             "kl": stats["kl"], "entropy": mean_entropy, "zeta": zeta, "epsilon_high": eps_high, "refills": refills,
             "form_refills": counts.collapsed, "form_swaps": counts.swapped, "verifier_calls": verifier_calls,
             "loss": stats["loss"], "clip_ratio": stats["clip"], "clipped_share": stats["clipped"],
-            "ratio_mean": stats["ratio"], "learning_rate": lr,
-            "completion_length": (n_tokens / mask.shape[0] / mask.shape[1]).item(),
+            "ratio_mean": stats["ratio"], "learning_rate": stats["learning_rate"],
+            "completion_length": (batch.mask.sum() / len(groups) / batch.sizes[0]).item(),
         }, {**t, "update": t_update, "total": time.perf_counter() - t_step}, forms, nonzero_by_group(adv))
         if step % config.logging_steps == 0 or step == steps:
             append_jsonl(out / "log.jsonl", record)
@@ -272,32 +217,14 @@ def _score(verifier, groups: list[Group], briefs, t) -> list:
     return scores
 
 
-def _lengths(mask: torch.Tensor) -> list[int]:
-    """Each answer's length (its mask's sum, EOS included): the log-prob passes stop there."""
-    return [int(n) for n in mask.sum(-1).tolist()]
-
-
-def _pad_batch(groups: list[Group], pad_id: int):
-    """(P, G, T) ids and mask, every group right-padded to the longest answer of the batch."""
-    T = max(g.completion_ids.shape[1] for g in groups)
-    ids = torch.stack([F.pad(g.completion_ids, (0, T - g.completion_ids.shape[1]), value=pad_id) for g in groups])
-    mask = torch.stack([F.pad(g.mask, (0, T - g.mask.shape[1]), value=0.0) for g in groups])
-    return ids, mask
-
-
-def _pad_like(groups: list[Group], field: str, mask: torch.Tensor) -> torch.Tensor:
-    """(P, G, T) of a per-token field of every group, right-padded with 0 (masked) to the batch's T."""
-    T = mask.shape[-1]
-    return torch.stack([F.pad(getattr(g, field), (0, T - getattr(g, field).shape[1]), value=0.0) for g in groups])
-
-
-def _loss_kwargs(config: TrainConfig, eps_high: float, n_tokens: torch.Tensor) -> dict:
-    kw = {"beta": config.beta, "epsilon_high": eps_high}
-    if config.loss_type in ("grpo", "dapo"):
-        kw["epsilon"] = config.epsilon
-    if config.loss_type in ("dapo", "cispo"):
-        kw["num_items_in_batch"] = n_tokens  # every group divides by the batch's token count
-    return kw
+def _advantages(scores, priorities, config: TrainConfig) -> torch.Tensor:
+    """(P, G) float32: GDPO/GRPO per group, then no positive advantage for an invalid or guarded answer, sum 0."""
+    channels = torch.as_tensor(np.stack([s.matrix for s in scores]))        # (P, G, K) float64
+    valid = torch.as_tensor(np.stack([s.valid for s in scores]))
+    guarded = torch.as_tensor(np.stack([s.guarded for s in scores]))
+    core = torch.as_tensor(np.stack([s.core for s in scores]))
+    return compute_advantages(channels, priorities, valid, core, mode=config.advantage_mode,
+                              floor=config.advantage_floor, guarded=guarded).float()
 
 
 def _learning_rate(config: TrainConfig, update: int, total_updates: int) -> float:
@@ -305,6 +232,18 @@ def _learning_rate(config: TrainConfig, update: int, total_updates: int) -> floa
     if config.lr_scheduler_type == "constant":
         return config.learning_rate
     return config.learning_rate * max(0.0, (total_updates - update) / total_updates)
+
+
+def _resume(out: Path, policy, optimizer, thermostat, adapo, verifier) -> tuple[int, int]:
+    """(steps done, verifier calls spent) of the run's latest checkpoint, whose adapters, optimizer, controllers
+    and novelty archive it restores into the objects given."""
+    ckpt = latest_checkpoint(out)
+    if ckpt is None:
+        raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
+    start = load_checkpoint(ckpt, policy, optimizer, thermostat, adapo)
+    if (ckpt / ARCHIVE_FILE).exists():
+        verifier.load_archive(ckpt / ARCHIVE_FILE)
+    return start, checkpoint_verifier_calls(ckpt)
 
 
 # -------------------------------------------------------------------------------- order and seeds

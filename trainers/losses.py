@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from trainers.config import EPSILON_HIGH
+from trainers.config import EPSILON_HIGH, LOSS_TABLE
 
-__all__ = ["kl_penalty", "top_entropy_mask", "grpo_loss", "dapo_loss", "cispo_loss", "policy_loss", "LOSSES"]
+__all__ = ["kl_penalty", "top_entropy_mask", "grpo_loss", "dapo_loss", "cispo_loss", "loss_function",
+           "policy_loss", "LOSSES"]
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -166,24 +167,32 @@ def cispo_loss(logp, old_logp, adv, mask, *, epsilon_high=EPSILON_HIGH["cispo"],
     return _token_mean(per_token, mask, num_items_in_batch)
 
 
-LOSSES = {"grpo": grpo_loss, "dapo": dapo_loss, "cispo": cispo_loss}
+def loss_function(name: str):
+    """The formula of the loss `name`: the function of this module its row of `LOSS_TABLE` names."""
+    if name not in LOSS_TABLE:
+        raise ValueError(f"unknown loss {name!r}; choose from {sorted(LOSS_TABLE)}")
+    return globals()[LOSS_TABLE[name].formula]
+
+
+LOSSES = {name: loss_function(name) for name in LOSS_TABLE}  # name -> formula, as the table names them
 
 
 @torch.no_grad()
 def _metrics(name, logp, old_logp, adv, mask, kw, ref_logp, entropy):
-    """Telemetry with TRL's metric names; token shares are masked means over completion tokens."""
+    """Telemetry with TRL's metric names (`LossRow.metrics`); token shares are masked means over completion tokens."""
     adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
     mask = mask.to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
     share = lambda b: _token_mean(b.to(logp.dtype), mask).item()  # noqa: E731
     out = {"ratio/mean": _token_mean(ratio, mask).item()}
-    if name == "cispo":
-        cap = 1.0 + kw.get("epsilon_high", 0.2)
+    row = LOSS_TABLE[name]
+    eps_high = kw.get("epsilon_high", row.epsilon_high)
+    if row.clip == "cap":
+        cap = 1.0 + eps_high
         out["cispo_clip_ratio"] = share((ratio > cap) & (adv > 0))  # TRL counts A > 0 only
         out["clip_ratio/capped"] = share(ratio > cap)  # any sign: the cap acts on both
-    else:
+    else:  # a band
         eps_low = kw.get("epsilon", 0.2)
-        eps_high = kw.get("epsilon_high", 0.28 if name == "dapo" else None)
         eps_high = eps_low if eps_high is None else eps_high
         low, high = (ratio < 1 - eps_low) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0)
         out.update({"clip_ratio/low_mean": share(low), "clip_ratio/high_mean": share(high),
@@ -197,14 +206,12 @@ def _metrics(name, logp, old_logp, adv, mask, kw, ref_logp, entropy):
 
 
 def policy_loss(name, logp, old_logp, adv, mask, *, ref_logp=None, entropy=None, **kw):
-    """Dispatch to `grpo_loss`, `dapo_loss` or `cispo_loss`; returns (loss, metrics).
+    """The loss of `LOSS_TABLE[name]` (`grpo_loss`, `dapo_loss`, `cispo_loss`, ...); returns (loss, metrics).
 
     kw are the chosen loss's options (epsilon, epsilon_high, beta, top_entropy_quantile, ...).
-    metrics: "ratio/mean"; grpo/dapo "clip_ratio/{low,high,region}_mean" (TRL's names: low = r < 1 - eps
-    with A < 0, high = r > 1 + eps_high with A > 0); cispo "cispo_clip_ratio" (r > cap with A > 0, TRL's
-    definition) and "clip_ratio/capped" (r > cap, any A); "kl" and "entropy" when given.
+    metrics (`LossRow.metrics`): "ratio/mean"; a band (grpo, dapo) "clip_ratio/{low,high,region}_mean" (TRL's
+    names: low = r < 1 - eps with A < 0, high = r > 1 + eps_high with A > 0); a cap (cispo) "cispo_clip_ratio"
+    (r > cap with A > 0, TRL's definition) and "clip_ratio/capped" (r > cap, any A); "kl" and "entropy" when given.
     """
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; choose from {sorted(LOSSES)}")
-    loss = LOSSES[name](logp, old_logp, adv, mask, ref_logp=ref_logp, entropy=entropy, **kw)
+    loss = loss_function(name)(logp, old_logp, adv, mask, ref_logp=ref_logp, entropy=entropy, **kw)
     return loss, _metrics(name, logp, old_logp, adv, mask, kw, ref_logp, entropy)

@@ -54,7 +54,9 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
                                                                    clamp(r, max=epsilon_high); ours 0.2 =
                                                                    TRL 1.2. Unset, TRL caps at epsilon =
                                                                    0.2: every token's weight ~1 -> 0.2
-    loss_type                loss_type ("grpo"|"dapo"|"cispo")     TRL default "dapo"
+    loss_type                loss_type ("grpo"|"dapo"|"cispo")     TRL default "dapo". A new row of
+                                                                   trainers.config.LOSS_TABLE adds its line
+                                                                   here: TRL's name, its options' meanings
     top_entropy_quantile     top_entropy_quantile                  TRL: threshold per micro-batch from the
                                                                    current forward; ours: whole step batch,
                                                                    sampling policy's entropies
