@@ -82,7 +82,7 @@ def test_the_loss_recipe_names_every_place_the_code_branches_on_a_loss():
     branches on a loss name is a row (a new module branching on `loss_type` makes the recipe incomplete)."""
     section = _section("extending.md", "## A policy loss")
     rows = re.findall(r"^\| `(trainers/[\w/]+\.py)` \| (.+) \|$", section, flags=re.M)
-    assert len(rows) >= 5
+    assert len(rows) >= 3   # the row (config.py), the formula (losses.py), the TRL map (trl_adapter.py)
     for path, what in rows:
         source = (ROOT / path).read_text(encoding="utf-8")
         for name in re.findall(r"`(\w+)`", what):
