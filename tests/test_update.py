@@ -138,11 +138,15 @@ def test_the_metrics_of_each_loss_are_its_rows(name):
     assert {row.clip_metric, row.clipped_metric} <= set(m) and m[row.clipped_metric] > 0   # the clip acts here
 
 
-def test_a_row_must_name_a_known_averaging_and_clip():
+def test_a_row_must_name_a_known_averaging_clip_and_formula(monkeypatch):
     with pytest.raises(ValueError, match="LossRow.averaging = 'batch'"):
         LossRow("dapo_loss", ("epsilon",), None, "batch", "band")
     with pytest.raises(ValueError, match="LossRow.clip = 'soft'"):
         LossRow("dapo_loss", ("epsilon",), None, "token", "soft")
+    for formula in ("ppo_loss", "Dapo_loss", "", "torch", "LOSSES", "EPSILON_HIGH"):   # none a loss function here
+        monkeypatch.setitem(LOSS_TABLE, "odd", LossRow(formula, (), None, "token", "cap"))
+        with pytest.raises(ValueError, match=f"names the formula {formula!r}, which trainers/losses.py does not"):
+            losses.policy_loss("odd", *_batch())
 
 
 # ---------------------------------------------------------------- (a) every loss trains on both paths

@@ -171,7 +171,11 @@ def loss_function(name: str):
     """The formula of the loss `name`: the function of this module its row of `LOSS_TABLE` names."""
     if name not in LOSS_TABLE:
         raise ValueError(f"unknown loss {name!r}; choose from {sorted(LOSS_TABLE)}")
-    return globals()[LOSS_TABLE[name].formula]
+    formula = globals().get(LOSS_TABLE[name].formula)
+    if not callable(formula):
+        raise ValueError(f"the row of loss {name!r} names the formula {LOSS_TABLE[name].formula!r}, which "
+                         "trainers/losses.py does not define")
+    return formula
 
 
 LOSSES = {name: loss_function(name) for name in LOSS_TABLE}  # name -> formula, as the table names them
