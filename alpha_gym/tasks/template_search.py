@@ -8,7 +8,8 @@ brief gets its own search: a formula is composed slot by slot from the brief's p
     inner      what the structure asks inside the signal (a ratio, a short-versus-long contrast, a nesting, an extreme)
     input      a second term for the input rule (`INPUT_TERMS`), combined with the core, or none
     outer      what the structure asks outermost (sign, rank, a smoothing), or none
-    sign       the composed formula as it is, or negated (`-(...)`) when the first has train CPCV <= 0
+    sign       the composed formula as it is, or negated (`-(...)`) when the first has train CPCV <= 0 and its
+               mirrored book (gross P&L negated, the same costs) earns a positive mean net P&L
 
 drawn with a generator seeded by (seed, brief id), so briefs that share their parts get different formulas. A draw
 is kept when, in this order, it meets every extended check of its brief on its parsed tree (free), the verifier
