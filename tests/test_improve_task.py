@@ -51,17 +51,18 @@ ANSWERS = ["<alpha>rank(-ts_delta(close, 3))</alpha>", "no tag", "<alpha>rank(cl
 def test_the_prompt_holds_the_brief_the_parents_with_their_numbers_and_the_contract():
     brief = FIXED_BRIEFS[3]
     text = render_prompt(brief, NARROW, {"parents": PARENTS}, task="improve")
-    assert text.startswith(brief.request + "\n\n")
+    # the fixed text first (a server's prefix cache keeps it), the parents and the instruction last
+    assert text.startswith(dsl_reference(NARROW) + "\n\n" + ANSWER_CONTRACT + "\n\n" + brief.request + "\n\n")
     assert ("1. rank(-ts_delta(close, 5))\n   reward +0.432, CPCV +0.610, daily turnover 0.350, IC +0.0123, "
             "max |corr| with the book 0.42\n") in text
     assert ("2. rank(ts_std(volume, 20) / ts_mean(volume, 20))\n   reward -1.500, CPCV -0.200, daily turnover n/a, "
             "IC n/a, max |corr| with the book 0.90\n") in text
-    assert INSTRUCTION in text and ANSWER_CONTRACT in text and text.endswith(dsl_reference(NARROW))
+    assert text.endswith(INSTRUCTION) and text.index(brief.request) < text.index("1. rank(-ts_delta(close, 5))")
     assert TASKS["improve"].contract == TASKS["write"].contract == ANSWER_CONTRACT
     assert TASKS["improve"].context == ("parents",)
     # without a brief: a generic request; without parents: asked for a first formula
     alone = render_prompt(None, NARROW, {"parents": PARENTS[:1]}, task="improve")
-    assert alone.startswith(NO_BRIEF_REQUEST) and "2. " not in alone
+    assert f"{ANSWER_CONTRACT}\n\n{NO_BRIEF_REQUEST}\n\n" in alone and "2. " not in alone.split(NO_BRIEF_REQUEST)[1]
     assert "No formula has been scored yet" in render_prompt(brief, context={"parents": []}, task="improve")
 
 
@@ -117,7 +118,7 @@ def test_registered_and_passes_the_gymnasium_checker(small_synthetic, seeded_db)
                                                 parents_per_prompt=3)
     check_env(alone, skip_render_check=True)
     obs, info = alone.reset(seed=0)
-    assert obs.startswith(NO_BRIEF_REQUEST) and info["brief_id"] is None and len(info["parents"]) == 3
+    assert NO_BRIEF_REQUEST in obs and info["brief_id"] is None and len(info["parents"]) == 3
 
 
 def test_reset_draws_by_seed_and_never_changes_the_database(small_synthetic, seeded_db):
@@ -288,7 +289,7 @@ def test_an_endpoints_answers_are_scored_by_evolve_within_the_exact_budget(small
     # each request held the brief, its parents with their numbers and the contract, and a seed drawn by the run
     for body in server.requests:
         prompt = body["messages"][0]["content"]
-        assert prompt.startswith(brief.request) and ANSWER_CONTRACT in prompt and INSTRUCTION in prompt
+        assert brief.request in prompt and ANSWER_CONTRACT in prompt and prompt.endswith(INSTRUCTION)
         assert re.search(r"^1\. .+\n   reward [+-]\d\.\d{3}, CPCV [+-]\d\.\d{3}, daily turnover ", prompt, re.M)
         assert body["temperature"] == 1.0 and body["seed"] >= 11
     assert len({b["seed"] for b in server.requests}) == len(server.requests)

@@ -262,39 +262,59 @@ def free_port() -> int:
 
 @contextmanager
 def serve_gguf(gguf, alias: str, *, threads: int = 1, n_ctx: int = 2048, start_timeout_s: float = 120,
-               log_dir=None):
-    """llama-cpp-python's OpenAI-compatible server for `gguf` on 127.0.0.1 (a free port), answering under the
-    model name `alias`, for the block: yields its base URL (http://127.0.0.1:PORT/v1) and stops it after.
+               log_dir=None, port: int | None = None):
+    """llama-cpp-python's OpenAI-compatible server for `gguf` on 127.0.0.1 (`port`, else a free one), answering
+    under the model name `alias`, for the block: yields its base URL (http://127.0.0.1:PORT/v1) and stops it after.
     Its log is `log_dir`/llama-server-PORT.log ($TMPDIR or /tmp by default).
 
     One thread by default: on a busy 2-core machine two llama.cpp threads wait for each other at every
     token (SmolLM2 f32, load average 12 on 2 cores: 0.7 tokens/s with 2 threads started under `nice`,
     11-12 with 1 thread not niced)."""
+    port = free_port() if port is None else port
+    log_path = Path(log_dir or os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log"
+    proc = start_server(gguf, alias, port=port, threads=threads, n_ctx=n_ctx, log_path=log_path)
+    try:
+        yield wait_until_serving(proc, port, start_timeout_s, f"llama.cpp's server did not start on {gguf} "
+                                                              f"(see {log_path})")
+    finally:
+        stop_server(proc)
+
+
+def start_server(gguf, alias: str, *, port: int, threads: int = 1, n_ctx: int = 2048, log_path,
+                 cpus: str | None = None) -> subprocess.Popen:
+    """The server process of `serve_gguf`, its output into `log_path`, on the CPUs `cpus` names ("0", "0-1":
+    `taskset -c`; None: wherever the system puts it). Wait for it with `wait_until_serving`."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ExportError("llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' "
                           "(see .ci/install for the build flags)")
-    port = free_port()
-    log_path = Path(log_dir or os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                                 "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
-                                 "--model_alias", alias], stdout=log, stderr=subprocess.STDOUT)
+    pin = [] if cpus is None else ["taskset", "-c", cpus]
+    with open(log_path, "w") as log:     # the child holds its own descriptor
+        return subprocess.Popen(pin + [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
+                                       "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+                                       "--n_threads", str(threads), "--model_alias", alias],
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_until_serving(proc: subprocess.Popen, port: int, timeout_s: float, failed: str) -> str:
+    """The base URL once the server on `port` lists its models; ExportError(`failed`) if it exits or takes
+    longer than `timeout_s` (the process is left to the caller to stop)."""
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
-            url = f"http://127.0.0.1:{port}/v1"
-            deadline = time.monotonic() + start_timeout_s
-            while True:
-                try:
-                    urllib.request.urlopen(url + "/models", timeout=2).read()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise ExportError(f"llama.cpp's server did not start on {gguf} (see {log_path})") from None
-                    time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            urllib.request.urlopen(url + "/models", timeout=2).read()
+            return url
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ExportError(failed) from None
+            time.sleep(0.5)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server `start_server` started (SIGTERM, then SIGKILL after 30 s)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -24,7 +24,9 @@ correlation-capped book (book.json) and its curve (curve.jsonl: calls, best trai
 effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
 comparison's `evolve` arm for `--probe` probe briefs (`alpha_gym.search.evolve_arm`). `--keep-at CALLS`
 rewrites those kept files as the run stood at CALLS calls, without a new call. The curve, the archive and
-the book are written with each checkpoint, so a stopped run has them as they stood then.
+the book are written with each checkpoint, so a stopped run has them as they stood then. The summary at the end
+says where the calls went (the seeds, each mutator, the random fill that takes the places the mutators left
+empty) and each mutator's share of the proposals the bandit handed out.
 
 An endpoint mutator's server is asked first (its model list and one short chat request): one that cannot answer
 is named in one line before any data is read. On stderr: one progress line per group, a line while a group
@@ -43,6 +45,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
 from alpha_gym.commands.flags import fold_arg
@@ -200,9 +203,38 @@ def _main(args) -> int:
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
           f"{c['book_members']} members ({c['effective_bets']:.1f} effective bets), kept answers valid "
           f"{numbers['checkpoints'][0]['train_valid']}/{len(probe)}; run folder {args.out}")
+    print(calls_summary(args.out))
     if fold is not None:
         walk_forward(args.out, verifier, fold)
     return 0
+
+
+def calls_summary(out) -> str:
+    """Where the run's verifier calls went (the seeds, each mutator, the random fill) and each mutator's share of
+    the proposals the bandit handed out, scored or refused, read from OUT/proposals.jsonl."""
+    import json
+    from collections import Counter
+    from alpha_gym.search.run_state import PROPOSALS_LOG
+    calls, asked = Counter(), Counter()
+    try:
+        lines = (Path(out) / PROPOSALS_LOG).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        return f"calls by origin: n/a ({PROPOSALS_LOG} unreadable: {type(err).__name__})"
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("origin"), str):
+            calls[row["origin"]] += row.get("status") == "scored"
+            asked[row["origin"]] += row["origin"] not in ("seed", "random")
+    total, handed = sum(calls.values()), sum(asked.values())
+    line = "calls by origin: " + ", ".join(f"{o} {n} ({n / total:.0%})" for o, n in calls.most_common() if n) \
+        if total else "calls by origin: none"
+    if handed:
+        line += "; the bandit's proposals: " + ", ".join(
+            f"{o} {n / handed:.0%} ({n} asked, {calls[o]} scored)" for o, n in asked.most_common() if n)
+    return line
 
 
 def walk_forward(out, verifier, fold) -> None:

@@ -3,7 +3,8 @@
     tree        the model-free one: the search's tree operators on the parents (`evolution.TreeMutator`)
     random      no search at all: a random formula from the grammar per parent set, the parents unread
                 (`RandomMutator`; the comparison's `random` control)
-    endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client (`EndpointMutator`)
+    endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client
+                (`alpha_gym.search.endpoint_mutator`: its options, and how it runs fast on llama.cpp's server)
     model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
                 samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
     rl          the same, with LoRA adapters trained during the run on the rewards it pays for
@@ -12,6 +13,7 @@
 `make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
 "endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
 built-in start model; PATH may be a packaged model's name, "model:gemma3-270m", as may `rl`'s model=).
+An endpoint spec may end in options: "endpoint:URL#MODEL,answers=4,concurrency=1,tokens=128".
 Adding an operator is one row of `MUTATORS`.
 
 The model-driven mutators write through the improve task (`alpha_gym.tasks.improve`): one prompt per parent
@@ -23,24 +25,21 @@ returned unparsed for `evolve` to read, reject or score.
 from __future__ import annotations
 
 import importlib
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from alpha_gym.errors import InputError
-from alpha_gym.evaluation.endpoint import EndpointClient, EndpointConfig, EndpointFailure, redact_url
+from alpha_gym.evaluation.endpoint import redact_url
 from alpha_gym.language import DEFAULT_LIMITS, Limits
 from alpha_gym.ranges import check_fields, ints
 from alpha_gym.search.database import Program
+from alpha_gym.search.endpoint_mutator import PROBE_TIMEOUT_S, EndpointMutator, endpoint_mutator  # noqa: F401
 from alpha_gym.search.evolution import Mutator, TreeMutator
 from alpha_gym.tasks.task import render_prompt
 
 
-#: The longest a check's chat request of one token may take an attempt (a run's requests wait up to 120 s).
-PROBE_TIMEOUT_S = 30.0
 
 
 class MutatorSpecError(InputError):
@@ -59,82 +58,6 @@ def improve_prompts(parent_sets: Sequence[Sequence[Program]], limits: Limits = D
     """One improve-task prompt per parent set (the brief, when given, in each)."""
     return [render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")
             for parents in parent_sets]
-
-
-# ------------------------------------------------------------------------------------------ the endpoint
-@dataclass
-class EndpointMutator:
-    """A model behind an OpenAI-compatible chat endpoint as a mutator: one improve-task prompt per parent set,
-    sent as `concurrency` requests at a time (`EndpointClient.complete`: retries, deadlines, no redirects).
-
-    Each request's `seed` is drawn from the run's generator (`config.seed` + the draw), one per prompt whatever
-    the replies, so a run is as repeatable as the server's sampling. A request that fails after its retries
-    gives "" (the run rejects it without a verifier call); an error that would fail every request (nothing
-    listening, 401/403/404, ...) raises `EndpointFailure` in one line naming the URL. `stats` counts prompts,
-    answers, failures and seconds (proposals per second = answered / seconds). `check()` asks before a run
-    whether the endpoint answers at all. An interrupt (Ctrl-C, a SIGTERM made one) cuts the requests in flight
-    rather than waiting out their time-outs.
-    """
-
-    config: EndpointConfig
-    limits: Limits = DEFAULT_LIMITS
-    brief: Any = None
-    concurrency: int = 4
-    name: str = "endpoint"
-    stats: dict = field(default_factory=lambda: {"prompts": 0, "answered": 0, "failed": 0, "seconds": 0.0})
-
-    def __post_init__(self):
-        check_fields(self, {"concurrency": ints(1, 256)})
-        if self.config.seed is None:
-            raise InputError("EndpointMutator needs config.seed (an integer): each request's seed is drawn from it")
-        self.client = self._client(self.config)
-
-    def _client(self, config: EndpointConfig) -> EndpointClient:
-        model = config.model        # its messages suggest a URL in this mutator's spec, not eval's --base-url
-        return EndpointClient(config, address=lambda url: f"--mutator endpoint:{url}#{model}")
-
-    def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
-        prompts = improve_prompts(parent_sets, self.limits, self.brief)
-        samples = [int(s) for s in rng.integers(0, 2**30, size=len(prompts))]
-        if not prompts:
-            return []
-        t0 = time.perf_counter()
-        pool = ThreadPoolExecutor(min(self.concurrency, len(prompts)))
-        try:
-            done = list(pool.map(lambda job: self.client.complete([{"role": "user", "content": job[0]}],
-                                                                 sample=job[1]), zip(prompts, samples)))
-        except BaseException:
-            self.client.cancel()          # the interrupted run stops now, not after the requests' time-outs
-            self.client = self._client(self.config)
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        self.stats["seconds"] += time.perf_counter() - t0
-        self.stats["prompts"] += len(prompts)
-        fatal = next((c for c in done if c.fatal), None)
-        if fatal is not None:
-            raise EndpointFailure(f"{redact_url(self.config.url())}: {fatal.error}: {fatal.detail}")
-        self.stats["answered"] += sum(c.ok for c in done)
-        self.stats["failed"] += sum(not c.ok for c in done)
-        return [c.text if c.ok and isinstance(c.text, str) else "" for c in done]
-
-    def check(self) -> None:
-        """`EndpointFailure` in one line when the endpoint cannot answer this mutator's requests: what `alpha-gym
-        eval` asks first (`GET /models`: nothing listening, a host that does not resolve, not HTTP, 401/403, a
-        redirect), then one chat request of a token (PROBE_TIMEOUT_S at most an attempt, retried as any request
-        is), which a wrong path, a model name the server refuses or a reply that is no chat completion fails.
-        Run before anything is scored: without it, such an endpoint is found out after the seeds are scored."""
-        served = self.client.served_models()
-        probe = replace(self.config, max_tokens=1, timeout_s=min(self.config.timeout_s, PROBE_TIMEOUT_S))
-        got = self._client(probe).complete([{"role": "user", "content": "Reply with OK."}])
-        if got.ok:
-            return
-        url, detail = redact_url(self.config.url()), got.detail or got.error
-        listed = ""
-        if served and self.config.model not in served:
-            listed = f" (its /models lists {', '.join(served[:10])}{', ...' if len(served) > 10 else ''})"
-        raise EndpointFailure(f"model {self.config.model!r} does not answer{'' if url in detail else ' at ' + url}"
-                              f"{listed}: {detail}")
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -202,19 +125,23 @@ def _random(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) ->
 
 
 def _endpoint(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> EndpointMutator:
-    url, _, model = arg.rpartition("#")
+    url, _, rest = arg.rpartition("#")
+    model, _, options = rest.partition(",")
     if not url.startswith(("http://", "https://")) or not model:
-        raise MutatorSpecError(f"an endpoint mutator is 'endpoint:URL#MODEL' (e.g. "
-                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2'), got {'endpoint:' + redact_url(arg)!r}")
-    config = EndpointConfig(base_url=url, model=model, max_tokens=128, temperature=1.0, timeout_s=120.0,
-                            seed=int(seed))
-    return EndpointMutator(config, limits=limits, brief=brief)
+        raise MutatorSpecError(f"an endpoint mutator is 'endpoint:URL#MODEL[,OPTION=N...]' (e.g. "
+                               f"'endpoint:http://127.0.0.1:8080/v1#smollm2,answers=4,concurrency=1'), got "
+                               f"{'endpoint:' + redact_url(arg)!r}")
+    try:
+        return endpoint_mutator(url, model, options, limits=limits, brief=brief, seed=seed)
+    except InputError as err:
+        raise MutatorSpecError(f"{err} (in {'endpoint:' + redact_url(arg)!r})") from None
 
 
 MUTATORS: tuple[MutatorRow, ...] = (
     MutatorRow("tree", _tree, "tree", doc="the search's tree operators on the parents (no model)"),
     MutatorRow("endpoint", _endpoint, "endpoint:URL#MODEL",
-               doc="any OpenAI-compatible chat endpoint, asked with improve-task prompts"),
+               doc="any OpenAI-compatible chat endpoint, asked with improve-task prompts (options after the "
+                   "model: ,answers=K ,concurrency=C ,tokens=T)"),
     MutatorRow("model", "trainers.mutator:from_spec", "model:PATH",
                doc="a local Hugging Face model folder ('model' alone: the start model), improve-task prompts "
                    "sampled in one batch as the training loop samples (needs the train extra)"),

@@ -1,10 +1,11 @@
 """The improve task (`AlphaFormulaEvolve-v0`, the language-model mutators of `evolve`): one better formula from
 earlier formulas and their train-window numbers, with or without a design brief.
 
-Its prompt is the brief's request (when there is a brief), the parent formulas, each with the numbers the
-verifier measured on the train window (reward, CPCV, turnover, IC, max |corr| of its P&L with the book), the
-instruction, the answer contract and the DSL reference under the verifier's limits: the write task's prompt
-with the parents between the request and the contract. The answer is scored as a write-task answer is (the
+Its prompt is the DSL reference under the verifier's limits, the answer contract, the brief's request (when
+there is a brief), then the parent formulas, each with the numbers the verifier measured on the train window
+(reward, CPCV, turnover, IC, max |corr| of its P&L with the book), and the instruction. What stays the same
+over a run comes first and the parents last, so a server that keeps the last prompt's KV cache (llama.cpp)
+evaluates only the parents of the next prompt, not the ~500 tokens of reference before them. The answer is scored as a write-task answer is (the
 verifier's reward, the brief beside it); `improvement` is that reward less the best parent's.
 
 Context: `parents`, a list (best first, possibly empty) of mappings with a `formula` (str) and any of the
@@ -56,8 +57,9 @@ def parent_lines(parents: Sequence[Mapping[str, Any]]) -> str:
 
 
 def render(brief, limits: Limits, context: Mapping[str, Any]) -> str:
-    """The request (or `NO_BRIEF_REQUEST` when `brief` is None), the parents with their train-window numbers,
-    the instruction, the answer contract and the DSL reference under `limits`."""
+    """The DSL reference under `limits`, the answer contract, the request (or `NO_BRIEF_REQUEST` when `brief`
+    is None), the parents with their train-window numbers and the instruction: the fixed text first (see the
+    module docstring)."""
     if "parents" not in context:
         raise InputError("the improve task needs context={'parents': [...]}: the earlier formulas to improve on")
     parents = context["parents"]
@@ -69,7 +71,7 @@ def render(brief, limits: Limits, context: Mapping[str, Any]) -> str:
                 f"\n\n{INSTRUCTION}")
     else:
         body = "No formula has been scored yet: write a first one."
-    return f"{request}\n\n{body}\n\n{ANSWER_CONTRACT}\n\n{dsl_reference(limits)}"
+    return f"{dsl_reference(limits)}\n\n{ANSWER_CONTRACT}\n\n{request}\n\n{body}"
 
 
 def improvement(reward: float, parent_rewards: Sequence[float]) -> float | None:
