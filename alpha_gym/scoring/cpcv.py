@@ -101,6 +101,16 @@ def slice_sharpes(pnl: np.ndarray, config: CPCVConfig = CPCVConfig()) -> tuple[n
     return _sharpes(pnl, [s.test for s in sp]), _sharpes(pnl, [s.train for s in sp])
 
 
+def last_block_mean(series: np.ndarray, n_blocks: int = 6) -> float:
+    """The mean of a daily series over the last of the `n_blocks` CPCV blocks (`splits`' edges): the most recent
+    part of the window, where the recent turnover floor reads a book's turnover. nan for an empty series."""
+    x = np.asarray(series, dtype=np.float64)
+    if len(x) == 0:
+        return float("nan")
+    first = int(np.linspace(0, len(x), n_blocks + 1).round().astype(int)[-2])
+    return float(x[first:].mean()) if first < len(x) else float(x[-1:].mean())
+
+
 def cpcv_score(sharpes: np.ndarray, std_penalty: float = 0.5) -> float:
     """mean - std_penalty * std (ddof=0) of the slice Sharpes.
 

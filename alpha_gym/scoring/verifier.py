@@ -86,6 +86,7 @@ class Evaluated:
     has_reasoning: bool = False
     noise_share: float = 0.0  # share of the traded days whose cross-section is constant up to rounding (bounds.py)
     price_level: float = 0.0  # mean |daily rank correlation with the close| (the price-level floor)
+    recent_turnover: float = float("inf")  # mean daily turnover over the last CPCV block (the recent floor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,6 +277,7 @@ class Verifier:
                          test_sharpes=test, train_sharpes=train,
                          cpcv=cpcv.cpcv_score(test, self.config.cpcv.std_penalty),
                          turnover=float(book.turnover.mean()),
+                         recent_turnover=cpcv.last_block_mean(book.turnover, self.config.cpcv.n_blocks),
                          ic=book.information_coefficient(),  # = metrics.information_coefficient
                          sharpe=metrics.sharpe(net), noise_share=noise_share,
                          price_level=price_level_correlation(book.weights, book.traded, signal, self.panel))
@@ -341,6 +343,13 @@ class Verifier:
             return self._invalid(f"turnover {ev.turnover:.2%} a day is below the "
                                  f"{self.config.min_turnover_invalid:.0%} floor (a static or empty book)",
                                  "invalid_book", formula=ev.text, error="turnover",
+                                 **self._diagnostics(ev))
+        if ev.recent_turnover < self.config.min_recent_turnover:
+            return self._invalid(f"turnover {ev.recent_turnover:.2%} a day over the window's last CPCV block (its "
+                                 f"last 1/{self.config.cpcv.n_blocks}) is below the "
+                                 f"{self.config.min_recent_turnover:.0%} floor: the book has stopped trading "
+                                 "(static now, whatever it did before)",
+                                 "invalid_book", formula=ev.text, error="recent_turnover",
                                  **self._diagnostics(ev))
         tilt = price_level_reason(ev.price_level, self.config.max_price_level_corr)
         if tilt is not None:
@@ -512,6 +521,7 @@ class Verifier:
             "cpcv_slices": ev.test_sharpes.tolist(),
             "cpcv_in_sample": ev.train_sharpes.tolist(),
             "turnover": ev.turnover,
+            "recent_turnover": ev.recent_turnover,
             "price_level": ev.price_level,
             "ic": ev.ic,
             "sharpe": ev.sharpe,
