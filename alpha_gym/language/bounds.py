@@ -359,11 +359,47 @@ def rounding_runs(x: np.ndarray, ex, ranks: np.ndarray | None = None):
     picked = [np.ascontiguousarray(a[rows], dtype=np.float64) for a in (x, ex)]
     rs = ops.rank(picked[0]) if ranks is None else np.ascontiguousarray(ranks[rows])  # a row's ranks are its own
     runs = np.empty_like(rs)
-    if compiled.rounding_runs_rows(*picked, rs, runs) == 0:
+    if compiled.ready(compiled.rounding_runs_rows):
+        changed = compiled.rounding_runs_rows(*picked, rs, runs)
+    else:   # not compiled yet (`compiled.ready`): the same rule in numpy, the same bits
+        changed = _rounding_runs_rows(*picked, rs, runs)
+    if changed == 0:
         return None
     tied = (ops.rank(x) if ranks is None else ranks).copy()
     tied[rows] = runs
     return tied
+
+
+def _rounding_runs_rows(xs, es, rs, out) -> int:
+    """`compiled.rounding_runs_rows` in numpy, block by block (what a process runs until the compiled one is ready)."""
+    out[...] = rs
+    changed = 0
+    ok_all = ~np.isnan(xs) & ~np.isnan(rs)
+    for s in _row_blocks(xs.shape):
+        x, e_, r_, ok = xs[s], es[s], rs[s], ok_all[s]
+        order = np.argsort(np.where(ok, x, np.inf), axis=1, kind="stable")  # valid cells first, in value order
+        v, e, r, k = (np.take_along_axis(a, order, axis=1) for a in (x, e_, r_, ok))
+        with np.errstate(invalid="ignore", over="ignore"):
+            link = (v[:, 1:] - v[:, :-1]) <= (e[:, 1:] + e[:, :-1])
+        link |= np.isnan(e[:, 1:]) | np.isnan(e[:, :-1])
+        link &= k[:, 1:] & k[:, :-1]
+        decided_by_rounding = link & (r[:, 1:] != r[:, :-1])
+        if not decided_by_rounding.any():
+            continue
+        changed += int(np.count_nonzero(decided_by_rounding.any(axis=1)))
+        n_rows, n = v.shape
+        starts = np.ones((n_rows, n), dtype=bool)
+        starts[:, 1:] = ~link
+        run = np.cumsum(starts.reshape(-1)).reshape(n_rows, n) - 1  # a global run id per sorted cell
+        ids = run.reshape(-1)
+        size = np.bincount(ids, weights=k.reshape(-1).astype(float))
+        mean = np.bincount(ids, weights=np.where(k, r, 0.0).reshape(-1)) / np.maximum(size, 1.0)
+        back = np.empty_like(order)
+        np.put_along_axis(back, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
+        differs = np.zeros(size.shape, dtype=bool)  # runs whose ranks differ: the others keep theirs, bit for bit
+        differs[run[:, 1:][decided_by_rounding]] = True
+        out[s] = np.take_along_axis(np.where(k & differs[run], mean[run], r), back, axis=1)
+    return changed
 
 
 @reads_relative

@@ -423,3 +423,91 @@ with _numba_cache_dir(_CACHE_FOLDER):
                     out[t, c] = total[r] / max(size[r], 1.0)
         return changed
 
+
+
+# ------------------------------------------------------------------------------------- compiling without waiting
+#: Compiling every kernel takes seconds of CPU (numba's type inference: about 9 s on a busy 2-core machine), once a
+#: machine. A process never waits for it where the kernels can be cached: until the cache holds a kernel, `ready`
+#: says no and the caller runs the numpy kernel (the same algorithm, the same bits: tests/test_compiled_kernels.py),
+#: while one background process (`compile_all`) compiles them all into the cache; the
+#: caller loads them from there as soon as they are written. Without a cache, each process compiles at first use.
+_RETRY_S = 1.0
+_READY: set = set()
+_LAST_LOOK: dict = {}
+_STARTED = [False]
+
+
+def _signatures() -> dict:
+    """The one signature each kernel is called with (C-order float64 panels, int64 sizes): the one compiled."""
+    from numba import types
+    panel, keys, i = types.Array(types.float64, 2, "C"), types.Array(types.int64, 2, "C"), types.int64
+    return {window_std: (panel, i, i, i, panel), window_cov: (panel, panel, i, i, i, panel),
+            window_corr: (panel, panel, i, i, i, panel), decay_linear: (panel, i, i, i, panel),
+            window_rank: (panel, i, i, i, panel), rank_keys: (panel, i, i, i, keys),
+            rank_sorted: (panel, i, i, i, keys, panel), rounding_runs_rows: (panel, panel, panel, panel)}
+
+
+def _load_cached(kernel) -> bool:
+    """Load `kernel`'s compiled code from the cache if it is there (never compiles): numba's own
+    `Dispatcher.compile` up to its cache look-up."""
+    from numba.core.compiler_lock import global_compiler_lock
+    sig = _signatures()[kernel]
+    with global_compiler_lock:
+        if kernel.overloads.get(tuple(sig)) is not None:
+            return True
+        cres = kernel._cache.load_overload(sig, kernel.targetctx)
+        if cres is None:
+            return False
+        kernel._cache_hits[sig] += 1
+        kernel.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        kernel.add_overload(cres)
+    return True
+
+
+def compile_all() -> None:
+    """Compile (or load from the cache) every kernel now: what the background process runs, and what a caller that
+    must have the compiled kernels (a benchmark, a test) calls first."""
+    for kernel, sig in _signatures().items():
+        kernel.compile(sig)
+        _READY.add(kernel)
+
+
+def _start_compiling() -> None:
+    """Start the background compiler once a process: detached, quiet, on whatever core is free."""
+    if _STARTED[0]:
+        return
+    _STARTED[0] = True
+    import subprocess
+    import sys
+    try:
+        # imported, not run as __main__: numba names a kernel's cache files after its module
+        subprocess.Popen([sys.executable, "-c", "from alpha_gym.language.compiled import compile_all; compile_all()"],
+                         stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, "ALPHA_GYM_CACHE": os.path.dirname(_CACHE_FOLDER)})
+    except OSError:   # no process to start (a sandbox): compile here instead, at the next call
+        _COMPILE_HERE[0] = True
+
+
+_COMPILE_HERE = [False]
+
+
+def ready(kernel) -> bool:
+    """Whether `kernel` runs compiled now (else the caller runs its numpy kernel: the same bits)."""
+    if kernel in _READY:
+        return True
+    if _CACHE_FOLDER is None or _COMPILE_HERE[0]:
+        kernel.compile(_signatures()[kernel])   # no cache to fill in the background: compile here, once
+        _READY.add(kernel)
+        return True
+    import time
+    now = time.monotonic()
+    if now - _LAST_LOOK.get(kernel, -_RETRY_S) < _RETRY_S:
+        return False
+    _LAST_LOOK[kernel] = now
+    if _load_cached(kernel):
+        _READY.add(kernel)
+        return True
+    _start_compiling()
+    return False
+

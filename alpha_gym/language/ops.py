@@ -1327,6 +1327,7 @@ NUMPY_REFERENCE: dict[str, Callable[..., np.ndarray]] = {
     "ts_std": ts_std, "ts_cov": ts_cov, "ts_corr": ts_corr, "ts_decay_linear": ts_decay_linear, "ts_rank": ts_rank,
     "rank": rank,
 }
+_NUMPY_KERNEL = dict(NUMPY_REFERENCE)   # as they are here: the near-constant rule is applied around either
 
 
 def _contiguous(x: object) -> np.ndarray:
@@ -1334,7 +1335,7 @@ def _contiguous(x: object) -> np.ndarray:
     return np.ascontiguousarray(_panel(x, clean=False))
 
 
-def _compiled_window(kernel_name: str, k: int):
+def _compiled_window(name: str, kernel_name: str, k: int):
     """``f(x, d)`` or ``f(x, y, d)`` running the window kernel `kernel_name` of `compiled.py` over column parts:
     one part, or one a kernel thread where the work (cells x k quantities) is large enough. Columns are
     independent, so the bits never depend on the thread count."""
@@ -1346,6 +1347,8 @@ def _compiled_window(kernel_name: str, k: int):
             raise ValueError(f"shape mismatch: {arrays[0].shape} vs {arrays[1].shape}")
         d = _window(d)
         run = getattr(compiled, kernel_name)
+        if not compiled.ready(run):   # not compiled yet (`compiled.ready`): the numpy kernel, the same bits
+            return _NUMPY_KERNEL[name](*arrays, d)
         T, N = arrays[0].shape
         out = np.empty((T, N))
         if T == 0 or N == 0:
@@ -1359,25 +1362,25 @@ def _compiled_window(kernel_name: str, k: int):
 @_kernel(sweep_inf=False)
 def ts_std(x, d):
     """Population (ddof=0) standard deviation of the last ``d`` rows; 0 on a constant window."""
-    return _compiled_window("window_std", 2)(x, d)
+    return _compiled_window("ts_std", "window_std", 2)(x, d)
 
 
 @_kernel(sweep_inf=False)
 def ts_cov(x, y, d):
     """Population (ddof=0) covariance of the last ``d`` rows; 0 if either window is constant."""
-    return _compiled_window("window_cov", 3)(x, y, d)
+    return _compiled_window("ts_cov", "window_cov", 3)(x, y, d)
 
 
 @_kernel(sweep_inf=False)
 def ts_corr(x, y, d):
     """Pearson correlation of the last ``d`` rows; NaN if either window has zero variance."""
-    return _compiled_window("window_corr", 5)(x, y, d)
+    return _compiled_window("ts_corr", "window_corr", 5)(x, y, d)
 
 
 @_kernel(sweep_inf=False)
 def ts_decay_linear(x, d):
     """Linearly decaying weighted mean: weights d (today), d-1, ..., 1 (oldest), summing to 1."""
-    return _compiled_window("decay_linear", 2)(x, d)
+    return _compiled_window("ts_decay_linear", "decay_linear", 2)(x, d)
 
 
 @_kernel(sweep_inf=False)
@@ -1389,7 +1392,7 @@ def ts_rank(x, d):
     """
     if _window(d) == 1:
         return _nan_panel(np.shape(x))
-    return _compiled_window("window_rank", _window(d))(x, d)
+    return _compiled_window("ts_rank", "window_rank", _window(d))(x, d)
 
 
 # ---------------------------------------------------------------------------
@@ -1476,9 +1479,10 @@ def rank(x):
     a = _contiguous(x)   # +-inf is read as NaN by the kernels
     T, N = a.shape
     bits = max(1, int(N - 1).bit_length())
-    if T == 0 or N == 0 or bits > _RANK_MAX_BITS:
-        return NUMPY_REFERENCE["rank"](a)
     from alpha_gym.language import compiled
+    if T == 0 or N == 0 or bits > _RANK_MAX_BITS or not (compiled.ready(compiled.rank_keys)
+                                                         and compiled.ready(compiled.rank_sorted)):
+        return _NUMPY_KERNEL["rank"](a)
     out = np.empty((T, N))
     rows = max(1, _CS_CHUNK_CELLS // N)
 
