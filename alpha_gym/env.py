@@ -23,7 +23,7 @@ from alpha_gym.scoring.config import VerifierConfig
 from alpha_gym.scoring.report import format_score
 from alpha_gym.scoring.verifier import Score, Verifier
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
-from alpha_gym.search.mutators import parents_context
+from alpha_gym.tasks.parents import parents_context
 from alpha_gym.search.task_prompts import draw_parents, program_database
 from alpha_gym.tasks.briefs import Brief
 from alpha_gym.tasks.improve import improvement

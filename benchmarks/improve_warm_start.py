@@ -27,7 +27,7 @@ from pathlib import Path
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.language import AnswerError, FormulaError, canonical, extract, parse
 from alpha_gym.search.improve_pairs import build_improve_dataset, load_run
-from alpha_gym.search.mutators import parents_context
+from alpha_gym.tasks.parents import parents_context
 from alpha_gym.tasks.task import render_prompt
 
 

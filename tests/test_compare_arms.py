@@ -1,4 +1,4 @@
-"""The comparison's arms (trainers/compare/arms.py): one table, one run context, and adding an arm is one
+"""The comparison's arms (trainers/compare/arms/): one table, one run context, and adding an arm is one
 function that writes the kept files plus one table row (issue 38, "the comparison as one wing")."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_numbers, probe_scores, write_kept, write_rows
 from trainers.compare import arms
-from trainers.compare.ladder import CONTROL_NAMES, LADDER, SCALES
+from trainers.compare.arms import CONTROL_NAMES, LADDER
+from trainers.compare.ladder import SCALES
 
 
 def test_the_table_holds_every_rung_and_control_once_in_ladder_order():
@@ -43,7 +44,9 @@ def test_an_arm_added_by_one_table_row_runs_and_its_kept_files_are_read_by_the_r
     """Register a tiny control in the table (nothing else changes), run it for two seeds on the smoke scale's
     synthetic market, and rebuild the table from the kept files alone (--report-only)."""
     from alpha_gym.tasks.sets import brief_set
-    monkeypatch.setattr(arms, "ARMS", (*arms.ARMS, arms.Arm("tiny", "control", tiny, "one fixed formula")))
+    grown = (*arms.ARMS, arms.Arm("tiny", "control", tiny, "one fixed formula"))
+    monkeypatch.setattr(arms.table, "ARMS", grown)   # the table, and the name the package hands it on by
+    monkeypatch.setattr(arms, "ARMS", grown)
     results, out = tmp_path / "results", tmp_path / "out"
     probe = list(brief_set("probe"))[: SCALES["smoke"].probe]
     # a kept step 0 (the table's first row): no model is loaded for a control alone
@@ -137,7 +140,7 @@ def test_the_random_control_spends_its_budget_on_random_formulas_only(tmp_path):
     def run(folder):
         context = arms.RunContext("smoke", SCALES["smoke"], None, None, None, VerifierConfig(), train, holdout,
                                   probe, folder / "out", folder / "results")
-        numbers = arms.random_formulas(context, 7)
+        numbers = arms.runs.random_formulas(context, 7)
         calls = [json.loads(x) for x in (folder / "out" / "seed-7" / "random" / "proposals.jsonl").read_text()
                  .splitlines()]
         return numbers, [c for c in calls if c.get("status") != "rejected"], folder / "results"
@@ -219,7 +222,7 @@ def test_the_model_evolve_arms_run_with_the_start_model_and_evolve_rl_pairs_with
 
 def test_the_model_evolve_arms_mutate_with_the_mutator_model_and_refuse_a_name_their_spec_would_misread():
     from types import SimpleNamespace
-    from trainers.compare.arms import _model_arg
+    from trainers.compare.arms.runs import _model_arg
     from trainers.compare.runner import CompareError
     assert _model_arg(SimpleNamespace(model=None, mutator_model=None)) == ""          # the built-in start model
     assert _model_arg(SimpleNamespace(model="runs/sft/model", mutator_model=None)) == "runs/sft/model"

@@ -13,7 +13,7 @@ from alpha_gym.commands.main import main
 from alpha_gym.evaluation.kept import write_object, write_rows
 from alpha_gym.jsonable import json_dumps
 from trainers.compare import floor_trap, runner, stats as st
-from trainers.compare.ladder import LADDER
+from trainers.compare.arms import LADDER
 
 from chat_endpoint import ChatEndpoint  # a real chat server on 127.0.0.1
 
@@ -474,7 +474,7 @@ def test_unknown_rungs_are_refused_before_anything_runs(tmp_path, capsys):
 
 def test_the_gated_rung_trains_against_the_gate():
     from alpha_gym.scoring.config import VerifierConfig
-    from trainers.compare.ladder import PAIRED_WITH, VERIFIER_CHANGES
+    from trainers.compare.arms import PAIRED_WITH, VERIFIER_CHANGES
     names = [r[0] for r in LADDER]
     assert set(VERIFIER_CHANGES) <= set(names)
     assert VerifierConfig().with_(**VERIFIER_CHANGES["cispo_repo_r_gate"]).self_corr_gate == 0.7
@@ -490,7 +490,8 @@ def test_the_brief_book_rung_trains_on_r13_r14_merged_into_the_comparisons_prior
     from alpha_gym.market import synthetic_panel
     from alpha_gym.scoring.config import VerifierConfig
     from trainers.compare.arms import RunContext
-    from trainers.compare.ladder import SCALES, VERIFIER_CHANGES
+    from trainers.compare.arms import VERIFIER_CHANGES
+    from trainers.compare.ladder import SCALES
     from trainers.config import RECIPES
     panel = synthetic_panel(n_stocks=20, n_days=300, seed=0)
     context = RunContext("smoke", SCALES["smoke"], None, None, None,

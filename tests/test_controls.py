@@ -273,3 +273,17 @@ def test_variations_keep_kind_and_arity_and_move_one_thing():
         assert w != a
         x = crossover(a, b, rng)
         assert x != a and any(n in set(walk(b)) for n in walk(x))
+
+
+_BAD_SELECTIONS = [dict(selection=s) for s in ("Softmax", "TOURNAMENT", "tournament ", "", "best", None, 3,
+                                               b"softmax", ["tournament"])]
+_BAD_TOURNAMENTS = [dict(selection="tournament", tournament=t) for t in (0, -1, True, 1.5, "3", 10_001, None,
+                                                                         float("nan"), float("inf"))]
+
+
+@pytest.mark.parametrize("bad", _BAD_SELECTIONS + _BAD_TOURNAMENTS, ids=repr)
+def test_a_bad_parent_rule_is_one_setting_error_naming_its_key(bad):
+    from alpha_gym.ranges import SettingError
+    key = "tournament" if "tournament" in bad else "selection"
+    with pytest.raises(SettingError, match=rf"^DatabaseConfig\.{key} = "):
+        DatabaseConfig(**bad)

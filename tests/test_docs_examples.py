@@ -95,8 +95,7 @@ def test_the_loss_recipe_names_every_place_the_code_branches_on_a_loss():
 
 def test_the_arm_recipe_names_every_control_and_rung_outside_the_ladder():
     pytest.importorskip("torch", reason="the arms table needs the train extra (torch)")
-    from trainers.compare.arms import ARMS
-    from trainers.compare.ladder import LADDER
+    from trainers.compare.arms import ARMS, LADDER
     section = _section("extending.md", "## A comparison arm")
     ladder = {rung for rung, _, _ in LADDER}
     named = [a.name for a in ARMS if a.name not in ladder]

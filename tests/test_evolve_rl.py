@@ -18,7 +18,7 @@ import pytest
 
 from alpha_gym.search.database import DatabaseConfig
 from alpha_gym.search.evolution import STATE_FILE, EvolutionError, evolve
-from alpha_gym.search.mutators import make_mutator
+from trainers.mutators import make_mutator
 
 from test_controls import CountingVerifier  # the real verifier, counting every answer it scores
 

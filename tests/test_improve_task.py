@@ -28,8 +28,9 @@ from alpha_gym.scoring.config import weighted_sum
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.database import DatabaseConfig, ProgramDatabase
 from alpha_gym.search.evolution import PROPOSALS_LOG, TreeMutator, evolve
-from alpha_gym.search.mutators import (MUTATORS, EndpointMutator, MutatorSpecError, improve_prompts, make_mutator,
-                                       parents_context)
+from alpha_gym.search.mutators import EndpointMutator, MutatorSpecError
+from alpha_gym.tasks.parents import improve_prompts, parents_context
+from trainers.mutators import MUTATORS, make_mutator
 from alpha_gym.tasks import ANSWER_CONTRACT, FIXED_BRIEFS, TASKS, dsl_reference, render_prompt
 from alpha_gym.tasks.improve import INSTRUCTION, NO_BRIEF_REQUEST, improvement
 from alpha_gym.tasks.sets import brief_by_id

@@ -1,7 +1,8 @@
 """The layout a reader relies on: no import cycles, each package's `__init__` states its idea.
 
 Imports are read from the source (every `import`, also inside functions: a lazy import is still a
-dependency a reader has to follow). The command-line modules (`alpha_gym/commands/`) are a floor of their
+dependency a reader has to follow; and every module loaded by name, `importlib.import_module("...")`,
+`__import__("...")` or a "module:function" string of a table, which is one too). The command-line modules (`alpha_gym/commands/`) are a floor of their
 own, the top one: they wire packages together, so they may import any of them and none imports them. No
 module is exempt from the floors.
 """
@@ -45,7 +46,37 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" for a in node.names]
         deps.update(r for r in map(_resolve, names) if r)
-    return deps
+    return deps | _string_imports(path.read_text())
+
+
+#: A module named in a string: "alpha_gym.x.y", or an entry point "trainers.mutator:from_spec".
+_MODULE_STRING = re.compile(r"(?:%s)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?" % "|".join(PACKAGES))
+_LOADERS = {"import_module", "__import__"}
+
+
+def _string_imports(source: str) -> set[str]:
+    """The modules a source loads by name at run time: the literal argument of `importlib.import_module(...)` or
+    `__import__(...)`, and any "module:function" entry point of the packages (a table row loaded on use). A
+    dependency all the same, so it counts toward floors and cycles. A plain module name elsewhere (a package's
+    data read with `resources.files("alpha_gym.language")`, a logger's name) loads no code and is none."""
+    found, loaded = set(), set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in _LOADERS:
+                loaded.add(id(node.args[0]))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and _MODULE_STRING.fullmatch(node.value) and (id(node) in loaded or ":" in node.value)):
+            continue
+        text = node.value
+        if text:
+            module = text.partition(":")[0]
+            if module in MODULES or (module.rpartition(".")[0] in MODULES and "." in module.rpartition(".")[0]):
+                found.add(_resolve(module))
+    return found
 
 
 def _graph() -> dict[str, set[str]]:
@@ -179,6 +210,38 @@ def test_the_floor_rule_catches_what_it_forbids():
 def test_each_package_states_its_idea(package):
     doc = ast.get_docstring(ast.parse(MODULES[package].read_text()))
     assert doc and len(doc.split()) >= 5, f"{package}/__init__.py needs a docstring saying what the folder is for"
+
+
+def test_string_imports_are_read_as_imports():
+    """importlib and __import__ with a literal name, and entry-point strings of a table, are arrows like `import`;
+    a docstring that names a module in prose, a variable name or another package's module is none."""
+    source = '\n'.join([
+        'import importlib',
+        'a = importlib.import_module("alpha_gym.scoring.verifier")',
+        'b = __import__("alpha_gym.language")',
+        'ROW = ("model", "trainers.mutator:from_spec")',
+        'c = importlib.import_module(name)',                     # not a literal: cannot be read
+        'd = importlib.import_module("numpy.linalg")',           # not ours
+        'e = "see alpha_gym.book.metrics for the costs"',         # prose
+        'f = importlib.import_module("alpha_gym.no_such_module")',
+        'g = resources.files("alpha_gym.book").joinpath("x")',    # data, not code
+        'h = "alpha_gym.book.metrics"',                           # a name that nothing here loads
+    ])
+    assert _string_imports(source) == {"alpha_gym.scoring.verifier", "alpha_gym.language", "trainers.mutator"}
+    for spelling in ('import_module("trainers.loop")', 'importlib.import_module("trainers.loop")',
+                     '__import__("trainers.loop")', 'x = "trainers.loop:train"', 'f("a", "trainers.loop:train")',
+                     'ROWS = {"x": "trainers.loop:train"}', 'importlib.import_module("trainers.loop", package=None)',
+                     'importlib.import_module("trainers.loop.train")', "lib.import_module('trainers.loop')"):
+        assert _string_imports(spelling) == {"trainers.loop"}, spelling
+
+
+def test_a_string_import_upward_or_in_a_loop_is_caught():
+    """The rules see a string import: one from a lower floor to a higher is upward, and one that closes a loop with
+    plain imports makes a cycle (a search table loading a trainer that imports the table back)."""
+    graph = {"alpha_gym.search.mutators": _string_imports('ROW = "trainers.mutator:from_spec"'),
+             "trainers.mutator": {"alpha_gym.search.mutators"}}
+    assert _upward_imports(graph) == ["alpha_gym.search.mutators -> trainers.mutator (floor 8 -> 9)"]
+    assert _cycles(graph) == [["alpha_gym.search.mutators", "trainers.mutator"]]
 
 
 def test_the_checker_finds_a_cycle():

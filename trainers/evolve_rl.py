@@ -52,7 +52,7 @@ import torch
 from alpha_gym.errors import InputError
 from alpha_gym.language import DEFAULT_LIMITS, Limits
 from alpha_gym.search.database import Program
-from alpha_gym.search.mutators import improve_prompts
+from alpha_gym.tasks.parents import improve_prompts
 from trainers.advantages import compute_advantages, nonzero_share
 from trainers.config import RECIPES, TrainConfig
 from trainers.models import add_adapters, adapter_state, load_policy

@@ -3,7 +3,7 @@
     mutator = ModelMutator("/path/to/model")          # or None: the built-in start model (SmolLM2-135M-Instruct)
     evolve(verifier, mutator, budget=1600)
 
-Each `propose` renders one improve-task prompt per parent set (`alpha_gym.search.mutators.improve_prompts`,
+Each `propose` renders one improve-task prompt per parent set (`alpha_gym.tasks.parents.improve_prompts`,
 through `render_prompt`), templates them with the loop's chat template (`trainers.rollout.prompt_ids`) and
 samples one answer each with the loop's sampler (`trainers.rollout.sample_groups`: the prompts as one
 left-padded batch, an answer leaving the batch at its EOS), `batch_size` prompts per batch. The torch seed
@@ -23,7 +23,7 @@ import torch
 from alpha_gym.errors import InputError
 from alpha_gym.language import DEFAULT_LIMITS, Limits
 from alpha_gym.search.database import Program
-from alpha_gym.search.mutators import improve_prompts
+from alpha_gym.tasks.parents import improve_prompts
 from trainers.models import load_base
 from trainers.rollout import end_token_ids, prompt_ids, sample_groups
 
@@ -82,6 +82,6 @@ class ModelMutator:
 
 
 def from_spec(arg: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> ModelMutator:
-    """The "model" row of `alpha_gym.search.mutators.MUTATORS`: "model:PATH", or "model" for the start model.
+    """The "model" row of `trainers.mutators.MUTATORS`: "model:PATH", or "model" for the start model.
     (`seed` is not read: every batch's seed is drawn from the run's generator.)"""
     return ModelMutator(arg or None, limits=limits, brief=brief)

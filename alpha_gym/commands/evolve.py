@@ -55,6 +55,7 @@ from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
 from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
 from alpha_gym.search.mutators import check_endpoints, kinds_line, parse_spec
+from trainers.mutators import MUTATORS
 from alpha_gym.search.run_state import check_folder, locked
 
 #: The most verifier calls one run may be given (10,000 is the comparison's largest budget).
@@ -77,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=flag(ints(1, MAX_BUDGET)), default=1600,
                    help="verifier calls, exactly (e.g. 1600, 4800, 10000; default 1600)")
     p.add_argument("--mutator", action="append", metavar="SPEC", dest="mutators",
-                   help=f"a mutation operator, repeatable (more than one: a bandit shares the calls): {kinds_line()} "
+                   help=f"a mutation operator, repeatable (more than one: a bandit shares the calls): {kinds_line(MUTATORS)} "
                         "(default: tree)")
     p.add_argument("--out", required=True, help="the run folder (checkpoint, logs, archive, book, curve)")
     p.add_argument("--results", help="folder for the kept files of the comparison arm (default: OUT/results)")
@@ -152,7 +153,7 @@ def _main(args) -> int:
     from alpha_gym.tasks.sets import brief_set, require_brief
     mutators = args.mutators or ["tree"]
     for spec in mutators:                      # a bad spec is named before any data is read
-        parse_spec(spec)
+        parse_spec(spec, MUTATORS)
     check_folder(args.out, "--out")
     check_folder(args.results or f"{args.out}/results", "--results")
     if len(set(mutators)) != len(mutators):
@@ -160,7 +161,7 @@ def _main(args) -> int:
                              "twice: give each mutator once")
     if args.keep_at is None:              # as `alpha-gym eval` does: a dead endpoint is named before the data load
         try:
-            check_endpoints(mutators, seed=args.seed)
+            check_endpoints(mutators, seed=args.seed, rows=MUTATORS)
         except EndpointFailure as err:
             print(f"alpha-gym evolve: error: {err}", file=sys.stderr)
             return 3
@@ -197,7 +198,7 @@ def _main(args) -> int:
     about = {"data": args.data, "universe": universe, **({} if fold is None else {"fold": fold.fold.to_dict()})}
     numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
                          out=args.out, results=args.results, database=database, group_size=args.group_size,
-                         brief=brief, about=about, workers=args.workers, holdout_history=history)
+                         brief=brief, about=about, workers=args.workers, holdout_history=history, rows=MUTATORS)
     c = numbers["curve"][-1]
     best = "-" if c["best_reward"] is None else f"{c['best_reward']:+.3f}"
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "

@@ -136,7 +136,7 @@ class EndpointMutator:
         return done
 
     def propose(self, parent_sets: list[list[Program]], rng: np.random.Generator) -> list[str]:
-        from alpha_gym.search.mutators import improve_prompts   # here: mutators imports this module
+        from alpha_gym.tasks.parents import improve_prompts
         prompts = improve_prompts(parent_sets, self.limits, self.brief)
         samples = [int(s) for s in rng.integers(0, 2**30, size=len(prompts))]
         if not prompts:

@@ -47,7 +47,7 @@ from alpha_gym.search.evolution import BOOK_FILE, STATE_FILE, evolve, print_prog
 from alpha_gym.search.run_state import (PROPOSALS_LOG, RunStateError, check_folder, load_state_json, locked,
                                         read_json, read_log, read_state)
 from alpha_gym.service.http_json import json_depth
-from alpha_gym.search.mutators import make_mutator
+from alpha_gym.search.mutators import MUTATORS, MutatorRow, make_mutator
 
 STAMP_FILE = "evolve-settings.json"
 STAMP_FORMAT = "alpha-gym/evolve-run/v1"
@@ -83,13 +83,15 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                seed: int = 0, out, results=None, name: str = "evolve", database: DatabaseConfig = DatabaseConfig(),
                group_size: int = 8, seed_formulas: Sequence[str] | None = None, brief=None, step: int | None = None,
                about: dict | None = None, workers: int | None = None,
-               progress: Callable[[dict], None] | None = print_progress, holdout_history=None) -> dict:
+               progress: Callable[[dict], None] | None = print_progress, holdout_history=None,
+               rows: Sequence[MutatorRow] = MUTATORS) -> dict:
     """Run (or resume) an evolution in `out` for exactly `budget` verifier calls and keep its arm's files.
 
     verifier: the train-window `Verifier` (forked here: the run grows its own archive); train/holdout: the
     panels (the pseudo-holdout is scored only for the kept answers' table row); probe: the briefs the kept
-    answers are for. mutators: specs (`alpha_gym.search.mutators.make_mutator`). results: where the kept
-    files go (default OUT/results). step: the kept answers' `step` (default: the run's groups). about: what
+    answers are for. mutators: specs read against `rows` (`alpha_gym.search.mutators.make_mutator`; the table
+    with the model rows is `trainers.mutators.MUTATORS`). results: where the kept files go (default
+    OUT/results). step: the kept answers' `step` (default: the run's groups). about: what
     the stamp records beside the settings (the data file, the universe). workers: scoring processes (`evolve`'s;
     not a setting: the run is the same on any number). holdout_history: the sessions just before `holdout` that
     its scoring reads as lookback, where they are not the end of `train` (a walk-forward fold's validation window,
@@ -107,7 +109,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                       "verifier": to_dict(verifier.config), **(about or {})})
     grown = verifier.fork()
     with locked(out):            # the stamp, the clock, the run and its kept files: one process at a time
-        built = [make_mutator(s, verifier=grown, limits=grown.config.limits, brief=brief, seed=seed) for s in specs]
+        built = [make_mutator(s, verifier=grown, limits=grown.config.limits, brief=brief, seed=seed, rows=rows)
+                 for s in specs]
         claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
         clock = _Clock(out)
         t0 = time.perf_counter()

@@ -37,7 +37,7 @@ from alpha_gym.language import DEFAULT_LIMITS, Limits
 from alpha_gym.ranges import shown
 from alpha_gym.search.database import Program
 from alpha_gym.search.run_state import STATE_FILE, STATE_FORMAT, RunStateError, check_state, read_json
-from alpha_gym.search.mutators import parents_context
+from alpha_gym.tasks.parents import parents_context
 from alpha_gym.tasks.task import render_prompt
 
 #: The stamp `alpha-gym evolve` writes beside the run (its brief id); `evolve_arm.STAMP_FILE`.

@@ -5,28 +5,28 @@
                 (`RandomMutator`; the comparison's `random` control)
     endpoint    any OpenAI-compatible chat endpoint, through the `alpha-gym eval` client
                 (`alpha_gym.search.endpoint_mutator`: its options, and how it runs fast on llama.cpp's server)
-    model       a local Hugging Face model folder (or the built-in start model), sampled as the training loop
-                samples (`trainers.mutator.ModelMutator`: it needs torch, so its row names it by entry point)
-    rl          the same, with LoRA adapters trained during the run on the rewards it pays for
-                (`trainers.evolve_rl.TrainedMutator`, issue 40.3)
 
-`make_mutator(spec, verifier=, limits=, brief=, seed=)` builds one from a spec string: "tree",
-"endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or "model:PATH" ("model" alone: the
-built-in start model; PATH may be a packaged model's name, "model:gemma3-270m", as may `rl`'s model=).
+The rows that sample a local model with torch (`model`, `rl`) stand a floor above, in `trainers.mutators`, whose
+`MUTATORS` is the whole table: a spec is read against the table given (`rows=`, default this module's).
+
+`make_mutator(spec, verifier=, limits=, brief=, seed=, rows=)` builds one from a spec string: "tree",
+"endpoint:URL#MODEL" (e.g. "endpoint:http://127.0.0.1:8080/v1#smollm2") or, with the whole table, "model:PATH"
+("model" alone: the built-in start model; PATH may be a packaged model's name, "model:gemma3-270m", as may `rl`'s
+model=).
 An endpoint spec may end in options: "endpoint:URL#MODEL,answers=4,concurrency=1,tokens=128".
 Adding an operator is one row of `MUTATORS`.
 
 The model-driven mutators write through the improve task (`alpha_gym.tasks.improve`): one prompt per parent
 set, rendered by `render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")`, the
-whole group's prompts asked together (the endpoint: concurrent requests; the model: one batch), the answers
+(`alpha_gym.tasks.parents.improve_prompts`), the whole group's prompts asked together (the endpoint:
+concurrent requests; the model: one batch), the answers
 returned unparsed for `evolve` to read, reject or score.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,27 +37,12 @@ from alpha_gym.ranges import check_fields, ints
 from alpha_gym.search.database import Program
 from alpha_gym.search.endpoint_mutator import PROBE_TIMEOUT_S, EndpointMutator, endpoint_mutator  # noqa: F401
 from alpha_gym.search.evolution import Mutator, TreeMutator
-from alpha_gym.tasks.task import render_prompt
 
 
 
 
 class MutatorSpecError(InputError):
     """A mutator spec string that names no row, or a row's argument it cannot use."""
-
-
-# ------------------------------------------------------------------------------------------ prompts
-def parents_context(parents: Sequence[Program]) -> list[dict[str, Any]]:
-    """The improve task's `parents` context of database programs: each formula with its train-window numbers."""
-    return [{"formula": p.text, "reward": p.reward, "cpcv": p.cpcv, "turnover": p.turnover, "ic": p.ic,
-             "max_corr": p.max_corr} for p in parents]
-
-
-def improve_prompts(parent_sets: Sequence[Sequence[Program]], limits: Limits = DEFAULT_LIMITS,
-                    brief=None) -> list[str]:
-    """One improve-task prompt per parent set (the brief, when given, in each)."""
-    return [render_prompt(brief, limits, {"parents": parents_context(parents)}, task="improve")
-            for parents in parent_sets]
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -67,13 +52,13 @@ class MutatorRow:
 
     name  the spec's prefix ("tree", "endpoint:...", "model:...")
     make  `make(arg, *, verifier, limits, brief, seed) -> Mutator`, arg the spec after the first ":" ("" for
-          none); a "module:function" string is imported on use (a row whose code needs the trainers' extra)
+          none)
     spec  the spec's shape, for messages
     doc   one line: what proposes the children
     """
 
     name: str
-    make: Callable[..., Mutator] | str
+    make: Callable[..., Mutator]
     spec: str
     doc: str = ""
 
@@ -142,54 +127,44 @@ MUTATORS: tuple[MutatorRow, ...] = (
     MutatorRow("endpoint", _endpoint, "endpoint:URL#MODEL",
                doc="any OpenAI-compatible chat endpoint, asked with improve-task prompts (options after the "
                    "model: ,answers=K ,concurrency=C ,tokens=T)"),
-    MutatorRow("model", "trainers.mutator:from_spec", "model:PATH",
-               doc="a local Hugging Face model folder ('model' alone: the start model), improve-task prompts "
-                   "sampled in one batch as the training loop samples (needs the train extra)"),
-    MutatorRow("rl", "trainers.evolve_rl:from_spec", "rl:recipe=NAME,group=G,every=N,tokens=T,model=PATH",
-               doc="the start model with LoRA adapters trained on the run's own rewards with a recipe's loss "
-                   "(EvoTune's loop; G answers per parent set, an update every N groups; needs the train extra)"),
     MutatorRow("random", _random, "random", doc="random formulas from the grammar, the parents unread (no search)"),
 )
-MUTATOR_ROWS: dict[str, MutatorRow] = {row.name: row for row in MUTATORS}
 
 
-def kinds_line() -> str:
-    """The specs' shapes, for a help text or an error: "tree, endpoint:URL#MODEL, model:PATH"."""
-    return ", ".join(row.spec for row in MUTATORS)
+def kinds_line(rows: Sequence[MutatorRow] = MUTATORS) -> str:
+    """The specs' shapes, for a help text or an error: "tree, endpoint:URL#MODEL, random"."""
+    return ", ".join(row.spec for row in rows)
 
 
-def parse_spec(spec: str) -> tuple[MutatorRow, str]:
-    """(the row a spec names, the text after its first ":"; "" for none): checks a spec before anything loads."""
+def parse_spec(spec: str, rows: Sequence[MutatorRow] = MUTATORS) -> tuple[MutatorRow, str]:
+    """(the row of `rows` a spec names, the text after its first ":"; "" for none): checks a spec before anything
+    loads."""
     if not isinstance(spec, str):
         raise MutatorSpecError(f"a mutator spec is a string, got {type(spec).__name__}")
     name, _, arg = spec.partition(":")
-    if name not in MUTATOR_ROWS:
-        raise MutatorSpecError(f"unknown mutator {spec[:80]!r}; known: {kinds_line()}")
-    return MUTATOR_ROWS[name], arg
+    named = {row.name: row for row in rows}
+    if name not in named:
+        raise MutatorSpecError(f"unknown mutator {spec[:80]!r}; known: {kinds_line(rows)}")
+    return named[name], arg
 
 
-def check_endpoints(specs: Sequence[str], seed: int = 0) -> None:
+def check_endpoints(specs: Sequence[str], seed: int = 0, rows: Sequence[MutatorRow] = MUTATORS) -> None:
     """`EndpointMutator.check()` of each endpoint spec among `specs` (the others need no network): before a run
     scores anything, an endpoint that cannot answer is named in one line (`EndpointFailure`)."""
     for spec in specs:
-        row, arg = parse_spec(spec)
+        row, arg = parse_spec(spec, rows)
         if row.name == "endpoint":
             _endpoint(arg, verifier=None, limits=DEFAULT_LIMITS, seed=seed).check()
 
 
-def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int = 0) -> Mutator:
-    """The mutator a spec string names (see the module docstring); MutatorSpecError for a spec no row reads.
+def make_mutator(spec: str, *, verifier, limits: Limits, brief=None, seed: int = 0,
+                 rows: Sequence[MutatorRow] = MUTATORS) -> Mutator:
+    """The mutator a spec string names in `rows` (see the module docstring); MutatorSpecError for a spec no row
+    reads.
 
     verifier: the run's (a row may read its config; these three read `limits` only); limits: the Limits the
     prompts state and answers are held to; brief: shown in every prompt of a model-driven mutator (None: none);
-    seed: the endpoint's base request seed (the tree and model mutators draw from the run's generator)."""
-    row, arg = parse_spec(spec)
-    make = row.make
-    if isinstance(make, str):
-        module, _, function = make.partition(":")
-        try:
-            make = getattr(importlib.import_module(module), function)
-        except ImportError as err:
-            raise MutatorSpecError(f"the {row.name} mutator needs the train extra (pip install 'alpha-gym[train]'): "
-                                   f"{err}") from None
-    return make(arg, verifier=verifier, limits=limits, brief=brief, seed=seed)
+    seed: the endpoint's base request seed (the tree and model mutators draw from the run's generator); rows: the
+    table (`trainers.mutators.MUTATORS` for the model rows too)."""
+    row, arg = parse_spec(spec, rows)
+    return row.make(arg, verifier=verifier, limits=limits, brief=brief, seed=seed)

@@ -18,7 +18,7 @@ from alpha_gym.language import canonical
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.database import DatabaseConfig, Program, ProgramDatabase
 from alpha_gym.search.evolution import read_answer
-from alpha_gym.search.mutators import parents_context
+from alpha_gym.tasks.parents import parents_context
 from alpha_gym.tasks.prompts import TaskPrompts, check_task
 from alpha_gym.tasks.task import TASKS
 

@@ -9,7 +9,7 @@ evaluates only the parents of the next prompt, not the ~500 tokens of reference 
 verifier's reward, the brief beside it); `improvement` is that reward less the best parent's.
 
 Context: `parents`, a list (best first, possibly empty) of mappings with a `formula` (str) and any of the
-numbers in `NUMBERS` (a real number or None, shown as "n/a"). `alpha_gym.search.mutators.parents_context`
+numbers in `NUMBERS` (a real number or None, shown as "n/a"). `alpha_gym.tasks.parents.parents_context`
 builds it from the program database's `Program`s.
 """
 

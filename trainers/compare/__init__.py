@@ -3,12 +3,13 @@ selection rule, with bootstrap intervals against model-free baselines.
 
 Nothing is imported here. The modules, top to bottom:
 
-    ladder      LADDER (the declared table of rungs), the scales and the pseudo-holdout cut
+    ladder      the scales, a rung's verifier-call budget and the pseudo-holdout cut
     stats       the statistics of a comparison: intervals over seeds and briefs, diversity of the answers
     runner      one rung with one seed: train, answer the probe at each checkpoint, keep the answers
-    arms        ARMS (one row per arm: RL rungs, controls; eval folders as arms) and the RunContext they run with
+    arms/       the arms in one folder: ARMS (one row an arm: RL rungs with their recipe, prompts, verifier
+                settings and pairing, controls, their report words; eval folders as arms), the RunContext
+                they run with, their runs, and an `alpha-gym eval` folder's answers as a row
     run         run_comparison: the arms over the seeds, then the table from the kept files
-    evaluated   an `alpha-gym eval` folder's answers as a row of the table
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png
     calls       calls.md and calls.png: the arms kept with a curve along their verifier calls (1,600 / 4,800 / 10,000)

@@ -1,9 +1,6 @@
-"""What a comparison runs: the ladder of rungs, the sizes of each scale, and the pseudo-holdout cut.
-
-LADDER is a declared table: a rung is one row (name, recipe of `trainers.config.RECIPES`, prompts),
-"filtered" prompts being the difficulty filter's briefs; VERIFIER_CHANGES names the rungs trained
-against other verifier settings. The table and the report follow its order, and each rung is compared
-with the row before it and with each of the CONTROLS (no training, the same verifier calls).
+"""What a comparison runs at each size: the scales (`SCALES`), a rung's verifier-call budget (`scale_budget`) and
+the pseudo-holdout cut (`panels`). The arms themselves, with their recipes, prompts, verifier settings and
+pairings, are rows of `trainers.compare.arms.table.ARMS`.
 """
 
 from __future__ import annotations
@@ -11,48 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alpha_gym.errors import InputError
-
-LADDER = (
-    # (rung, recipe, prompts)
-    ("dapo", "dapo", "all"),
-    ("cispo", "cispo", "all"),
-    ("cispo_repo_r", "cispo_repo_r", "all"),
-    ("cispo_repo_r_filtered", "cispo_repo_r", "filtered"),
-    ("cispo_repo_r_dora_filtered", "cispo_repo_r_dora", "filtered"),
-    ("cispo_repo_r_gate", "cispo_repo_r", "all"),
-    # issue 39: CISPO with the collapse refill (4 forms a group), trained against R13 (brief) and R14 (book) on;
-    # its refills are paid for out of the same verifier-call budget (`max_verifier_calls`), so it runs fewer steps
-    ("cispo_brief_book_forms", "cispo_distinct_forms", "all"),
-)
-
-#: Rungs that train against a verifier with settings changed (the probe answers are still scored on the
-#: comparison's own train verifier: R1, the selection rule, does not read these settings).
-#: The gate: WorldQuant BRAIN's rule, |P&L corr| >= 0.7 with an archived alpha refused unless 10% better.
-VERIFIER_CHANGES = {"cispo_repo_r_gate": {"self_corr_gate": 0.7, "self_corr_margin": 0.10},
-                    # the "brief_book" reward recipe (alpha_gym.scoring.config.REWARD_RECIPES), priorities merged
-                    "cispo_brief_book_forms": {"priorities": {"brief": 1.0, "book": 3.0}}}
-
-#: The rung a row is paired with when it is not the row before it: the gated rung against the rung it gates.
-PAIRED_WITH = {"cispo_repo_r_gate": "cispo_repo_r", "cispo_brief_book_forms": "cispo",
-               # issue 40.3: the same evolve run, its model mutator trained or frozen
-               "evolve_rl": "evolve_model"}
-
-#: Controls: what the same verifier finds with the same number of verifier calls as a rung's training
-#: (steps x prompts_per_step x num_generations) and no weight updated. They keep the same files as a
-#: rung, so the table, its intervals and `alpha-gym holdout-formulas` treat them alike; every RL rung is
-#: paired against each of them. (name, what it is)
-CONTROLS = (
-    ("best_of_n", "the start model's best of k samples per probe brief by train reward (trainers/best_of_n.py)"),
-    ("search", "model-free evolutionary search over formula trees, seeded with Alpha101 and step 0 "
-               "(alpha_gym/search/)"),
-    ("evolve", "evolution from a program database (islands, cells, parents by score) with the tree mutator, "
-               "seeded as search is (alpha-gym evolve, alpha_gym/search/evolution.py)"),
-    ("random", "random formulas from the grammar (alpha_gym/language/sample.py), unseeded, the best by train "
-               "reward kept: no search at all"),
-    ("evolve_model", "evolve with the frozen start model as the mutator (improve-task prompts), seeded as evolve "
-                     "is (trainers/mutator.py)"),
-)
-CONTROL_NAMES = tuple(name for name, _ in CONTROLS)
 
 
 @dataclass(frozen=True)

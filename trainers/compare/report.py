@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.compare.ladder import CONTROLS, PAIRED_WITH
+from trainers.compare.arms.table import CONTROLS, PAIRED_WITH
 from alpha_gym.evaluation.kept import read_object, read_rows
 from alpha_gym.evaluation.report_overfitting import markdown_lines, read_overfitting
 from trainers.compare.runner import CompareError

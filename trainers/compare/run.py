@@ -48,9 +48,10 @@ def _equivalent_identities(results: Path, kept_identity: str | None, identity: s
 
 
 def _mutator_model(results: Path, context: RunContext, arms) -> dict:
-    """settings.json's record of the evolve_model/evolve_rl arms' own model (`--mutator-model`), by path and
-    content, kept from an earlier run when this one runs neither arm (each arm's stamp names its path too)."""
-    ran = {a.name for a in arms} & {"evolve_model", "evolve_rl"}
+    """settings.json's record of the model the arms that mutate with one use (`--mutator-model`, the rows'
+    `mutator_model`), by path and content, kept from an earlier run when this one runs none of them (each arm's
+    stamp names its path too)."""
+    ran = {a.name for a in arms if a.mutator_model}
     if context.mutator_model is None or not ran:
         kept = results / "settings.json"
         before = read_object(kept) if kept.exists() else {}
@@ -60,9 +61,9 @@ def _mutator_model(results: Path, context: RunContext, arms) -> dict:
 
 
 def _check_mutator_model(results: Path, context: RunContext, arms) -> None:
-    """Refuse to add evolve_model/evolve_rl rows made with another mutator model than the kept rows of those arms
+    """Refuse to add rows of the arms that mutate with a model made with another mutator model than their kept rows
     (settings.json's `mutator_model_identity`, else the start model's, which they mutated with before)."""
-    ran = sorted({a.name for a in arms} & {"evolve_model", "evolve_rl"})
+    ran = sorted(a.name for a in arms if a.mutator_model)
     kept = [p for name in ran for p in results.glob(f"seed-*/{name}.jsonl")]
     if not kept or not (results / "settings.json").exists():
         return
@@ -132,7 +133,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
         _check_mutator_model(results, context, runs_arms)
     runs = []
     if not context.report_only:
-        # step 0 first: every rung starts from it and the search control is seeded with its answers
+        # step 0 first: every rung starts from it and the seeded controls start from its answers
         context = replace(context, step0_formulas=tuple(_step0_formulas(
             context, any(a.kind == "rl" for a in runs_arms))))
         for seed in seeds:
@@ -142,7 +143,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
                 print(f"=== seed {seed}, {what}", flush=True)
                 numbers = arm.run(context, seed)
                 keep_run_book(results, seed, arm.name, context.run_dir(seed, arm.name), context.verifier())
-                if arm.kind == "rl" and "log" in numbers:  # a trained rung's curves (evolve_rl keeps a curve)
+                if arm.kind == "rl" and "log" in numbers:  # a trained rung's curves (an evolve run keeps a curve)
                     runs.append(numbers)
                     (out / "comparison.json").write_text(json_dumps({
                         "scale": context.scale_name, "scale_settings": asdict(context.scale), "model": context.model,
@@ -167,7 +168,7 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     evals_arms = [a for a in arms if a.kind == "eval"]
     if brief_ids is None and not evals_arms and not kept_arms(results):
         raise CompareError(f"{results} holds no step-0.jsonl: nothing to report (train first, or give --eval DIR)")
-    # without step-0.jsonl (a control run on its own, e.g. `alpha-gym evolve`) the rows answer the scale's probe
+    # without step-0.jsonl (a control run on its own, by its own command) the rows answer the scale's probe
     context = replace(context, brief_ids=None if brief_ids is None else tuple(brief_ids))
     evals = [a.run(context, None) for a in evals_arms]
     named, kept = {a.name for a in arms}, kept_arms(results)
