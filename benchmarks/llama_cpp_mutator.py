@@ -12,7 +12,8 @@ synthetic market (`Verifier(synthetic_panel())`), SEEDS as the seed formulas, on
 --tokens per answer, temperature 1, the run's seed --seed, and `max_rounds` --rounds: the places a round leaves
 empty (an answer that does not parse, a repeat) go to random formulas after it. The model is the only mutator.
 
-Prints one JSON line: calls, seconds of the run (server start excluded), calls/s, the mutator's answers,
+Prints one JSON line: calls, seconds of the run (server start excluded), calls/s, CPU seconds of this process
+(cpu_s) and of the server (server_cpu_s; figures a loaded machine does not inflate), the mutator's answers,
 answers/s, how many of its answers were scored, refused as unparseable, refused as repeats, and the random
 fill's calls.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -70,7 +72,9 @@ def main(argv=None) -> int:
                 url = wait_until_serving(server, port, 180, f"the server did not start (see {tmp / 'server.log'})")
                 mutator = endpoint_mutator(url, "smollm2", f"answers={args.answers},concurrency=1,tokens={args.tokens}",
                                            limits=verifier.config.limits, seed=args.seed)
+                server_cpu0 = _cpu_s(server.pid)
                 numbers = _run(evolve, verifier, mutator, args, tmp, DatabaseConfig)
+                numbers["server_cpu_s"] = round(_cpu_s(server.pid) - server_cpu0, 1)
             finally:
                 stop_server(server)
             numbers.update(prompt_evals((tmp / "server.log").read_text(errors="replace")))
@@ -87,12 +91,18 @@ def prompt_evals(log: str) -> dict:
             "prompt_tokens_evaluated_median": sorted(evals)[len(evals) // 2] if evals else 0}
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used: a figure a loaded machine does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(evolve, verifier, mutator, args, tmp: Path, DatabaseConfig) -> dict:
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = evolve(verifier, mutator, DatabaseConfig(n_islands=1), budget=args.budget, seed=args.seed,
                     out_dir=tmp / "run", seed_formulas=list(SEEDS), group_size=8, max_rounds=args.rounds,
                     progress=None, say=None, workers=1, checkpoint_every=1000)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     rows = [json.loads(line) for line in (tmp / "run" / "proposals.jsonl").read_text().splitlines()]
     mine = [r for r in rows if r["origin"] == mutator.name]
     reasons = Counter(("scored" if r["status"] == "scored" else
@@ -101,7 +111,7 @@ def _run(evolve, verifier, mutator, args, tmp: Path, DatabaseConfig) -> dict:
     calls = result.history[-1]["calls"] if result.history else 0
     answers = len(mine)
     model_s = mutator.stats["seconds"]
-    return {"calls": calls, "seconds": round(seconds, 1), "calls_per_s": round(calls / seconds, 3),
+    return {"calls": calls, "seconds": round(seconds, 1), "cpu_s": round(cpu_s, 1), "calls_per_s": round(calls / seconds, 3),
             "model_answers": answers, "model_seconds": round(model_s, 1),
             "answers_per_s": round(answers / model_s, 3) if model_s else None,
             "scored": reasons["scored"], "unparseable": reasons["unparseable"], "repeats": reasons["repeat"],
