@@ -25,7 +25,8 @@ import pytest
 
 from alpha_gym.language import DEFAULT_LIMITS
 from alpha_gym.search.endpoint_mutator import ENDPOINT_OPTIONS, STOP, closed_answer, parse_options
-from alpha_gym.search.mutators import MutatorSpecError, improve_prompts, make_mutator
+from alpha_gym.search.mutators import MutatorSpecError, make_mutator
+from alpha_gym.tasks.parents import improve_prompts
 from alpha_gym.tasks.dsl import ANSWER_CONTRACT, dsl_reference
 from alpha_gym.tasks.improve import INSTRUCTION, NO_BRIEF_REQUEST
 
