@@ -292,7 +292,19 @@ def start_server(gguf, alias: str, *, port: int, threads: int = 1, n_ctx: int = 
         return subprocess.Popen(pin + [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
                                        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
                                        "--n_threads", str(threads), "--model_alias", alias],
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it starts: SIGTERM to it when the process that started it ends, however
+    that ends (a test or benchmark killed by a time-out runs no `finally`, and its server went on serving)."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def wait_until_serving(proc: subprocess.Popen, port: int, timeout_s: float, failed: str) -> str:
