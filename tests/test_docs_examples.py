@@ -103,7 +103,7 @@ def test_the_arm_recipe_names_every_control_and_rung_outside_the_ladder():
 
 
 def test_the_mutator_recipe_names_every_row():
-    from alpha_gym.search.mutators import MUTATORS
+    from trainers.mutators import MUTATORS
     section = _section("extending.md", "## A mutator")
     assert [r.name for r in MUTATORS if f"`{r.name}`" not in section] == []
 
