@@ -121,6 +121,30 @@ def test_the_compiled_module_repeats_the_constants_of_ops():
     assert compiled.TIE_ULPS == ops.TIE_ULPS and compiled.ZERO_VAR_RTOL == ops.ZERO_VAR_RTOL
 
 
+@pytest.mark.parametrize("constant, value", [("TIE_ULPS", 0), ("TIE_ULPS", 1 << 10)])
+def test_changed_tolerances_reach_every_kernel_compiled_or_not(monkeypatch, constant, value):
+    """A caller that changes ops' tolerances (tests/test_alpha101.py: TIE_ULPS 0, to compare with alpha101v cell
+    by cell) gets what the numpy kernels give under them, whether or not the compiled kernels are ready: the
+    compiled code holds the defaults, so it must not run then. (It did: the result depended on whether the cache
+    was warm.)"""
+    compiled.compile_all()                      # the compiled kernels are ready: the case that went wrong
+    rng = np.random.default_rng(11)
+    x, y = hostile_panel(rng), hostile_panel(rng, level=-20.0)
+    x[:, 30] = x[:, 31] * (1.0 + 2.0 ** -40)    # 4096 ulps apart: tied by the default TIE_ULPS only
+    default = {name: getattr(ops, name)(*_call(name, x, y, 10)) for name in COMPILED}
+    expected = {}
+    with monkeypatch.context() as m:
+        m.setattr(ops, constant, value)
+        m.setattr(compiled, "ready", lambda kernel: False)   # the numpy kernels, under the changed value
+        for name in COMPILED:
+            expected[name] = getattr(ops, name)(*_call(name, x, y, 10))
+    monkeypatch.setattr(ops, constant, value)
+    for name in COMPILED:
+        assert_agrees(getattr(ops, name)(*_call(name, x, y, 10)), expected[name], (name, constant, value))
+    # the changed tolerance does change some kernel's answer on this panel (else the check above checks nothing)
+    assert any(not np.array_equal(expected[n], default[n], equal_nan=True) for n in COMPILED)
+
+
 @contextlib.contextmanager
 def numpy_kernels():
     """The evaluator (and every `ops.NAME` reader, the bounds among them) on today's numpy kernels."""

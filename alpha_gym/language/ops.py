@@ -1335,6 +1335,13 @@ def _contiguous(x: object) -> np.ndarray:
     return np.ascontiguousarray(_panel(x, clean=False))
 
 
+def _compiled_rules_hold(compiled) -> bool:
+    """Whether this module's tie and zero-variance tolerances are the ones compiled into `compiled.py`'s kernels.
+    A caller that changes them (tests/test_alpha101.py sets TIE_ULPS to 0 to compare with alpha101v cell by cell)
+    gets the numpy kernels, which read them at each call; the compiled ones would silently keep the defaults."""
+    return TIE_ULPS == compiled.TIE_ULPS and ZERO_VAR_RTOL == compiled.ZERO_VAR_RTOL
+
+
 def _compiled_window(name: str, kernel_name: str, k: int):
     """``f(x, d)`` or ``f(x, y, d)`` running the window kernel `kernel_name` of `compiled.py` over column parts:
     one part, or one a kernel thread where the work (cells x k quantities) is large enough. Columns are
@@ -1347,7 +1354,7 @@ def _compiled_window(name: str, kernel_name: str, k: int):
             raise ValueError(f"shape mismatch: {arrays[0].shape} vs {arrays[1].shape}")
         d = _window(d)
         run = getattr(compiled, kernel_name)
-        if not compiled.ready(run):   # not compiled yet (`compiled.ready`): the numpy kernel, the same bits
+        if not _compiled_rules_hold(compiled) or not compiled.ready(run):   # not compiled yet: numpy, the same bits
             return _NUMPY_KERNEL[name](*arrays, d)
         T, N = arrays[0].shape
         out = np.empty((T, N))
@@ -1480,8 +1487,8 @@ def rank(x):
     T, N = a.shape
     bits = max(1, int(N - 1).bit_length())
     from alpha_gym.language import compiled
-    if T == 0 or N == 0 or bits > _RANK_MAX_BITS or not (compiled.ready(compiled.rank_keys)
-                                                         and compiled.ready(compiled.rank_sorted)):
+    if T == 0 or N == 0 or bits > _RANK_MAX_BITS or not _compiled_rules_hold(compiled) \
+            or not (compiled.ready(compiled.rank_keys) and compiled.ready(compiled.rank_sorted)):
         return _NUMPY_KERNEL["rank"](a)
     out = np.empty((T, N))
     rows = max(1, _CS_CHUNK_CELLS // N)
