@@ -17,7 +17,7 @@ from alpha_gym.scoring.config import VerifierConfig
 #: VerifierConfig fields no channel reads: the book, CPCV, validity, invalid rewards and the archive.
 NOT_CHANNEL_FIELDS = {"priorities", "costs", "cpcv", "min_valid_stocks", "invalid_rewards", "reward_missing_tag",
                       "reward_unparseable", "reward_invalid_book", "archive_capacity", "archive_min_core",
-                      "archive_admit_corr", "archive_seed", "max_price_level_corr"}
+                      "archive_admit_corr", "archive_seed", "max_price_level_corr", "min_recent_turnover"}
 
 #: Where a channel function's default deliberately differs from the config's: called alone, R1 is unclipped
 #: and R12 is on (the verifier always passes the config's values).
