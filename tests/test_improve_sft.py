@@ -161,13 +161,17 @@ def test_pairs_from_several_runs_each_under_the_caps_without_repeats(run_dir, tm
 
 
 def test_the_write_task_output_is_unchanged(small_synthetic, tmp_path, write_market_csv):
+    from alpha_gym.tasks.generator import save_briefs
     from alpha_gym.tasks.sets import brief_set
     from alpha_gym.tasks.sft_data import build_sft_dataset
     csv = write_market_csv(small_synthetic, tmp_path / "market.csv.gz")
+    briefs = brief_set("train")[:24]     # a slice of the training briefs: the search per brief is what costs
+    save_briefs(briefs, tmp_path / "briefs.jsonl")
     out = tmp_path / "write.jsonl"
-    assert cli_main(["sft-data", "--out", str(out), "--pool", "60", "--seed", "2", "--data", str(csv)]) == 0
+    assert cli_main(["sft-data", "--out", str(out), "--pool", "60", "--seed", "2", "--data", str(csv),
+                     "--briefs", str(tmp_path / "briefs.jsonl")]) == 0
     from alpha_gym.market.resolve import resolve_panel
-    build_sft_dataset(Verifier(resolve_panel(data=str(csv))), brief_set("train"), tmp_path / "lib.jsonl",
+    build_sft_dataset(Verifier(resolve_panel(data=str(csv))), briefs, tmp_path / "lib.jsonl",
                       pool_size=60, seed=2)
     assert out.read_bytes() == (tmp_path / "lib.jsonl").read_bytes() and out.stat().st_size > 0
 
