@@ -15,6 +15,7 @@ from alpha_gym.evaluation.validation import REFUSED_ON_SEARCH
 from alpha_gym.market import Panel, synthetic_panel
 from alpha_gym.market.folds import FoldError, FoldPlan, cut_fold, make_fold
 from alpha_gym.scoring.holdout_config import HoldoutConfig
+from alpha_gym.scoring.verifier import Verifier
 
 ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_corr(close, volume, 10))</alpha>",
            "<alpha>-rank(ts_std(returns, 20))</alpha>", "<alpha>rank(close)</alpha>", "no formula here",
@@ -48,6 +49,10 @@ def test_the_verifier_sees_the_search_window_and_the_reading_is_the_walk_forward
     assert env.fold == fold
     steps = run(env)
     panels = cut_fold(panel, fold)
+    # the reward is score_group's on the fold's search window (a fresh verifier there, its archive frozen too)
+    verifier = Verifier(panels.search)
+    for k, (answer, step) in enumerate(zip(ANSWERS, steps)):
+        assert step[1] == verifier.score_group([answer], brief=env.briefs[k % len(env.briefs)]).scores[0].reward
     formulas = [s[4]["formula"] for s in steps]
     report = evaluate_holdout(formulas, panels.validation_history, panels.validation,
                               config=HoldoutConfig.from_verifier(env.verifier.config), alpha_tests=False,
