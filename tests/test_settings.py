@@ -16,6 +16,10 @@ from alpha_gym.scoring.config import ConfigError, VerifierConfig, weighted_sum
 from alpha_gym.scoring.verifier import Verifier
 from trainers.config import register_train_table
 
+#: A model folder that does not exist: loading it fails at once, where a Hub id ("owner/name") would be looked up
+#: on the Hub first (a minute of retries on a machine without the network).
+MISSING_MODEL = "/nonexistent/no-such-model"
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _train_table():
@@ -254,7 +258,7 @@ def test_train_refuses_to_resume_with_other_settings_before_loading_a_model(tmp_
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": S.to_dict(RECIPES["dapo"])},
                     resume=False)
     with pytest.raises(ConfigError, match="train.loss_type"):
-        train(RECIPES["cispo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
+        train(RECIPES["cispo"], verifier, None, tmp_path, model=MISSING_MODEL, steps=2, resume=True)
 
 
 def test_a_resume_may_change_what_is_written_but_not_what_is_learned(tmp_path, small_synthetic):
@@ -267,10 +271,10 @@ def test_a_resume_may_change_what_is_written_but_not_what_is_learned(tmp_path, s
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": S.to_dict(old)}, resume=False)
     assert set(OUTPUT_ONLY) == {"log_completions", "logging_steps"}
     with pytest.raises(Exception) as info:   # got past the settings check, to the model
-        train(RECIPES["dapo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
-    assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+        train(RECIPES["dapo"], verifier, None, tmp_path, model=MISSING_MODEL, steps=2, resume=True)
+    assert not isinstance(info.value, ConfigError) and MISSING_MODEL in str(info.value)
     with pytest.raises(ConfigError, match="train.learning_rate"):
-        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
+        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model=MISSING_MODEL, steps=2,
               resume=True)
 
 

@@ -29,6 +29,10 @@ from trainers.config import LOSS_TYPES, TrainConfig
 
 TOKENS = 6
 
+#: A model folder that does not exist: loading it fails at once, where a Hub id ("owner/name") would be looked up
+#: on the Hub first (a minute of retries on a machine without the network).
+MISSING_MODEL = "/nonexistent/no-such-model"
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
@@ -338,11 +342,11 @@ def test_a_run_recorded_with_the_speed_switches_still_resumes(tmp_path, small_sy
         assert len(old) > 20
         S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
         with pytest.raises(Exception) as info:  # got past the settings check, to the model
-            train(RECIPES["dapo"], verifier, None, tmp_path, model="no/such-model", steps=2, resume=True)
-        assert not isinstance(info.value, ConfigError) and "no/such-model" in str(info.value)
+            train(RECIPES["dapo"], verifier, None, tmp_path, model=MISSING_MODEL, steps=2, resume=True)
+        assert not isinstance(info.value, ConfigError) and MISSING_MODEL in str(info.value)
     S.claim_run_dir(tmp_path, {"verifier": S.to_dict(verifier.config), "train": old}, resume=False)
     with pytest.raises(ConfigError, match="train.learning_rate"):
-        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model="no/such-model", steps=2,
+        train(RECIPES["dapo"].with_(learning_rate=1e-3), verifier, None, tmp_path, model=MISSING_MODEL, steps=2,
               resume=True)
 
 
