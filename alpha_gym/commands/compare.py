@@ -55,10 +55,10 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.commands.flags import add_settings_args, settings_from_args
+from alpha_gym.commands.flags import add_settings_args, fold_arg, settings_from_args
 from alpha_gym.ranges import flag, ints
 from trainers.compare.arms import ARMS, arm_names
-from trainers.compare.ladder import SCALES, panels
+from trainers.compare.ladder import SCALES, full_panel, panels
 from trainers.compare.runner import CompareError
 from trainers.config import register_train_table
 
@@ -128,7 +128,23 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stress-checkpoint", metavar="DIR|auto|none",
                    help="R3's world model for every rung (default: the settings', 'auto': the model `alpha-gym "
                         "stress fit` registered for the train panel)")
+    p.add_argument("--fold", type=fold_arg(allow_all=True), metavar="K|all",
+                   help="a walk-forward fold, 1..5 (oldest first), or all: every arm runs on the fold's search window "
+                        "only, and what it found is then scored on the fold's validation window and test year "
+                        "(RESULTS/walk-forward/, the comparison's walk-forward table); all: folds 1..5, each fold "
+                        "already kept skipped")
     add_settings_args(p)
+
+
+def _check_fold_flags(args) -> None:
+    """--fold runs arms: refused beside the flags that run none or score a folder made on another window."""
+    if args.fold is None:
+        return
+    for name, given in (("--report-only", args.report_only), ("--update-results", args.update_results),
+                        ("--eval", bool(args.eval))):
+        if given:
+            raise CompareError(f"--fold runs every arm on a fold's search window; {name} cannot go with it (the "
+                               "walk-forward table is rebuilt from RESULTS/walk-forward by any run): leave one out")
 
 
 def _scale(args, settings):
@@ -149,6 +165,7 @@ def cmd_compare(args) -> int:
     # answers: --report-only runs without torch
     flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     register_train_table()
+    _check_fold_flags(args)
     settings = settings_from_args(args, flags)
     scale = _scale(args, settings)
     out = Path(args.out)
@@ -176,7 +193,8 @@ def cmd_compare(args) -> int:
         problem = model_not_found(args.mutator_model)
         if problem:  # now, not once step 0 and the arms before it have run
             raise CompareError(f"--mutator-model: {problem}")
-    train, holdout = panels(args.scale, args.data, args.universe)
+    full = full_panel(args.scale, args.data, args.universe)
+    train, holdout = panels(args.scale, full=full)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
@@ -191,6 +209,13 @@ def cmd_compare(args) -> int:
                          identity=identity, report_only=args.report_only, update_results=args.update_results,
                          mutator_model=args.mutator_model)
     arms = [a for a in ARMS if a.name in set(names)] + [eval_arm(d) for d in args.eval]
+    if args.fold is not None:
+        from trainers.compare.folds import run_folds
+        text, page = run_folds(context, arms, args.seeds or list(scale.seeds), args.fold, full, table=ARMS)
+        print(text)
+        if page is not None:
+            print(f"report page of the last fold run: {page}")
+        return 0
     # the table shows every arm kept in --results, not only those this run ran; only --report-only --rungs
     # narrows it
     text, page = run_comparison(context, arms, args.seeds or list(scale.seeds),

@@ -69,15 +69,21 @@ def scale_budget(scale) -> int:
     return sizes[0][1] * sizes[1][1] * sizes[2][1]
 
 
-def panels(scale_name: str, data=None, universe=None):
-    """(train panel, pseudo-holdout panel) of a scale: the last `pseudo_holdout` sessions are cut off before
-    training. Without `data`, the synthetic market (a small one for the smoke scale)."""
+def full_panel(scale_name: str, data=None, universe=None):
+    """The whole market a scale's comparison reads: `data` (with `universe`), else the synthetic market (a small
+    one for the smoke scale)."""
     from alpha_gym.market import synthetic_panel
     from alpha_gym.market.resolve import resolve_panel
-    scale = SCALES[scale_name]
     if data:
-        full = resolve_panel(data=data, universe=universe)
-    else:
-        full = synthetic_panel(n_stocks=20, n_days=800, seed=0) if scale_name == "smoke" else synthetic_panel()
+        return resolve_panel(data=data, universe=universe)
+    return synthetic_panel(n_stocks=20, n_days=800, seed=0) if scale_name == "smoke" else synthetic_panel()
+
+
+def panels(scale_name: str, data=None, universe=None, full=None):
+    """(train panel, pseudo-holdout panel) of a scale: the last `pseudo_holdout` sessions are cut off before
+    training. `full`: the market already read (`full_panel`), else read here."""
+    scale = SCALES[scale_name]
+    if full is None:
+        full = full_panel(scale_name, data, universe)
     cut = full.n_days - scale.pseudo_holdout
     return full.window(end=full.dates[cut - 1]), full.window(start=full.dates[cut])
