@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.commands.flags import (add_data_args, add_settings_args, add_task_arg, panel_from_args,
+                                      settings_from_args, task_overrides)
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from trainers.config import DEFAULT_RECIPE, RECIPES, register_train_table
@@ -40,8 +41,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="override the recipe's seed")
     p.add_argument("--steps-per-generation", type=int, help="override the recipe's optimizer steps per rollout batch")
     p.add_argument("--briefs", default="train",
-                   help="'train' (default: the 450 training briefs), 'probe', 'fixed' (8 hand-written) or a briefs "
-                        "JSONL file (alpha-gym briefs generate/split/filter)")
+                   help="'train' (default: the 450 training briefs), 'probe' (50 of two families training never "
+                        "shows), 'probe_seen' (50 unseen briefs of the training families), 'fixed' (8 hand-written) "
+                        "or a briefs JSONL file (alpha-gym briefs generate/split/filter)")
+    add_task_arg(p)
     p.add_argument("--advantage-floor", type=_floor, metavar="X|none",
                    help="override the recipe's advantage floor (ladder recipes: 0; 'none' switches it off)")
     p.add_argument("--format-reward", choices=("on", "off"),
@@ -73,6 +76,7 @@ def _flag_overrides(args) -> dict:
     floor = getattr(args, "advantage_floor", None)
     if floor is not None:
         train["advantage_floor"] = None if floor == "none" else floor
+    train.update(task_overrides(args).get("train", {}))
     verifier = {}
     if getattr(args, "format_reward", None) is not None:
         verifier["format_enabled"] = args.format_reward == "on"
@@ -99,12 +103,12 @@ def verifier_config_from_args(args):
 
 def briefs_from_args(value: str):
     """--briefs: a named set or a JSONL file."""
-    from alpha_gym.tasks.sets import brief_set
-    if value in ("train", "probe", "fixed"):
+    from alpha_gym.tasks.sets import SET_NAMES, brief_set
+    if value in SET_NAMES:
         return list(brief_set(value))
     from alpha_gym.tasks.generator import load_briefs
     if not Path(value).is_file():
-        raise InputError(f"--briefs: {value!r} is neither 'train', 'probe', 'fixed' nor a briefs JSONL file")
+        raise InputError(f"--briefs: {value!r} is neither {', '.join(map(repr, SET_NAMES))} nor a briefs JSONL file")
     return load_briefs(value)
 
 

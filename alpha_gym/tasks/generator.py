@@ -348,6 +348,40 @@ def split_briefs(briefs: Sequence[Brief], n_probe: int = 50, seed: int = 0) -> B
                       probe_families=tuple(sorted(held)), unused=tuple(in_held[n_probe:]))
 
 
+def part_ids(brief: Brief) -> tuple[str, ...]:
+    """The vocabulary ids of a generated brief's six parts, in `PART_NAMES` order (they decide its request)."""
+    return tuple((brief.parts or {}).get(name, {}).get("id", "") for name in PART_NAMES)
+
+
+def unseen_briefs_of_seen_families(train: Sequence[Brief], n: int = 50, seed: int = 1,
+                                   pool: int | None = None) -> tuple[Brief, ...]:
+    """`n` briefs of `train`'s families that are not in `train`: new combinations of the parts training shows.
+
+    The held-out probe asks whether brief-following transfers to unseen mechanisms; these ask whether it holds on
+    the mechanisms training shows, on briefs it never saw. They are `generate_briefs(pool, seed)` (ids
+    `g{seed}-...`; `pool` defaults to 4n) in its order, keeping a brief when its family is a training family,
+    each of its six parts is an entry some training brief shows and its parts are neither a training brief's nor
+    an earlier kept brief's. Families are dealt in rounds there, so the kept briefs spread over the training
+    families. Deterministic for (train, n, seed, pool); ValueError when the pool holds fewer than `n`."""
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    families = {b.family for b in train}
+    shown = [{ids[k] for ids in map(part_ids, train)} for k in range(len(PART_NAMES))]
+    taken = {part_ids(b) for b in train}
+    kept: list[Brief] = []
+    for brief in generate_briefs(4 * n if pool is None else pool, seed=seed):
+        if len(kept) == n:
+            break
+        ids = part_ids(brief)
+        if brief.family in families and ids not in taken and all(i in s for i, s in zip(ids, shown)):
+            taken.add(ids)
+            kept.append(brief)
+    if len(kept) < n:
+        raise ValueError(f"only {len(kept)} of {n} unseen briefs of the training families among "
+                         f"{4 * n if pool is None else pool} drawn with seed {seed}: draw a larger pool")
+    return tuple(kept)
+
+
 # ------------------------------------------------------------------------------- JSONL
 def save_briefs(briefs: Iterable[Brief], path) -> Path:
     """Write briefs as JSONL (one `Brief.to_dict()` per line, ASCII). Returns the path."""
