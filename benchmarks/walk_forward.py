@@ -40,11 +40,12 @@ def run_arm(arm: str, panels, verifier, budget: int, seed: int, out: Path, probe
         raise SystemExit(f"walk_forward.py: unknown arm {arm!r}: one of {', '.join(ARMS)}")
     from alpha_gym.search.database import GP_SEARCH, DatabaseConfig
     from alpha_gym.search.evolve_arm import run_evolve, run_pool
+    from trainers.compare.arms.kept import keep_evolve
     seeds = list(alpha101(industry_free=True).values()) if arm != "random" else []
     run_evolve(verifier, panels.search, panels.validation, probe, mutators=("random",) if arm == "random" else ("tree",),
                database=GP_SEARCH if arm == "search" else DatabaseConfig(), budget=budget, seed=seed, out=out,
                name=arm, group_size=GROUP, seed_formulas=seeds, workers=1, progress=None,
-               holdout_history=panels.validation_history)
+               holdout_history=panels.validation_history, keep=keep_evolve)
     pool, book = run_pool(out)
     scored = score_fold(pool, verifier, panels, book=book, label=arm)
     write_walk_forward(out, scored)

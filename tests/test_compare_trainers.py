@@ -12,8 +12,8 @@ import pytest
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.kept import write_object, write_rows
 from alpha_gym.jsonable import json_dumps
-from trainers.compare import floor_trap, runner, stats as st
-from trainers.compare.arms import LADDER
+from trainers.compare import floor_trap, stats as st
+from trainers.compare.arms import LADDER, stamps
 
 from chat_endpoint import ChatEndpoint  # a real chat server on 127.0.0.1
 
@@ -181,10 +181,10 @@ def test_a_kept_comparison_resumes_across_a_verifier_setting_added_since():
     kept = {**stamp, "verifier": {k: v for k, v in stamp["verifier"].items()
                                   if k not in ("self_corr_gate", "self_corr_margin")}}
     now = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": "none", "self_corr_margin": 0.1}}
-    assert runner.with_added_defaults(kept, now) == now
+    assert stamps.with_added_defaults(kept, now) == now
     gated = {**kept, "verifier": {**kept["verifier"], "self_corr_gate": 0.7, "self_corr_margin": 0.1}}
-    assert runner.with_added_defaults(kept, gated) != gated
-    assert runner.with_added_defaults(kept, {**now, "model": "other"}) != {**now, "model": "other"}
+    assert stamps.with_added_defaults(kept, gated) != gated
+    assert stamps.with_added_defaults(kept, {**now, "model": "other"}) != {**now, "model": "other"}
 
 
 def test_one_bootstrap_and_one_standardisation_for_the_package():
@@ -387,29 +387,29 @@ def test_a_start_model_rebuilt_with_other_weights_is_another_comparison(tmp_path
     from trainers.compare.ladder import SCALES
     scale, out = SCALES["smoke"], tmp_path / "out"
     out.mkdir()
-    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, ida))
-    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, ida))      # the same model: a resume
-    runner.claim_out_dir(out, runner.out_settings(Args, scale, {}))           # --report-only loads none
-    with pytest.raises(runner.CompareError, match="model_identity"):
-        runner.claim_out_dir(out, runner.out_settings(Args, scale, {}, idb))
+    stamps.claim_out_dir(out, stamps.out_settings(Args, scale, {}, ida))
+    stamps.claim_out_dir(out, stamps.out_settings(Args, scale, {}, ida))      # the same model: a resume
+    stamps.claim_out_dir(out, stamps.out_settings(Args, scale, {}))           # --report-only loads none
+    with pytest.raises(stamps.CompareError, match="model_identity"):
+        stamps.claim_out_dir(out, stamps.out_settings(Args, scale, {}, idb))
     old = tmp_path / "old"
     old.mkdir()
-    (old / "settings.json").write_text(json_dumps(runner.out_settings(Args, scale, {})))
+    (old / "settings.json").write_text(json_dumps(stamps.out_settings(Args, scale, {})))
     capsys.readouterr()
-    runner.claim_out_dir(old, runner.out_settings(Args, scale, {}, idb))
+    stamps.claim_out_dir(old, stamps.out_settings(Args, scale, {}, idb))
     assert "predates model identities" in capsys.readouterr().err
 
     results = tmp_path / "results"
     results.mkdir()
-    runner.check_kept_model(results, ida)                                     # nothing kept yet
+    stamps.check_kept_model(results, ida)                                     # nothing kept yet
     write_object(results / "settings.json", {"model": "runs/sft/model"})
-    runner.check_kept_model(results, ida)
+    stamps.check_kept_model(results, ida)
     assert "names no model identity" in capsys.readouterr().err
     write_object(results / "settings.json", {"model": "runs/sft/model", "model_identity": ida})
-    runner.check_kept_model(results, ida)
-    runner.check_kept_model(results, None)
-    with pytest.raises(runner.CompareError, match="start model"):
-        runner.check_kept_model(results, idb)
+    stamps.check_kept_model(results, ida)
+    stamps.check_kept_model(results, None)
+    with pytest.raises(stamps.CompareError, match="start model"):
+        stamps.check_kept_model(results, idb)
     # through the command: a control added to kept results of another start model is refused before it runs
     _kept_step0(results, ["rank(-ts_delta(close, 5))", "rank(ts_std(returns, 20))"])
     write_object(results / "settings.json", {"model_identity": "sha256:0123456789abcdef"})

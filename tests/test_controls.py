@@ -184,7 +184,7 @@ def test_every_child_meets_the_limits(panels):
 
 # ---------------------------------------------------------------------------------------- best-of-N
 def test_samples_per_brief_and_the_pick():
-    from trainers.best_of_n import best_sample, samples_per_brief
+    from trainers.compare.arms.best_of_n import best_sample, samples_per_brief
     assert samples_per_brief(480, 50) == 9 and samples_per_brief(4, 2) == 2
     with pytest.raises(ValueError):
         samples_per_brief(3, 4)
@@ -195,7 +195,7 @@ def test_samples_per_brief_and_the_pick():
 def test_best_of_n_with_the_real_model_keeps_the_best_sample(panels, verifier, tmp_path, capsys):
     pytest.importorskip("transformers")
     from alpha_gym.tasks.sets import brief_set
-    from trainers.best_of_n import run_best_of_n_rung
+    from trainers.compare.arms.best_of_n import run_best_of_n_rung
     train, holdout = panels
     probe = list(brief_set("probe"))[:2]
     # 2 steps x 1 prompt x 2 answers = 4 calls: k = 2 samples on each of 2 briefs, 16 tokens

@@ -131,13 +131,14 @@ def test_keep_at_keeps_a_run_under_its_own_arm_name_and_seed(market_csv, tmp_pat
     from alpha_gym.market.resolve import resolve_panel
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.search.evolve_arm import run_evolve
+    from trainers.compare.arms.kept import keep_evolve
     from alpha_gym.search.database import DatabaseConfig
     from alpha_gym.tasks.sets import brief_set
     train, holdout = split_panel(resolve_panel(data=str(market_csv)), 120)
     probe = list(brief_set("probe"))[:2]
     run = tmp_path / "seed-5" / "random"
     run_evolve(Verifier(train), train, holdout, probe, mutators=("random",), budget=16, seed=5, out=run,
-               name="random", database=DatabaseConfig(n_islands=2), group_size=4, progress=None)
+               name="random", database=DatabaseConfig(n_islands=2), group_size=4, progress=None, keep=keep_evolve)
     assert main(evolve_args(market_csv, run, 16, "--keep-at", "9", "--results", str(tmp_path / "at8"))) == 0
     assert "(random, seed 5) at 9 calls" in capsys.readouterr().out
     kept = read_object(tmp_path / "at8" / "seed-5" / "random.json")

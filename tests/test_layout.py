@@ -244,6 +244,39 @@ def test_a_string_import_upward_or_in_a_loop_is_caught():
     assert _cycles(graph) == [["alpha_gym.search.mutators", "trainers.mutator"]]
 
 
+
+#: The experiment's wing: the comparison's arms, the files each keeps and the stamps that guard its folders.
+WING = "trainers.compare.arms"
+#: What only the wing does: write an arm's kept files (the writers of `alpha_gym.evaluation.kept`, the format one
+#: floor down that `alpha-gym eval` and `holdout-formulas` read too), define how an arm keeps them, define the
+#: stamps of a comparison's folders. Calling a keeper or a stamp (the run does) is not writing one.
+_WING_DEFS = ("keep_answers", "keep_evolve", "keep_run_book", "answer_rows", "claim_out_dir", "out_settings",
+              "check_kept_model")
+_WING_CODE = re.compile(r"^\s*(?!def\b).*\b(write_kept|control_numbers)\(|^\s*def (%s)\(" % "|".join(_WING_DEFS), re.M)
+
+
+def _wing_offenders(sources: dict[str, str]) -> list[str]:
+    """The modules outside the wing that do what only the wing does (the kept format's own module aside)."""
+    return sorted(m for m, text in sources.items()
+                  if m != "alpha_gym.evaluation.kept" and not m.startswith(WING + ".") and _WING_CODE.search(text))
+
+
+def test_the_arms_keep_their_files_and_stamps_in_one_wing():
+    """Every module that writes an arm's kept files or defines a comparison folder's stamp is in
+    trainers/compare/arms/; the evolution run (`alpha_gym.search.evolve_arm`) is handed its arm's keeper and
+    imports no trainer."""
+    sources = {m: path.read_text() for m, path in MODULES.items()}
+    assert _wing_offenders(sources) == []
+    assert [m for m, text in sources.items() if m.startswith(WING + ".") and _WING_CODE.search(text)], \
+        "the wing writes the kept files: the rule would pass on a tree that has none"
+    assert _wing_offenders({"trainers.best_of_n": "    write_kept(results, seed, name, rows, numbers)",
+                            "alpha_gym.search.evolve_arm": "numbers = control_numbers(name, 'evolve', seed)",
+                            "trainers.compare.runner": "def claim_out_dir(out, settings):",
+                            "trainers.compare.run": "claim_out_dir(out, stamp)\nkept = check_kept_model(r, i)",
+                            "trainers.compare.arms.kept": "write_kept(results, seed, name, rows, numbers)",
+                            "alpha_gym.evaluation.kept": "def write_kept(results, seed, name, rows, numbers):"}) == [
+        "alpha_gym.search.evolve_arm", "trainers.best_of_n", "trainers.compare.runner"]
+
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

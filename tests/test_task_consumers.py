@@ -82,9 +82,10 @@ def test_the_training_loop_renders_the_envs_prompts(task, narrow, envs):
 
 def test_no_consumer_renders_a_prompt_of_its_own():
     """Each consumer asks its TaskPrompts: none calls `render_prompt` beside it (which would state other limits)."""
-    for path in ("trainers/loop.py", "trainers/best_of_n.py", "trainers/sft.py", "trainers/compare/runner.py",
-                 "alpha_gym/tasks/sft_data.py", "alpha_gym/integrations/verl.py", "alpha_gym/integrations/skyrl.py",
-                 "alpha_gym/integrations/verifiers.py", "alpha_gym/integrations/openenv.py"):
+    for path in ("trainers/loop.py", "trainers/compare/arms/best_of_n.py", "trainers/sft.py",
+                 "trainers/compare/runner.py", "alpha_gym/tasks/sft_data.py", "alpha_gym/integrations/verl.py",
+                 "alpha_gym/integrations/skyrl.py", "alpha_gym/integrations/verifiers.py",
+                 "alpha_gym/integrations/openenv.py"):
         names = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(ast.parse((ROOT / path).read_text()))
                  if isinstance(n, (ast.Name, ast.Attribute))}
         assert "render_prompt" not in names, f"{path} renders a prompt outside the task's prompts"
@@ -214,7 +215,7 @@ def test_a_training_step_asks_the_envs_prompts(task, narrow, envs, smollm, asked
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_best_of_n_samples_the_envs_prompts(task, narrow, envs, smollm, asked):
-    from trainers.best_of_n import Sampling, sample_and_pick
+    from trainers.compare.arms.best_of_n import Sampling, sample_and_pick
     grown = narrow.fork()
     picked = sample_and_pick(smollm[0], smollm[1], grown, BRIEFS, Sampling(2, 1.0, 4), seed=42,
                              task=task_prompts(task, grown, owner="TrainConfig"))

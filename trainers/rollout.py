@@ -4,7 +4,7 @@
     groups = sample_groups(model, tokenizer, [ids, ...], sampling, end_token_ids(model, tokenizer))
 
 `sample_groups` serves the training loop (`trainers.loop`, a group per prompt) and the best-of-N control
-(`trainers.best_of_n`); `generate_answers` (greedy probe and holdout answers, the difficulty filter, SFT's
+(`trainers.compare.arms.best_of_n`); `generate_answers` (greedy probe and holdout answers, the difficulty filter, SFT's
 probe, `alpha-gym eval --model`) templates its prompts with the same `chat_prompt`.
 
 The sampler is plain multinomial sampling at the config's temperature (top_k=0, top_p=1). The step's

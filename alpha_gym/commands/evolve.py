@@ -22,7 +22,7 @@ the last is 20 times what it took: a rerun of the same command resumes from it; 
 --budget goes on; other settings are refused), proposals.jsonl, the run's archive (archive.jsonl), its
 correlation-capped book (book.json) and its curve (curve.jsonl: calls, best train reward, book members,
 effective bets, book CPCV, seconds), and into --results (default OUT/results) the kept files of the
-comparison's `evolve` arm for `--probe` probe briefs (`alpha_gym.search.evolve_arm`). `--keep-at CALLS`
+comparison's `evolve` arm for `--probe` probe briefs (`trainers.compare.arms.kept`). `--keep-at CALLS`
 rewrites those kept files as the run stood at CALLS calls, without a new call. The curve, the archive and
 the book are written with each checkpoint, so a stopped run has them as they stood then. The summary at the end
 says where the calls went (the seeds, each mutator, the random fill that takes the places the mutators left
@@ -53,8 +53,9 @@ from alpha_gym.evaluation.endpoint import EndpointFailure
 from alpha_gym.market.folds import fold_panels
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
-from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, keep_evolve, run_evolve
+from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, run_evolve
 from alpha_gym.search.mutators import check_endpoints, kinds_line, parse_spec
+from trainers.compare.arms.kept import keep_evolve
 from trainers.mutators import MUTATORS
 from alpha_gym.search.run_state import check_folder, locked
 
@@ -198,7 +199,8 @@ def _main(args) -> int:
     about = {"data": args.data, "universe": universe, **({} if fold is None else {"fold": fold.fold.to_dict()})}
     numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
                          out=args.out, results=args.results, database=database, group_size=args.group_size,
-                         brief=brief, about=about, workers=args.workers, holdout_history=history, rows=MUTATORS)
+                         brief=brief, about=about, workers=args.workers, holdout_history=history, rows=MUTATORS,
+                         keep=keep_evolve)
     c = numbers["curve"][-1]
     best = "-" if c["best_reward"] is None else f"{c['best_reward']:+.3f}"
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "

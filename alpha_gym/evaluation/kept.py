@@ -7,7 +7,7 @@ A rung of the trainer comparison keeps, under its results folder (`alpha-gym com
     seed-S/NAME.json    that run's numbers: rung, recipe, prompts, seed, n_prompts, train_seconds,
                         selected_step, checkpoints (one row per scored checkpoint), config, the training
                         means (clipped_share, ratio_mean, valid_share, nonzero_adv_share, kl_last), steps
-    seed-S/NAME.book.json   the run's own book (trainers/compare/runner.keep_run_book)
+    seed-S/NAME.book.json   the run's own book (trainers/compare/arms/kept.keep_run_book)
     settings.json       what the kept results were made with (scale, model, data, windows, probe briefs, verifier)
 
 A control writes the same files with the same keys, so `--report-only`, the intervals and
@@ -211,7 +211,7 @@ def kept_files(folder: Path) -> list[Path]:
 
 
 #: Keys that mark each kind of kept file, held by every one ever written: a row (`answer_row`), a run's numbers
-#: (`control_numbers` and the rungs'), a run's book (`trainers.compare.runner.keep_run_book`) and the comparison's
+#: (`control_numbers` and the rungs'), a run's book (`trainers.compare.arms.kept.keep_run_book`) and the comparison's
 #: settings.json (`trainers.compare.run`; a compare --out folder's stamp names no probe briefs). `--rehash` seals
 #: only files that hold them: a folder may also hold JSON no comparison wrote (an editor's settings.json, notes).
 KEPT_KEYS = {"row": frozenset({"brief_id", "formula", "train_valid"}),

@@ -8,7 +8,8 @@
                budget, resumable from its checkpoint (state.json, `run_state`)
     run_state  the checkpoint's format: written, read back and checked field by field
     mutators   the mutation operators as a table (tree, random, an OpenAI-compatible endpoint) and their specs
-    evolve_arm an evolution run in a stamped folder: its curve, the kept files of a comparison arm
+    evolve_arm an evolution run in a stamped folder (`alpha-gym evolve`, the comparison's evolve arms): its curve,
+               what it found for the walk-forward scoring; the arm's kept files are the comparison's
     improve_pairs  improve-task training pairs read from a run's checkpoint
 
 Nothing is imported here. Importable without torch; nothing here evaluates a formula itself (the verifier does).

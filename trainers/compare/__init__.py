@@ -5,10 +5,11 @@ Nothing is imported here. The modules, top to bottom:
 
     ladder      the scales, a rung's verifier-call budget and the pseudo-holdout cut
     stats       the statistics of a comparison: intervals over seeds and briefs, diversity of the answers
-    runner      one rung with one seed: train, answer the probe at each checkpoint, keep the answers
+    runner      one rung with one seed: train, answer the probe at each checkpoint, choose the shipped one
     arms/       the arms in one folder: ARMS (one row an arm: RL rungs with their recipe, prompts, verifier
                 settings and pairing, controls, their report words; eval folders as arms), the RunContext
-                they run with, their runs, and an `alpha-gym eval` folder's answers as a row
+                they run with, their runs (the best-of-N control's own module), the files each keeps, the
+                stamps that guard the folders, and an `alpha-gym eval` folder's answers as a row
     run         run_comparison: the arms over the seeds, then the table from the kept files
     report      the table from the kept answers (any seeds, any session), comparison.md and report.json
     plots       curves.png, holdout_per_checkpoint.png and seeds.png

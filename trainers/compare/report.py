@@ -64,7 +64,7 @@ def brief_compliance_of(rows, valid) -> dict | None:
 
 
 def run_book_summary(results: Path, name: str, seeds, train, holdout) -> dict | None:
-    """Each seed's own book (results/seed-S/NAME.book.json, `runner.keep_run_book`) re-scored on the
+    """Each seed's own book (results/seed-S/NAME.book.json, `arms.kept.keep_run_book`) re-scored on the
     pseudo-holdout: members, effective bets (train window) and the members' mean pseudo-holdout score,
     averaged over the seeds that kept one (None when none did)."""
     import numpy as np

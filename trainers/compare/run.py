@@ -78,9 +78,9 @@ def _check_mutator_model(results: Path, context: RunContext, arms) -> None:
 
 
 def _out_stamp(context: RunContext) -> dict:
-    """What the --out folder depends on (`runner.out_settings`, the stamp `claim_out_dir` checks)."""
+    """What the --out folder depends on (`arms.stamps.out_settings`, the stamp `claim_out_dir` checks)."""
     from alpha_gym.settings import to_dict
-    from trainers.compare.runner import out_settings
+    from trainers.compare.arms.stamps import out_settings
     named = SimpleNamespace(scale=context.scale_name, model=context.model, data=context.data,
                             universe=context.universe)
     return out_settings(named, context.scale, to_dict(context.verifier_config), context.identity)
@@ -113,7 +113,9 @@ def run_comparison(context: RunContext, arms, seeds, table=None) -> tuple[str, P
     from trainers.compare.calls import write_calls
     from trainers.compare.plots import write_plots, write_seed_plot
     from trainers.compare.report import build_report, report_json, write_table
-    from trainers.compare.runner import answer_rows, check_kept_model, claim_out_dir, keep_run_book, probe_records
+    from trainers.compare.arms.kept import answer_rows, keep_run_book
+    from trainers.compare.arms.stamps import check_kept_model, claim_out_dir
+    from trainers.compare.runner import probe_records
     from trainers.compare.walk_forward import FOLDER, write_walk_forward_table
     out, results = context.out, context.results
     write_results = not context.report_only or context.update_results  # kept results change only when asked

@@ -1,23 +1,18 @@
-"""One rung with one seed: train, answer the probe at every checkpoint, keep the shipped answers.
+"""One rung with one seed: train, answer the probe at every checkpoint, choose the shipped checkpoint.
 
 A stopped comparison resumes from what its --out folder holds: each rung's checkpoints, each
 checkpoint's probe answers (`probe-step-N.json`) and the difficulty filter's pass rates
-(`filter.json`); `claim_out_dir` refuses a folder made with other settings, so two experiments are
-never blended. The kept answers (`keep_answers`) are small text files meant to be committed: the
-table is rebuilt from them alone (`report.build_report`).
+(`filter.json`); `arms.stamps.claim_out_dir` refuses a folder made with other settings, so two experiments
+are never blended. The arm keeps the shipped answers (`arms.kept.keep_answers`).
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from alpha_gym.errors import InputError
-from alpha_gym.folder_stamp import claim_stamp
-from alpha_gym.evaluation.kept import (answer_row, probe_scores, read_json, read_object, read_rows, write_kept,
-                                      write_object)
+from alpha_gym.evaluation.kept import probe_scores
 from alpha_gym.jsonable import json_dumps
 
 
@@ -138,151 +133,3 @@ def filtered_briefs(model, scale, verifier, briefs, out: Path):
                                   "rates": [r.to_dict() for r in rates]}, indent=2))
     print(f"difficulty filter: kept {len(filtered)} of {len(pool)} briefs", flush=True)
     return filtered
-
-
-# ------------------------------------------------------------------------------ answers kept
-def answer_rows(probe_file: Path, probe_briefs, step: int) -> list[dict]:
-    """The probe answers of one checkpoint as kept rows (`kept.answer_row`): brief id, raw answer, formula,
-    train-window score."""
-    d = json.loads(Path(probe_file).read_text())
-    return [answer_row(b.id, step, a, f, c) for b, a, f, c in zip(probe_briefs, d["answers"], d["formulas"],
-                                                                  d["train_cpcv"])]
-
-
-def keep_answers(results: Path, result: dict, probe_briefs) -> None:
-    """results/seed-S/RUNG.jsonl (the shipped checkpoint's probe answers) and RUNG.json (its numbers)."""
-    seed, name, step = result["seed"], result["rung"], result["selected_step"]
-    log = result["log"]
-
-    def mean(key):
-        vals = [x[key] for x in log if x.get(key) is not None]
-        return round(float(sum(vals) / len(vals)), 6) if vals else None
-    summary = {k: result[k] for k in ("rung", "recipe", "prompts", "seed", "n_prompts", "train_seconds",
-                                      "selected_step", "checkpoints")}
-    summary.update(config=result["config"], clipped_share=mean("clipped_share"), ratio_mean=mean("ratio_mean"),
-                   valid_share=mean("valid_share"), nonzero_adv_share=mean("nonzero_adv_share"),
-                   kl_last=log[-1].get("kl") if log else None, steps=len(log),
-                   distinct_forms_mean=mean("distinct_forms_mean"), verifier_calls=result.get("verifier_calls"))
-    write_kept(results, seed, name, answer_rows(Path(result["probe_files"][step]), probe_briefs, step), summary)
-
-
-def with_added_defaults(before: dict, now: dict) -> dict:
-    """The stamp `before` with each verifier setting it lacks taken from `now` where `now` holds the default:
-    a setting added to the code since (at its default, the behaviour before it existed) is no difference."""
-    from alpha_gym.scoring.config import VerifierConfig
-    from alpha_gym.settings import to_dict
-    defaults = json.loads(json_dumps(to_dict(VerifierConfig())))
-    missing = {k: v for k, v in now.get("verifier", {}).items()
-               if k not in before.get("verifier", {}) and v == defaults.get(k)}
-    return {**before, "verifier": {**before["verifier"], **missing}} if missing and "verifier" in before else before
-
-
-def _with_model_identity(before: dict, now: dict, where: Path) -> dict:
-    """`before` as it compares with `now` on the start model's content identity (`model_identity`).
-
-    --report-only loads no model and stamps none: identities are not compared. A stamp written before
-    identities existed names only the model's path; the run goes on (it cannot be checked) and says so.
-    """
-    if "model_identity" not in now:
-        return {k: v for k, v in before.items() if k != "model_identity"}
-    if "model_identity" not in before:
-        print(f"warning: {where} predates model identities: the start model's content cannot be checked "
-              f"against the one its runs began from (now {now['model_identity']})", file=sys.stderr, flush=True)
-        return {**before, "model_identity": now["model_identity"]}
-    return before
-
-
-def check_kept_model(results: Path, identity: str | None, step0_answers=None) -> str | None:
-    """Refuse to add rows to kept results that another start model produced (their step-0 row and every
-    rung start from it); kept results from before identities existed are named, not refused. Returns the
-    identity the kept results go on being stamped with (None where nothing is kept or no model is loaded).
-
-    A start model rebuilt from the same recipe on another CPU has other last bits, so another identity
-    (SFT sums in the CPU's own order, see trainers/sft.py). It joins the kept results only as an
-    equivalent: `step0_answers()` (called only then) gives its greedy step-0 rows, and every raw answer
-    must equal the kept step-0.jsonl's character for character, brief by brief; the caller then lists it
-    in settings.json's `equivalent_model_identities`. Anything short of that is refused, naming how many
-    answers differ.
-    """
-    kept = results / "settings.json"
-    if identity is None or not kept.exists():
-        return identity
-    stamp = read_object(kept)
-    before = stamp.get("model_identity")
-    if before is None:
-        print(f"warning: {kept} names no model identity: the rows added now may start from another model "
-              f"than its step-0 row (now {identity})", file=sys.stderr, flush=True)
-        return identity
-    if identity == before or identity in stamp.get("equivalent_model_identities", []):
-        return before
-    why = "no kept step-0 answers to compare with"
-    if step0_answers is not None and (results / "step-0.jsonl").exists():
-        kept_rows, now = read_rows(results / "step-0.jsonl"), step0_answers()
-        differ = sum((k["brief_id"], k["answer"]) != (n["brief_id"], n["answer"]) for k, n in zip(kept_rows, now))
-        differ += abs(len(kept_rows) - len(now))
-        if not differ:
-            print(f"note: start model {identity} is not {before}, the one {results} was made from, but its "
-                  f"greedy answers to all {len(now)} probe briefs are the kept step-0 answers, character for "
-                  "character: kept as an equivalent (settings.json, equivalent_model_identities)",
-                  file=sys.stderr, flush=True)
-            return before
-        why = f"{differ} of {len(kept_rows)} of its greedy step-0 answers differ from the kept ones"
-    raise CompareError(f"{results} was made from start model {before}, not {identity} (the --model given; {why}): "
-                       "its step-0 row and rungs would be mixed with another model's; pass another --results")
-
-
-def claim_out_dir(out: Path, settings: dict) -> None:
-    """Stamp `out` with what its results depend on; refuse to resume into a folder made with other settings.
-
-    A rerun reuses checkpoints, probe records and filter rates from `out`, so mixing settings there
-    would silently blend two experiments. `--rungs` and `--seeds` may differ between runs: each rung
-    and seed has its own folder.
-    """
-    now = json.loads(json_dumps(settings))
-
-    def refusal(stamp: Path):
-        before = _with_model_identity(with_added_defaults(read_json(stamp), now), now, stamp)
-        if before == now:
-            return None
-        changed = sorted(k for k in now if before.get(k) != now[k])
-        return CompareError(f"{out} holds a comparison made with other settings ({', '.join(changed)} "
-                            f"{'differs' if len(changed) == 1 else 'differ'}); pass another --out or delete the folder")
-    claim_stamp(out / "settings.json", json_dumps(settings, indent=2), refusal, replace=False)
-
-
-def out_settings(args, scale, verifier_settings: dict, identity: str | None = None) -> dict:
-    """What a comparison's --out folder depends on (the stamp `claim_out_dir` writes and checks); `identity`
-    is the start model's content (`trainers.models.model_identity`), None where no model is loaded."""
-    stamp = {"scale": args.scale, "scale_settings": {k: v for k, v in asdict(scale).items() if k != "seeds"},
-             "model": args.model, "data": args.data, "universe": args.universe, "verifier": verifier_settings}
-    return stamp if identity is None else {**stamp, "model_identity": identity}
-
-
-# ------------------------------------------------------------------------------ the run's own book
-def keep_run_book(results: Path, seed: int, name: str, run_dir: Path, verifier) -> dict | None:
-    """results/seed-S/NAME.archive.jsonl (the formulas the run's archive admitted: formula, step, train CPCV,
-    turnover) and NAME.book.json (the correlation-capped book chosen from them on the train window, seed
-    section 8: |corr| < 0.5, turnover >= 2%). A training run writes its archive.jsonl as it goes
-    (`trainers.run_book`); a control's grown archive (archive.npz) is written out here, its entries unattributed
-    to a step. None for a folder that is neither."""
-    from trainers.run_book import ARCHIVE_LOG, append_admitted, build_run_book
-    run_dir = Path(run_dir)
-    log = run_dir / ARCHIVE_LOG
-    if not log.exists():
-        if (run_dir / "archive.npz").exists():  # a control: its grown archive, written out once
-            grown = verifier.fork()
-            grown.load_archive(run_dir / "archive.npz")
-            append_admitted(log, grown.archive, 0)
-        elif not (run_dir / "log.jsonl").exists():
-            return None
-        if not log.exists():  # nothing admitted: an empty book, kept as such
-            log.write_text("", encoding="utf-8")
-    folder = Path(results) / f"seed-{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.archive.jsonl").write_text(log.read_text(encoding="utf-8"), encoding="utf-8")
-    # the comparison's verifier arrives with the seeds only, so an entry without a step was admitted during
-    # this run (a control's, or a run resumed from before it kept the file): it counts
-    book = build_run_book(log, verifier, include_unattributed=True)
-    d = {"rung": name, "seed": int(seed), **book.to_dict()}
-    write_object(folder / f"{name}.book.json", d)
-    return d

@@ -1,5 +1,5 @@
 """The arms' runs: each `run(context, seed)` trains or searches for one seed, writes the kept files
-(results/seed-S/NAME.jsonl and NAME.json, `alpha_gym.evaluation.kept.write_kept`) and returns the run's numbers.
+(results/seed-S/NAME.jsonl and NAME.json, `kept`) and returns the run's numbers.
 The table (`arms.table.ARMS`) says which run each arm is, with what settings."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from trainers.compare.arms.context import RunContext
 def train_rung(name: str, recipe: str, prompts: str, changes: dict | None, context: RunContext, seed: int) -> dict:
     """An RL rung: train (against a verifier with `changes`, where given), answer the probe at each checkpoint,
     keep the shipped checkpoint's answers."""
-    from trainers.compare.runner import keep_answers, run_rung
+    from trainers.compare.arms.kept import keep_answers
+    from trainers.compare.runner import run_rung
     briefs = context.train_briefs()
     filtered = context.filtered_briefs() if prompts == "filtered" else briefs
     result = run_rung(name, recipe, prompts, context.scale, seed, context.model, context.verifier(), context.train,
@@ -23,8 +24,8 @@ def train_rung(name: str, recipe: str, prompts: str, changes: dict | None, conte
 
 
 def best_of_n(context: RunContext, seed: int) -> dict:
-    """The start model's best of k samples per probe brief (trainers/best_of_n.py)."""
-    from trainers.best_of_n import run_best_of_n_rung
+    """The start model's best of k samples per probe brief (`best_of_n.run_best_of_n_rung`)."""
+    from trainers.compare.arms.best_of_n import run_best_of_n_rung
     return run_best_of_n_rung(context.scale, seed, context.model, context.verifier(), context.train, context.holdout,
                               context.probe, context.results, out=context.out)
 
@@ -36,6 +37,7 @@ def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: boo
     from alpha_gym.alpha101 import formulas as paper
     from alpha_gym.search.database import DatabaseConfig
     from alpha_gym.search.evolve_arm import run_evolve
+    from trainers.compare.arms.kept import keep_evolve
     from trainers.mutators import MUTATORS
     seeds = ([f for f in (context.step0_formulas or ()) if isinstance(f, str)]
              + list(paper(industry_free=True).values())) if seeded else []
@@ -44,7 +46,8 @@ def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: boo
                       database=DatabaseConfig() if database is None else database,
                       out=context.run_dir(seed, name), results=context.results,
                       group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
-                      about={"scale": context.scale_name, "data": context.data, "universe": context.universe})
+                      about={"scale": context.scale_name, "data": context.data, "universe": context.universe},
+                      keep=keep_evolve)
 
 
 def search(context: RunContext, seed: int) -> dict:
