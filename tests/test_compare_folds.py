@@ -149,3 +149,113 @@ def test_the_walk_forward_table_shows_each_arm_on_the_fold_and_a_kept_fold_is_no
     assert compare(shorter, tmp_path / "out2", results) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "on other windows" in err[0]
+
+
+@pytest.mark.slow      # five folds' comparisons, each with its scoring pool, report and plots: ~3 min on the loaded box
+def test_every_fold_runs_in_turn_and_a_rerun_of_all_runs_none(tmp_path, capsys):
+    """`--fold all` on a market long enough for the five folds: the model-free `random` arm on each fold's search
+    window, one kept row a fold, the table's five fold columns and the mean over them; run again, nothing runs."""
+    from trainers.compare.walk_forward import t_interval
+    panel = synthetic_panel(n_stocks=20, n_days=1250, seed=1)     # fold 1's search window: 278 sessions
+    data, out, results = tmp_path / "long.csv", tmp_path / "out", tmp_path / "results"
+    market_frame(panel).to_csv(data, index=False)
+    for k in range(1, 6):
+        with_step0(results, k)
+    assert compare(data, out, results, "all", "random") == 0
+    printed = capsys.readouterr().out
+    assert [line.split(":")[0] for line in printed.splitlines() if line.startswith("=== fold")] == \
+        [f"=== fold {k}/5" for k in range(1, 6)]
+    rows = read_rows(results / FOLDER / "random.jsonl")
+    assert [r["fold"] for r in rows] == [1, 2, 3, 4, 5]
+    plan = fold_plan(SCALES["smoke"])
+    for r in rows:
+        fold = make_fold(panel.dates, r["fold"], plan)
+        assert r["windows"]["search"] == [fold.search.start, fold.search.end]
+        assert r["windows"]["test"] == [fold.test.start, fold.test.end]
+    pool = next(line for line in (out / "comparison.md").read_text().splitlines()
+                if line.startswith("| random |") and "pool, unselected" in line)
+    tests = [r["selections"]["pool"]["test"] for r in rows]
+    assert all(t is not None for t in tests)
+    lo, hi = t_interval(tests)
+    assert f"| {sum(tests) / 5:+.2f} [{lo:+.2f}, {hi:+.2f}] |" in pool
+    assert pool.count("|") == 4 + 5 + 3            # arm, calls, seeds, choice; five folds; the mean, validation
+    before = (results / FOLDER / "random.jsonl").read_bytes()
+    assert compare(data, out, results, "all", "random") == 0
+    again = capsys.readouterr().out
+    assert again.count("every run kept") == 5 and "=== seed" not in again
+    assert (results / FOLDER / "random.jsonl").read_bytes() == before
+
+
+def test_an_arm_without_an_evolution_run_is_scored_on_its_shipped_answers(markets, tmp_path, monkeypatch, capsys):
+    """A trained rung or best-of-N keeps answers, an archive and a book, not an evolution checkpoint: its pool is
+    what it kept. A control that answers every brief with one formula (registered as one table row) is scored
+    on the fold with that formula as its every choice."""
+    from test_compare_arms import TINY_FORMULA, tiny
+    from trainers.compare import arms
+    plain, _later, _fold = markets
+    grown = (*arms.ARMS, arms.Arm("tiny", "control", tiny, "one fixed formula"),
+             arms.Arm("mute", "control", mute, "no formula"))
+    monkeypatch.setattr(arms.table, "ARMS", grown)
+    monkeypatch.setattr(arms, "ARMS", grown)
+    import alpha_gym.commands.compare as command
+    monkeypatch.setattr(command, "ARMS", grown)
+    out, results = tmp_path / "out", tmp_path / "results"
+    with_step0(results, 5)
+    assert compare(plain, out, results, "5", "tiny,mute") == 0
+    assert "mute, seed 42: the run found no formula to score (an empty pool): no choice to score" in \
+        capsys.readouterr().out
+    row, = read_rows(results / FOLDER / "tiny.jsonl")
+    for key in ("best_train", "top_train", "pool"):
+        assert row["selections"][key]["formulas"] == [TINY_FORMULA]
+    page = (out / "comparison.md").read_text()
+    assert "| tiny | 16 | 1 | pool, unselected |" in page
+    # an arm that found nothing is kept as such: no score on the fold, and the fold is not run again
+    nothing, = read_rows(results / FOLDER / "mute.jsonl")
+    assert all(v["n"] == 0 and v["test"] is None for v in nothing["selections"].values())
+    assert "| mute | 16 | 1 | pool, unselected | - | - | - |" in page
+    assert compare(plain, out, results, "5", "tiny,mute") == 0
+    assert "every run kept" in capsys.readouterr().out
+
+
+def mute(context, seed: int) -> dict:
+    """A control that answers no probe brief with a formula."""
+    from alpha_gym.evaluation.kept import checkpoint_row, control_numbers, write_kept
+    step = context.scale.steps
+    rows = [answer_row(b.id, step, "no formula", None, None) for b in context.probe]
+    checkpoint = checkpoint_row(step, [None] * len(rows), context.train, context.holdout, context.verifier(),
+                                [None] * len(rows), context.run_dir(seed, "mute"), label="mute")
+    numbers = control_numbers("mute", "mute", seed, 0.0, step, checkpoint, {}, steps=0)
+    write_kept(context.results, seed, "mute", rows, numbers)
+    return numbers
+
+
+#: --fold values that name no fold: out of range, signs, other scripts' digits, spaces, decimals, words, lists.
+BAD_FOLDS = ("0", "6", "7", "10", "99", "-1", "+3", "00", "1e0", "3.0", "3.", " 3", "3 ", "3\n", "٣", "３", "³", "⑤",
+             "x", "", "All", "ALL", " all", "all,1", "1,2", "1-5", "1..5", "five", "fold5", "5fold", "0x5", "None",
+             "nan", "inf", "-0", "1_0", "\x00", "5" * 60)
+
+
+@pytest.mark.parametrize("value", BAD_FOLDS)
+def test_a_value_naming_no_fold_is_refused_naming_the_flag(value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "--scale", "smoke", "--fold", value, "--rungs", "random", "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--fold" in err[-1] and "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("more, says", [
+    (["--report-only"], "--report-only cannot go with it"),
+    (["--report-only", "--update-results"], "--report-only cannot go with it"),
+    (["--eval", "runs/eval-x"], "--eval cannot go with it"),
+    (["--fold", "4"], "fold 4 does not fit the data"),        # the smoke market holds fold 5 only
+    (["--fold", "all"], "fold 1 does not fit the data"),
+])
+def test_a_fold_with_a_flag_it_cannot_go_with_or_beyond_the_data_is_one_line(more, says, markets, tmp_path, capsys):
+    fold = [] if "--fold" in more else ["--fold", "5"]
+    assert main(["compare", "--scale", "smoke", "--data", str(markets[0]), *fold, *more, "--rungs", "random",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "o").exists()

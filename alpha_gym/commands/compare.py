@@ -55,7 +55,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.commands.flags import add_settings_args, fold_arg, settings_from_args
+from alpha_gym.commands.flags import add_settings_args, add_task_arg, fold_arg, settings_from_args, task_overrides
 from alpha_gym.ranges import flag, ints
 from trainers.compare.arms import ARMS, arm_names
 from trainers.compare.ladder import SCALES, full_panel, panels
@@ -133,6 +133,7 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
                         "only, and what it found is then scored on the fold's validation window and test year "
                         "(RESULTS/walk-forward/, the comparison's walk-forward table); all: folds 1..5, each fold "
                         "already kept skipped")
+    add_task_arg(p)
     add_settings_args(p)
 
 
@@ -145,6 +146,12 @@ def _check_fold_flags(args) -> None:
         if given:
             raise CompareError(f"--fold runs every arm on a fold's search window; {name} cannot go with it (the "
                                "walk-forward table is rebuilt from RESULTS/walk-forward by any run): leave one out")
+
+
+def compare_settings(args):
+    """The comparison's settings: the defaults, --config, each --set, then --stress-checkpoint and --task."""
+    flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
+    return settings_from_args(args, {**flags, **task_overrides(args)})
 
 
 def _scale(args, settings):
@@ -161,12 +168,11 @@ def cmd_compare(args) -> int:
     from alpha_gym.tasks.sets import brief_set
     from trainers.compare.arms import ARMS, RunContext, eval_arm
     from trainers.compare.run import run_comparison
-    # torch-bound modules (trainers.models, trainers.best_of_n, the loop) load only where a model is trained or
+    # torch-bound modules (trainers.models, the best-of-N control, the loop) load only where a model is trained or
     # answers: --report-only runs without torch
-    flags = {} if args.stress_checkpoint is None else {"verifier": {"stress_checkpoint": args.stress_checkpoint}}
     register_train_table()
     _check_fold_flags(args)
-    settings = settings_from_args(args, flags)
+    settings = compare_settings(args)
     scale = _scale(args, settings)
     out = Path(args.out)
     results = Path(args.results) if args.results else out / "results"
@@ -195,6 +201,9 @@ def cmd_compare(args) -> int:
             raise CompareError(f"--mutator-model: {problem}")
     full = full_panel(args.scale, args.data, args.universe)
     train, holdout = panels(args.scale, full=full)
+    if args.fold is not None:   # a fold the data cannot hold is named before the start model is read
+        from trainers.compare.folds import folds_of
+        folds_of(args.fold, full, scale)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))

@@ -34,9 +34,27 @@ FOLD_FOLDER = "fold-{}"
 
 
 def fold_plan(scale):
-    """The walk-forward plan of a comparison scale: test and validation windows of its pseudo-holdout's length."""
-    from alpha_gym.market.folds import FoldPlan
-    return FoldPlan(test=scale.pseudo_holdout, validation=scale.pseudo_holdout)
+    """The walk-forward plan of a comparison scale: test and validation windows of its pseudo-holdout's length, and
+    a search window at least as long as the lookback the purge's scoring reads from it."""
+    from alpha_gym.market.folds import LOOKBACK_HISTORY, FoldPlan
+    return FoldPlan(test=scale.pseudo_holdout, validation=scale.pseudo_holdout, min_search=LOOKBACK_HISTORY)
+
+
+def found_nothing(panels, label: str) -> dict:
+    """A `score_fold` result for a run whose pool is empty (no answer parsed, nothing admitted): every choice
+    empty, no score on any window; kept, so the table shows the fold as one without a score for the arm."""
+    from alpha_gym.evaluation.walk_forward import SELECTIONS
+    empty = {"n": 0, "train_cpcv": None, "validation": None, "validation_valid": 0, "test": None, "test_valid": 0,
+             "formulas": []}
+    return {"label": label, "fold": panels.fold.to_dict(),
+            "selections": {k: {"about": about, **empty} for k, about in SELECTIONS}, "rows": []}
+
+
+def folds_of(fold_text: str, full, scale) -> tuple:
+    """The folds a --fold value names ("1".."5" or "all") on the market `full` at a comparison scale (FoldError,
+    naming the first that the data cannot hold, before anything runs)."""
+    from alpha_gym.market.folds import chosen_folds
+    return chosen_folds(fold_text, full.dates, fold_plan(scale))
 
 
 def fold_context(context: RunContext, full, panels) -> RunContext:
@@ -109,9 +127,9 @@ def score_runs(context: RunContext, panels, arms, seeds, kept: set, folder: Path
             pool, book = arm_pool(context, arm.name, seed)
             try:
                 scored = score_fold(pool, context.verifier(), panels, book=book, label=arm.name)
-            except WalkForwardError as err:   # a run that found nothing has no choice to score: said, not kept
-                print(f"fold {panels.fold.number}, {arm.name}, seed {seed}: no walk-forward row: {err}", flush=True)
-                continue
+            except WalkForwardError as err:   # a run that found nothing has no choice to score: kept as such
+                print(f"fold {panels.fold.number}, {arm.name}, seed {seed}: {err}: no choice to score", flush=True)
+                scored = found_nothing(panels, arm.name)
             write_walk_forward(context.run_dir(seed, arm.name), scored)
             row = fold_row(arm.name, context.budget, seed, scored, time.perf_counter() - t0)
             write_fold_rows(folder, arm.name, [row])
@@ -124,11 +142,11 @@ def run_folds(context: RunContext, arms, seeds, fold_text: str, full, table=None
     """Run `arms` for `seeds` on the folds `fold_text` names ("1".."5" or "all") of the market `full`, score
     each run on its fold (`score_runs`) and write the walk-forward table. Returns (the page's text, the last
     fold's report page, None where every fold was kept already)."""
-    from alpha_gym.market.folds import chosen_folds, cut_fold
+    from alpha_gym.market.folds import cut_fold
     from trainers.compare.run import run_comparison
     from trainers.compare.walk_forward import FOLDER, write_walk_forward_table
     plan = fold_plan(context.scale)
-    folds = chosen_folds(fold_text, full.dates, plan)     # a fold the data cannot hold is refused before any run
+    folds = folds_of(fold_text, full, context.scale)
     runs_arms = [a for a in arms if a.kind != "eval"]
     folder = context.results / FOLDER
     kept = _kept_keys(folder, folds)
