@@ -123,3 +123,40 @@ def settings_from_args(args, overrides=None):
     """The effective settings: defaults, --config, each --set, then what the command's own flags say."""
     from alpha_gym.settings import load
     return load(getattr(args, "config", None), getattr(args, "settings", ()) or (), overrides)
+
+
+def add_task_arg(p: argparse.ArgumentParser) -> None:
+    """--task NAME: the settings' [train] task given on the command line (the prompts a model answers)."""
+    from alpha_gym.tasks.task import DEFAULT_TASK, TASKS
+    p.add_argument("--task", metavar="NAME",
+                   help=f"the task whose prompts the model answers: {', '.join(TASKS)} (default: the settings' "
+                        f"train.task, {DEFAULT_TASK}); the same setting as --set train.task=NAME")
+
+
+def task_overrides(args) -> dict:
+    """--task as the setting it stands for, {"train": {"task": NAME}} (applied after --config and --set; {} without
+    the flag). A name the task table does not hold is a ConfigError naming the flag and the tasks."""
+    from alpha_gym.errors import ConfigError
+    from alpha_gym.ranges import shown
+    from alpha_gym.tasks.task import TASKS
+    task = getattr(args, "task", None)
+    if task is None:
+        return {}
+    if task not in TASKS:
+        raise ConfigError(f"--task {shown(task)}: not a task; the tasks: {', '.join(TASKS)}")
+    return {"train": {"task": task}}
+
+
+def settings_task(settings) -> str:
+    """The task the settings name ([train] task from --config, --set or --task), the default task where none."""
+    from alpha_gym.tasks.prompts import check_task
+    from alpha_gym.tasks.task import DEFAULT_TASK
+    return check_task("train", settings.given.get("train", {}).get("task", DEFAULT_TASK))
+
+
+def task_prompts_of(settings, verifier, briefs) -> list[str]:
+    """The prompts of a command that answers briefs without a training loop (holdout, eval, the SFT probe): the
+    settings' task under the verifier's limits, brief i's the Gym env's after `reset(seed=prompt_seed(i))`, as the
+    comparison's probe renders them."""
+    from alpha_gym.search.task_prompts import task_prompts
+    return task_prompts(settings_task(settings), verifier, owner="train").prompts(briefs)
