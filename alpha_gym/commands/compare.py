@@ -204,9 +204,6 @@ def cmd_compare(args) -> int:
     if args.fold is not None:   # a fold the data cannot hold is named before the start model is read
         from trainers.compare.folds import folds_of
         folds_of(args.fold, full, scale)
-    if args.fold is not None:   # a fold the data cannot hold is named before the start model is read
-        from trainers.compare.folds import folds_of
-        folds_of(args.fold, full, scale)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
     # every rung name the model they use, and a model registered later cannot change a resumed comparison
     verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
