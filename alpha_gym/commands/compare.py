@@ -7,6 +7,15 @@ r"""Trainer comparison: the reference's ladder over several seeds, one probe and
     alpha-gym compare --scale cpu --report-only --results benchmarks/results/compare-cpu --out runs/cmp \
         --eval runs/eval-NAME                                                       # no torch needed
     alpha-gym compare --scale gpu --model Qwen/Qwen2.5-32B-Instruct                  # reference settings
+    alpha-gym compare --scale cpu --fold all --rungs evolve,search,random --data DATA --universe U \
+        --out runs/walk-forward                                                     # each arm on each fold
+
+With `--fold K` (1..5, oldest first) or `--fold all`, every arm runs on a walk-forward fold's search window only
+(OUT/fold-K, RESULTS/fold-K; the probe answers' pseudo-holdout there is the purge after the search window, which
+no choice reads); afterwards what each run found is scored on the fold's validation and test windows under the
+search window's validity, one row per arm, seed and fold in RESULTS/walk-forward/, and OUT/comparison.md shows
+the walk-forward table: per arm each fold's test score, the mean over folds with a 95% interval, and the
+unselected pool. `all` runs folds 1..5 in turn; a fold already kept is not run again.
 
 Seeds (`--seeds`, cpu default 42,43,44) run one after another, each rung in OUT/seed-S/RUNG; a stopped
 run resumes from its checkpoints, and seeds run in different sessions add up: the table is built from
