@@ -45,6 +45,8 @@ CHUNK = 50
 #: each the verifier's book of the formula (its daily net P&L under training costs on the search window).
 LEVEL_BOOKS = ("rank(close)", "rank(volume)")
 COMPLEXITY_TIMES = (10, 30)
+#: A stronger parsimony still: R11 free up to this many nodes (24 by default), at the priorities above.
+FREE_NODES = 12
 NODE_BUDGETS = (12, 20)
 #: Lexicographic parsimony: rewards within one bucket of this width tie, and the fewer nodes wins among them.
 LEXICOGRAPHIC_BUCKET = 0.5
@@ -56,6 +58,8 @@ CANDIDATES = (
     ("reward", "today's reward (the scalar, default VerifierConfig)"),
     ("train_cpcv", "train CPCV alone (R1 before its clip)"),
     *((f"complexity_x{k}", f"the reward with R11's priority x{k} ({0.2 * k:g})") for k in COMPLEXITY_TIMES),
+    *((f"complexity_free{FREE_NODES}_x{k}", f"the reward with R11 free up to {FREE_NODES} nodes (not 24), its priority "
+       f"x{k}") for k in COMPLEXITY_TIMES),
     *((f"node_budget_{n}", f"the reward; above {n} nodes the invalid reward") for n in NODE_BUDGETS),
     ("lexicographic", f"the reward in buckets of {LEXICOGRAPHIC_BUCKET:g}, fewer nodes first within one"),
     ("residual_cpcv", "CPCV of the daily net P&L's residual to R4's five factors, rank(close) and rank(volume)"),
@@ -159,6 +163,7 @@ def candidate_values(score, ev, books: np.ndarray, n_trials: float, config) -> d
     the residual's books (days x 7) and the fold's trials."""
     from alpha_gym.book.metrics import sharpe
     from alpha_gym.scoring import cpcv
+    from alpha_gym.scoring.channels import complexity_channel
     ch, net, nodes, reward = score.channels, np.asarray(ev.net), int(score.diagnostics["nodes"]), score.reward
     cfg = config.cpcv
     residual = cpcv.cpcv_score(cpcv.slice_sharpes(factor_residual(net, books), cfg)[0], cfg.std_penalty)
@@ -174,6 +179,9 @@ def candidate_values(score, ev, books: np.ndarray, n_trials: float, config) -> d
         **{f"complexity_x{k}": settled_reward(ch, {**config.priorities,
                                                    "complexity": config.priorities["complexity"] * k})
            for k in COMPLEXITY_TIMES},
+        **{f"complexity_free{FREE_NODES}_x{k}": settled_reward(
+            {**ch, "complexity": complexity_channel(nodes, FREE_NODES, config.complexity_per_node)},
+            {**config.priorities, "complexity": config.priorities["complexity"] * k}) for k in COMPLEXITY_TIMES},
         **{f"node_budget_{n}": node_budget(reward, nodes, n, invalid) for n in NODE_BUDGETS},
         "lexicographic": lexicographic(reward, nodes),
         "residual_cpcv": residual, "reward_residual": reward_with_cpcv(ch, residual, config),

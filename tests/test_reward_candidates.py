@@ -102,6 +102,9 @@ def test_candidate_values_on_a_real_verifier(verifier):
         extra = max(0, nodes - 24)
         if score.channels["motif_guard"] == 0:
             assert np.isclose(values["complexity_x10"], score.reward - 9 * 0.2 * 0.02 * extra)
+            # free up to 12 nodes: R11 bites from the 13th node, at ten times its priority
+            assert np.isclose(values["complexity_free12_x10"],
+                              score.reward + 0.2 * 0.02 * extra - 10 * 0.2 * 0.02 * max(0, nodes - 12))
         assert (values["node_budget_12"] == verifier.config.invalid_reward("invalid_book")) == (nodes > 12)
         assert values["train_cpcv"] == ev.cpcv and values["reward"] == score.reward
     assert nodes > 24                                           # the last formula is one the complexity charges
