@@ -48,7 +48,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from alpha_gym.commands.flags import add_data_args, add_settings_args, iso_date, settings_from_args, universe_arg
+from alpha_gym.commands.flags import (add_data_args, add_settings_args, add_task_arg, iso_date, settings_from_args,
+                                      task_overrides, task_prompts_of, universe_arg)
 from alpha_gym.errors import InputError
 from alpha_gym.evaluation.answers_file import (answers_universe, read_briefs, read_formulas, universe_record,
                                                universe_warning)
@@ -81,8 +82,9 @@ def split_at_holdout(full, holdout_start: str, holdout_end: str | None = None):
 
 
 def _holdout_settings(args):
-    """The settings with --context applied to holdout.context."""
-    return settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
+    """The settings with --context applied to holdout.context (and --task to train.task, where the command has it)."""
+    context = {"holdout": {"context": args.context}} if args.context is not None else {}
+    return settings_from_args(args, {**context, **task_overrides(args)} or None)
 
 
 def cmd_holdout_formulas(args) -> int:
@@ -179,7 +181,6 @@ def cmd_holdout(args) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.scoring.verifier import Verifier
     from alpha_gym.tasks.sets import brief_set
-    from alpha_gym.tasks.task import render_prompt
     from trainers.answers import load_for_inference
     from trainers.rollout import generate_answers
     settings = _holdout_settings(args)
@@ -188,14 +189,14 @@ def cmd_holdout(args) -> int:
     train, holdout = split_at_holdout(full, args.holdout_start, args.holdout_end)
     del full
     briefs = list(brief_set("probe"))[: args.probe]
+    verifier = Verifier(train, settings.verifier)
+    prompts = task_prompts_of(settings, verifier, briefs)
     model, tokenizer = load_for_inference(args.checkpoint)
-    answers = [a[0] for a in generate_answers(model, tokenizer, [render_prompt(b, settings.verifier.limits)
-                                                                   for b in briefs],
-                                              max_new_tokens=args.max_new_tokens)]
+    answers = [a[0] for a in generate_answers(model, tokenizer, prompts, max_new_tokens=args.max_new_tokens)]
     formulas = [formula_or_none(a) for a in answers]
     label = args.label or (Path(args.checkpoint).name if args.checkpoint else "base")
     report = evaluate_holdout(formulas, train, holdout, costs=settings.holdout.costs, config=settings.holdout.rules,
-                              train_verifier=Verifier(train, settings.verifier), label=label,
+                              train_verifier=verifier, label=label,
                               baselines=not args.no_baselines, briefs=briefs)
     report = replace(report, universe=universe_record(universe, holdout, args.data))
     if args.out:
@@ -255,6 +256,7 @@ def register(subparsers) -> None:
     c.add_argument("--name-by-label", action="store_true", help="write holdout-LABEL.json instead of holdout.json")
     c.add_argument("--no-baselines", action="store_true", help="skip the model-free baselines (rank(volume), "
                    "momentum, the reference's answers, the Alpha101 book) scored beside the answers")
+    add_task_arg(c)
     add_settings_args(c)
     c.set_defaults(func=cmd_holdout)
 
@@ -359,14 +361,13 @@ def _eval(args, out: Path) -> int:
                                                Interrupted, extra_body, item_key, model_problem, read_raw,
                                                run_requests)
     from alpha_gym.scoring.verifier import Verifier
-    from alpha_gym.tasks.task import render_prompt
     problem = model_problem(args.model)
     if problem:  # before anything is sent, written or printed: the name goes into requests, files and pages
         raise InputError(f"--model {args.model!r}: {problem}; give the name the server lists")
     _check_eval_numbers(args)
     extra = extra_body(args.extra_body)
     briefs = _briefs(args)
-    settings = settings_from_args(args, {"holdout": {"context": args.context}} if args.context is not None else None)
+    settings = _holdout_settings(args)
     raw_path = out / "endpoint.jsonl"
     if args.report_only and not raw_path.is_file():
         raise InputError(f"--report-only: {raw_path} does not exist (run without --report-only first)")
@@ -382,7 +383,6 @@ def _eval(args, out: Path) -> int:
         print(f"alpha-gym eval: warning: --samples {args.samples} at temperature 0: greedy decoding gives the "
               "same answer to every sample on most servers; pass --temperature 0.7 (or so) for different ones",
               file=sys.stderr)
-    messages = [[{"role": "user", "content": render_prompt(b, settings.verifier.limits)}] for b in briefs]
     keys = [item_key(b.id, s) for b in briefs for s in range(args.samples)]
     have = read_raw(raw_path)
     asking = client is not None and any(not have.get(k, {}).get("ok") for k in keys)
@@ -392,6 +392,8 @@ def _eval(args, out: Path) -> int:
         if asking and not args.no_model_check:  # first: a dead endpoint is reported before the data load
             served = _check_model(client, args.model)
         train, holdout = _eval_panels(args)  # bad data flags fail before any chat request
+        verifier = Verifier(train, settings.verifier)
+        messages = [[{"role": "user", "content": p}] for p in task_prompts_of(settings, verifier, briefs)]
         stamp = eval_stamp(base_url=args.base_url, model=args.model, temperature=args.temperature,
                            max_tokens=args.max_tokens, seed=args.seed, extra_body=extra, data=args.data,
                            universe=universe_arg(args.universe), briefs=briefs, messages=messages, train=train,
@@ -410,7 +412,6 @@ def _eval(args, out: Path) -> int:
               + f"; rerun the same command to ask for the other {stop.total - stop.kept}", file=sys.stderr)
         return 130
     raw = read_raw(raw_path)
-    verifier = Verifier(train, settings.verifier)
     rows = score_rows(raw, briefs, args.samples, verifier)
     tmp = out / "answers.jsonl.tmp"
     tmp.write_text("".join(json_dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -511,5 +512,6 @@ def register_eval(subparsers) -> None:
     p.add_argument("--holdout-end", type=iso_date, help="last holdout session (default: the data's last)")
     p.add_argument("--context", type=int, help="training sessions used as holdout lookback (default: holdout.context)")
     p.add_argument("--no-baselines", action="store_true", help="skip the model-free baselines beside the holdout")
+    add_task_arg(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_eval)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args
+from alpha_gym.commands.flags import (add_data_args, add_settings_args, add_task_arg, panel_from_args,
+                                      settings_from_args, settings_task, task_overrides)
 from alpha_gym.errors import InputError
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.ranges import flag, ints
@@ -58,6 +59,7 @@ def _improve_data(args) -> int:
 
 
 def cmd_sft(args) -> int:
+    task_overrides(args)  # a bad --task is refused before the training, not after it
     from trainers.sft import SFTSettings, probe_valid_rate, run_sft
     settings = SFTSettings(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
                            batch_size=args.batch_size, seed=args.seed, threads=args.threads,
@@ -66,16 +68,22 @@ def cmd_sft(args) -> int:
     if args.probe:
         from alpha_gym.scoring.verifier import Verifier
         from alpha_gym.tasks.sets import brief_set
-        verifier = Verifier(panel_from_args(args, data_attr="market_data"), settings_from_args(args).verifier)
+        probe_settings = probe_settings_of(args)
+        verifier = Verifier(panel_from_args(args, data_attr="market_data"), probe_settings.verifier)
         probe = brief_set("probe")[: args.probe]
-        before = probe_valid_rate(args.model, verifier, probe)
-        after = probe_valid_rate(summary["model_dir"], verifier, probe)
+        before = probe_valid_rate(args.model, verifier, probe, task=settings_task(probe_settings))
+        after = probe_valid_rate(summary["model_dir"], verifier, probe, task=settings_task(probe_settings))
         summary["probe_valid_before"] = f"{before['valid']}/{before['n']}"
         summary["probe_valid_after"] = f"{after['valid']}/{after['n']}"
         from pathlib import Path
         (Path(args.out) / "sft_summary.json").write_text(json_dumps(summary, indent=2))
     print(json_dumps(summary, indent=2))
     return 0
+
+
+def probe_settings_of(args):
+    """The settings `sft --probe` scores and renders its prompts with: --config, each --set, then --task."""
+    return settings_from_args(args, task_overrides(args) or None)
 
 
 #: `trainers.sft.SFTSettings.max_length`'s default (the write task's rows fit; kept here so --help needs no torch).
@@ -134,5 +142,6 @@ def register(sub) -> None:
     p.add_argument("--probe", type=int, default=0, help="report the valid-answer rate before/after on N probe briefs "
                                                         "(default 0: none)")
     add_data_args(p, data_flag="--market-data")  # --data is the SFT JSONL here
+    add_task_arg(p)
     add_settings_args(p)
     p.set_defaults(func=cmd_sft)
