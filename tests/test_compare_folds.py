@@ -259,3 +259,49 @@ def test_a_fold_with_a_flag_it_cannot_go_with_or_beyond_the_data_is_one_line(mor
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow      # two real trainings of the smallest rung with the built-in model: ~5 min on the loaded box
+def test_a_trained_rung_on_a_fold_logs_the_same_numbers_on_scrambled_validation_and_test_prices(markets, tmp_path,
+                                                                                             capsys):
+    """The smallest real rung (cispo at the smoke scale: 2 steps of 1 prompt x 2 answers, 16 tokens, the built-in
+    start model, step 0 answered by it) on fold 5 of the plain and the scrambled data: every line of its training
+    log (rewards, losses, KL) and its kept answers and numbers equal bit for bit."""
+    plain, later, _fold = markets
+    logged = []
+    for name, data in (("plain", plain), ("scrambled", later)):
+        out, results = tmp_path / name / "out", tmp_path / name / "results"
+        assert main(["compare", "--scale", "smoke", "--data", str(data), "--fold", "5", "--rungs", "cispo",
+                     "--seeds", "42", "--out", str(out), "--results", str(results)]) == 0
+        kept = results / "fold-5" / "seed-42"
+        logged.append({"log": _untimed(_jsonl(out / "fold-5" / "seed-42" / "cispo" / "log.jsonl")),
+                       "step0": _untimed(read_rows(results / "fold-5" / "step-0.jsonl")),
+                       "answers": _untimed(read_rows(kept / "cispo.jsonl")),
+                       "numbers": _untimed(read_object(kept / "cispo.json"))})
+        assert (results / FOLDER / "cispo.jsonl").exists()
+    capsys.readouterr()
+    assert len(logged[0]["log"]) == 2 and all("reward" in str(line) for line in logged[0]["log"])
+    assert logged[0] == logged[1]
+
+
+def test_the_world_model_setting_auto_is_made_explicit_on_each_fold_search_window(markets, tmp_path):
+    """R3's "auto" names the world model registered for the panel the verifier is built on: on a fold, the search
+    window (one registered for the whole train panel was fitted on the fold's later windows)."""
+    from alpha_gym.market.folds import cut_fold
+    from alpha_gym.market.resolve import resolve_panel
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.stress.registry import lookup
+    from alpha_gym.tasks.sets import brief_set
+    from trainers.compare.arms import RunContext
+    from trainers.compare.folds import fold_context
+    plain, _later, fold = markets
+    full = resolve_panel(data=str(plain))
+    context = RunContext("smoke", SCALES["smoke"], None, str(plain), None, VerifierConfig(), full, full,
+                         tuple(list(brief_set("probe"))[:2]), tmp_path / "out", tmp_path / "results")
+    assert context.verifier_config.stress_checkpoint == "auto"
+    panels = cut_fold(full, fold)
+    on_fold = fold_context(context, full, panels)
+    assert on_fold.verifier_config.stress_checkpoint == lookup(panels.search)    # explicit: a folder or None
+    assert on_fold.verifier().panel.fingerprint() == panels.search.fingerprint()
+    assert [str(on_fold.holdout.dates[0])[:10], str(on_fold.holdout.dates[-1])[:10]] == [fold.purge.start, fold.purge.end]
+    assert (on_fold.out, on_fold.results) == (tmp_path / "out" / "fold-5", tmp_path / "results" / "fold-5")

@@ -214,8 +214,11 @@ def cmd_compare(args) -> int:
         from trainers.compare.folds import folds_of
         folds_of(args.fold, full, scale)
     # R3's model made explicit ("auto": the one registered for the train panel, else none), so the stamp and
-    # every rung name the model they use, and a model registered later cannot change a resumed comparison
-    verifier_config = settings.verifier.with_(stress_checkpoint=resolve(settings.verifier.stress_checkpoint, train))
+    # every rung name the model they use, and a model registered later cannot change a resumed comparison; on a
+    # fold, "auto" is made explicit for each fold's search window (`folds.fold_context`): a model registered for
+    # the whole train panel was fitted on the fold's validation and test windows
+    stress = settings.verifier.stress_checkpoint
+    verifier_config = settings.verifier.with_(stress_checkpoint=stress if args.fold else resolve(stress, train))
     # the start model by content, not only by path: a folder rebuilt with other weights is another experiment
     identity = None
     if not args.report_only:

@@ -60,16 +60,15 @@ def folds_of(fold_text: str, full, scale) -> tuple:
 def fold_context(context: RunContext, full, panels) -> RunContext:
     """The comparison's context on one fold: its market the fold's search window (the verifier is built there),
     its pseudo-holdout the purge after it, its folders OUT/fold-K and RESULTS/fold-K (nothing built is shared)."""
+    from alpha_gym.stress.registry import resolve
     fold = panels.fold
     purge = full.window(fold.purge.start, fold.purge.end)
     name = FOLD_FOLDER.format(fold.number)
-    return replace(context, train=panels.search, holdout=purge, out=context.out / name,
+    # R3's world model: "auto" names the one registered for this search window, never one fitted on later sessions
+    config = context.verifier_config
+    config = config.with_(stress_checkpoint=resolve(config.stress_checkpoint, panels.search))
+    return replace(context, train=panels.search, holdout=purge, verifier_config=config, out=context.out / name,
                    results=context.results / name, step0_formulas=None, brief_ids=None, _built={})
-
-
-def _pool_of_evolve_run(run_dir: Path):
-    from alpha_gym.search.evolve_arm import run_pool
-    return run_pool(run_dir)
 
 
 def arm_pool(context: RunContext, name: str, seed: int):
@@ -81,7 +80,8 @@ def arm_pool(context: RunContext, name: str, seed: int):
     from trainers.run_book import read_admitted
     run_dir = context.run_dir(seed, name)
     if (run_dir / "state.json").exists():
-        return _pool_of_evolve_run(run_dir)
+        from alpha_gym.search.evolve_arm import run_pool
+        return run_pool(run_dir)
     kept = context.results / f"seed-{seed}"
     pool = [PoolEntry(r["formula"], None, r.get("train_cpcv")) for r in read_admitted(kept / f"{name}.archive.jsonl")]
     answers = kept / f"{name}.jsonl"
