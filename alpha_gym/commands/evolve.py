@@ -13,7 +13,10 @@ test windows of --pseudo-holdout sessions counted back from the data's end, so f
 a validation window as long before each, and a 252-session purge before that); its kept answers are scored on
 the validation window, and after the run what it chose (its best, top 20 and book by train reward, and by
 validation score among its 100 best by train reward) is scored on the validation and test windows: printed, and
-written to OUT/walk-forward.json and walk-forward.jsonl (`alpha_gym.evaluation.walk_forward`).
+written to OUT/walk-forward.json and walk-forward.jsonl (`alpha_gym.evaluation.walk_forward`). Along the run, each
+curve row also has the validation score of the run's best by train reward (best_validation; each new best scored
+once, kept in OUT/validation.jsonl), as a loss curve shows train and validation loss; the test window is read
+only after the run.
 
 The last `--pseudo-holdout` sessions of the data are cut off before the run (the comparison's pseudo-holdout:
 252 at its cpu and gpu scales, 120 at smoke), and only the kept answers are scored on them. The run writes
@@ -50,10 +53,11 @@ from pathlib import Path
 from alpha_gym.commands.flags import add_data_args, add_settings_args, panel_from_args, settings_from_args, universe_arg
 from alpha_gym.commands.flags import fold_arg
 from alpha_gym.evaluation.endpoint import EndpointFailure
+from alpha_gym.evaluation.validation import ValidationScorer
 from alpha_gym.market.folds import fold_panels
 from alpha_gym.ranges import flag, ints
 from alpha_gym.search.database import DATABASE_RANGES, REFRESH_MODES, DatabaseConfig
-from alpha_gym.search.evolve_arm import EvolveRunError, check_run_folder, run_evolve
+from alpha_gym.search.evolve_arm import VALIDATION_KEY, EvolveRunError, check_run_folder, run_evolve
 from alpha_gym.search.mutators import check_endpoints, kinds_line, parse_spec
 from trainers.compare.arms.kept import keep_evolve
 from trainers.mutators import MUTATORS
@@ -200,12 +204,15 @@ def _main(args) -> int:
     numbers = run_evolve(verifier, train, holdout, probe, mutators=mutators, budget=args.budget, seed=args.seed,
                          out=args.out, results=args.results, database=database, group_size=args.group_size,
                          brief=brief, about=about, workers=args.workers, holdout_history=history, rows=MUTATORS,
-                         keep=keep_evolve)
+                         keep=keep_evolve, validation=None if fold is None else ValidationScorer(fold, verifier))
     c = numbers["curve"][-1]
     best = "-" if c["best_reward"] is None else f"{c['best_reward']:+.3f}"
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
           f"{c['book_members']} members ({c['effective_bets']:.1f} effective bets), kept answers valid "
           f"{numbers['checkpoints'][0]['train_valid']}/{len(probe)}; run folder {args.out}")
+    if VALIDATION_KEY in c:
+        score = "- (not valid there)" if c[VALIDATION_KEY] is None else f"{c[VALIDATION_KEY]:+.3f}"
+        print(f"evolve: the best by train reward scores {score} on the fold's validation window")
     print(calls_summary(args.out))
     if fold is not None:
         walk_forward(args.out, verifier, fold)

@@ -12,6 +12,13 @@ mutators from their specs (`alpha_gym.search.mutators`), runs `evolution.evolve`
                         book CPCV (train window), admitted, rejected, seconds (wall time of the run so far,
                         across resumes; `timing.jsonl` keeps it between them); written with each checkpoint
 
+On a walk-forward fold (`validation=`, a `alpha_gym.evaluation.validation.ValidationScorer` on the fold), each
+curve row also carries `best_validation`: the validation score of the row's best program by train reward, read at
+each checkpoint with the search window's validity (the best is in the database, so valid there), as a loss curve
+shows the validation loss beside the train loss. Each distinct best is scored once, its reading kept in
+OUT/validation.jsonl (a resumed run reads it back); the run never reads it, so its rewards, archive and book are
+those of the same run without it. A run without a validation window writes no such file and its curve is unchanged.
+
 beside the run's own files (`evolution`: state.json, proposals.jsonl, archive.jsonl, book.json), and then,
 still holding the folder, calls its `keep`: the comparison's arm files (RESULTS/seed-S/NAME.jsonl, NAME.json,
 NAME.book.json, NAME.archive.jsonl) are the experiment's, written by `trainers.compare.arms.kept.keep_evolve`,
@@ -45,6 +52,10 @@ STAMP_FILE = "evolve-settings.json"
 STAMP_FORMAT = "alpha-gym/evolve-run/v1"
 CURVE_FILE = "curve.jsonl"
 TIMING_LOG = "timing.jsonl"
+#: The validation readings of a fold run's best programs, one line per distinct formula.
+VALIDATION_LOG = "validation.jsonl"
+#: The curve key of the best program's validation score (only in a run on a fold).
+VALIDATION_KEY = "best_validation"
 #: The keys of a curve row (a group's history row, and the run's wall time so far).
 CURVE_KEYS = ("group", "calls", "best_reward", "programs", "book_members", "effective_bets", "book_cpcv",
               "admitted", "rejected", "seconds")
@@ -76,7 +87,7 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                group_size: int = 8, seed_formulas: Sequence[str] | None = None, brief=None, step: int | None = None,
                about: dict | None = None, workers: int | None = None,
                progress: Callable[[dict], None] | None = print_progress, holdout_history=None,
-               rows: Sequence[MutatorRow] = MUTATORS, keep: Callable[..., dict]) -> dict:
+               rows: Sequence[MutatorRow] = MUTATORS, keep: Callable[..., dict], validation=None) -> dict:
     """Run (or resume) an evolution in `out` for exactly `budget` verifier calls and keep its arm's files.
 
     keep: writes the kept files, called once the run ends, the folder still held, as
@@ -91,7 +102,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     the stamp records beside the settings (the data file, the universe). workers: scoring processes (`evolve`'s;
     not a setting: the run is the same on any number). holdout_history: the sessions just before `holdout` that
     its scoring reads as lookback, where they are not the end of `train` (a walk-forward fold's validation window,
-    after its purge: `alpha_gym.market.folds`).
+    after its purge: `alpha_gym.market.folds`). validation: a `ValidationScorer` on the run's fold (None: a run
+    without a validation window): the curve's `best_validation` (the module docstring).
     """
     out = check_folder(out)
     results = check_folder(out / "results" if results is None else results, "--results")
@@ -109,11 +121,12 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                  for s in specs]
         claim_stamp(out / STAMP_FILE, json_dumps(stamp, indent=1), _refusal(json.loads(json_dumps(stamp))))
         clock = _Clock(out)
+        readings = None if validation is None else _ValidationReadings(out, validation)
         t0 = time.perf_counter()
 
         def on_checkpoint(history: list[dict]) -> None:       # the curve as the checkpoint stands
             clock.record(history[-1]["group"], time.perf_counter() - t0)
-            write_curve(out, history, clock.seconds())
+            write_curve(out, history, clock.seconds(), None if readings is None else readings.read(history))
 
         def on_group(row: dict) -> None:
             if row["group"] not in clock.rows:                 # a group after which no checkpoint was due
@@ -122,7 +135,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                 progress(row)
         result = evolve(grown, built, database, budget, seed=seed, out_dir=out, seed_formulas=seed_formulas,
                         group_size=group_size, progress=on_group, workers=workers, checkpointed=on_checkpoint)
-        write_curve(out, result.history, clock.seconds())
+        write_curve(out, result.history, clock.seconds(),
+                    None if readings is None else readings.read(result.history))
         return keep(out, grown, train, holdout, probe, results, seed, name=name, step=step,
                     config={"mutators": specs, "database": database.to_dict(), "group_size": group_size},
                     holdout_history=holdout_history)
@@ -195,17 +209,68 @@ def group_seconds(run_dir) -> dict[int, float]:
     return {r["group"]: float(r["seconds"]) for r in _read_lines(Path(run_dir) / TIMING_LOG)}
 
 
-def write_curve(out: Path, history: Sequence[dict], seconds: dict[int, float]) -> None:
+def write_curve(out: Path, history: Sequence[dict], seconds: dict[int, float],
+                validation: dict[str, float | None] | None = None) -> None:
     """OUT/curve.jsonl of the run's history so far (atomically: a reader never sees half of it)."""
     tmp = out / (CURVE_FILE + ".tmp")
-    tmp.write_text("".join(json_dumps(r) + "\n" for r in curve_rows(history, seconds)), encoding="utf-8")
+    tmp.write_text("".join(json_dumps(r) + "\n" for r in curve_rows(history, seconds, validation)),
+                   encoding="utf-8")
     tmp.replace(out / CURVE_FILE)
 
 
-def curve_rows(history: Sequence[dict], seconds: dict[int, float] | None = None) -> list[dict]:
-    """The curve of a run: its history rows cut to `CURVE_KEYS`, with the wall time where it is known."""
+def curve_rows(history: Sequence[dict], seconds: dict[int, float] | None = None,
+               validation: dict[str, float | None] | None = None) -> list[dict]:
+    """The curve of a run: its history rows cut to `CURVE_KEYS`, with the wall time where it is known; with
+    `validation` (formula -> validation score, a fold run's `validation_readings`) each row also has the validation
+    score of its best program (None where that formula has no reading, or none is valid there)."""
     seconds = seconds or {}
-    return [{k: (seconds.get(int(h["group"])) if k == "seconds" else h.get(k)) for k in CURVE_KEYS} for h in history]
+    rows = [{k: (seconds.get(int(h["group"])) if k == "seconds" else h.get(k)) for k in CURVE_KEYS} for h in history]
+    if validation is not None:
+        for row, h in zip(rows, history):
+            row[VALIDATION_KEY] = validation.get(h.get("best"))
+    return rows
+
+
+class _ValidationReadings:
+    """The validation score of each distinct best program of a fold run, kept in OUT/validation.jsonl: scored once
+    (a new best is rare after the first groups), read back on a resume. A formula's reading depends only on the
+    formula and the fold, so a line cut by a kill is scored again to the same number."""
+
+    def __init__(self, out: Path, scorer):
+        self.path = out / VALIDATION_LOG
+        self.scorer = scorer
+        self.scores = validation_readings(out) or {}
+        if not self.path.exists():
+            self.path.write_text("", encoding="utf-8")
+
+    def read(self, history: Sequence[dict]) -> dict[str, float | None]:
+        new = [f for f in dict.fromkeys(h.get("best") for h in history) if f is not None and f not in self.scores]
+        if new:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                for formula in new:    # in the database: admitted by the search window's verifier
+                    self.scores[formula] = self.scorer.reading(formula, True)["score"]
+                    fh.write(json_dumps({"formula": formula, "validation": self.scores[formula]}) + "\n")
+        return dict(self.scores)
+
+
+def validation_readings(run_dir) -> dict[str, float | None] | None:
+    """OUT/validation.jsonl of a fold run (formula -> validation score, None where invalid there); None for a run
+    without one (a plain run: its curve has no validation column). A line that is not a reading is left out (cut by
+    a kill: that best is scored again)."""
+    path = Path(run_dir) / VALIDATION_LOG
+    if not path.exists():
+        return None
+    out: dict[str, float | None] = {}
+    for line in path.read_bytes().splitlines():
+        try:
+            row = json.loads(line) if json_depth(line) <= 2 else None
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("formula"), str) and "validation" in row and (
+                row["validation"] is None or (type(row["validation"]) in (int, float)
+                                                  and math.isfinite(row["validation"]))):
+            out[row["formula"]] = row["validation"]
+    return out
 
 
 def curve_at(curve: Sequence[dict], calls: int) -> dict:

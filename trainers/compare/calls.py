@@ -14,6 +14,11 @@ out here (the comparison table has them).
     calls.png   best train reward, book members and effective bets against calls, one line per arm (the mean over
                 seeds), its band the seeds' min to max
 
+A run on a walk-forward fold keeps beside each curve row the validation score of its best by train reward
+(`best_validation`, `alpha_gym.search.evolve_arm`): calls.md then gains that column, and calls.png draws it dashed
+beside the best train reward (same colour), as a loss curve shows train and validation loss. Curves without it
+(runs on no fold) give the table and plot they gave before.
+
 Reading a curve at B is reading a run of budget B where the arm's schedule does not depend on its budget: true of
 the evolve arms (`evolve_arm` says why), up to the last group, which a run stopped at B shortens. It is not true of
 a kept mu+lambda `search` exactly where its budget cut the seeds it scored (at most `seed_share` of the budget): its rows
@@ -42,6 +47,8 @@ COLUMNS = (("best_reward", "best train reward", "+.3f"), ("book_members", "book 
 #: Throughput, from a row's calls, wall seconds and proposals refused before a call (duplicates, unparseable):
 #: a proposal is an answer a mutator wrote, scored or not.
 RATES = ("calls_per_s", "proposals_per_s")
+#: The column of a fold run's curve: its best's validation score (shown only where a kept curve has it).
+VALIDATION_COLUMN = ("best_validation", "best's validation score", "+.3f")
 
 
 def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
@@ -60,7 +67,9 @@ def arm_curves(results: Path) -> dict[str, dict[int, list[dict]]]:
             continue
         seed = int(path.parent.name[len("seed-"):])
         curve = [{"calls": int(r["calls"]), "rejected": r.get("rejected"),
-                  **{k: r.get(k) for k, _, _ in COLUMNS if k not in RATES}} for r in rows]
+                  **{k: r.get(k) for k, _, _ in COLUMNS if k not in RATES},
+                  **({} if VALIDATION_COLUMN[0] not in r else {VALIDATION_COLUMN[0]: r[VALIDATION_COLUMN[0]]})}
+                 for r in rows]
         _end_book(curve[-1], numbers, path.with_name(f"{path.stem}.book.json"))
         # how far the run went (its budget, where it stopped inside a group), and from which budget on a
         # reading of it is that budget's run
@@ -147,6 +156,9 @@ def budget_rows(curves: dict[str, dict[int, list[dict]]], budgets=BUDGETS) -> li
                    "part_way": any(b < _reached(c) and b < c[-1].get("exact_from", free) for c in seeds.values())}
             for key, _, _ in COLUMNS:
                 row[key] = _spread(r[key] for r in got.values())
+            key = VALIDATION_COLUMN[0]
+            if any(key in r for r in got.values()):     # a fold run: its validation column
+                row[key] = _spread(r.get(key) for r in got.values())
             rows.append(row)
     return rows
 
@@ -159,16 +171,19 @@ def _cell(spread, spec: str) -> str:
 
 
 def calls_table(rows: list[dict]) -> str:
-    """calls.md's text."""
+    """calls.md's text (with the validation column where a row has one: runs on a walk-forward fold)."""
+    with_validation = any(VALIDATION_COLUMN[0] in r for r in rows)
+    columns = (COLUMNS[0], VALIDATION_COLUMN, *COLUMNS[1:]) if with_validation else COLUMNS
+    where = ("train window, and the fold's validation window for the best's validation score; the test window is "
+             "not read here" if with_validation else "train window only; the pseudo-holdout is in comparison.md")
     lines = ["The arms along their verifier calls: mean [min, max] over seeds of each run as it stood after the "
-             "last group ending at or before the calls shown (train window only; the pseudo-holdout is in "
-             "comparison.md).", "",
-             "| arm | calls | seeds | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
-             "|---|---:|---:|" + "---|" * len(COLUMNS)]
+             f"last group ending at or before the calls shown ({where}).", "",
+             "| arm | calls | seeds | " + " | ".join(label for _, label, _ in columns) + " |",
+             "|---|---:|---:|" + "---|" * len(columns)]
     for r in rows:
         arm = r["arm"] + (" (part-way)" if r["part_way"] else "")
         lines.append(f"| {arm} | {r['budget']:,} | {len(r['seeds'])} | "
-                     + " | ".join(_cell(r[k], spec) for k, _, spec in COLUMNS) + " |")
+                     + " | ".join(_cell(r.get(k), spec) for k, _, spec in columns) + " |")
     lines += ["", "The evolve arms' schedule does not depend on the budget, so a row at fewer calls than the run is "
                   "that budget's run (up to its last group, which a run stopped there shortens). So is `search`'s, "
                   "once the budget fits all its seeds; a \"part-way\" row is a longer run read part-way at a budget "
@@ -189,6 +204,18 @@ def write_calls(results: Path, folders, budgets=BUDGETS) -> list[dict]:
         (Path(folder) / "calls.md").write_text(text, encoding="utf-8")
     _plot(curves, folders)
     return rows
+
+
+def _seed_lines(seeds: dict, grid, key: str):
+    """The mean over seeds of `key` at each grid point (None where no seed's curve has the key)."""
+    import numpy as np
+    if not any(key in r for c in seeds.values() for r in c):
+        return None
+    values = np.array([[np.nan if (r := at_calls(c, int(x))) is None or r.get(key) is None else float(r[key])
+                        for x in grid] for c in seeds.values()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)       # a point with no valid reading: NaN, a gap
+        return np.nanmean(values, 0)
 
 
 def _plot(curves, folders) -> None:
@@ -214,6 +241,10 @@ def _plot(curves, folders) -> None:
             ax.plot(grid, mean, color=colour, label=f"{arm} ({len(seeds)} seeds)")
             ax.fill_between(grid, lo, hi, color=colour, alpha=0.15, lw=0)
             ax.set_title(title)
+        validation = _seed_lines(seeds, grid, VALIDATION_COLUMN[0])
+        if validation is not None:       # a fold run: its best's validation score, dashed beside the train reward
+            axes[0].plot(grid, validation, color=colour, ls="--", label=f"{arm}: best's validation score")
+            axes[0].set_title("best train reward (dashed: its validation score)")
     reach = max(c[-1]["calls"] for seeds in curves.values() for c in seeds.values())
     for ax in axes:
         ax.set_xlabel("verifier calls")

@@ -24,7 +24,8 @@ from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_number
 from alpha_gym.evaluation.selection import Candidate, select_correlation_capped
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.search.evolution import BOOK_FILE, STATE_FILE
-from alpha_gym.search.evolve_arm import EvolveRunError, archive_lines, curve_at, curve_rows, group_seconds
+from alpha_gym.search.evolve_arm import (EvolveRunError, archive_lines, curve_at, curve_rows, group_seconds,
+                                        validation_readings)
 from alpha_gym.search.run_state import PROPOSALS_LOG, check_folder, read_json, read_log, read_state
 
 
@@ -106,7 +107,7 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
     if not history:
         raise EvolveRunError(f"{run_dir}: the run scored no group yet")
     seconds = group_seconds(run_dir)
-    curve = curve_rows(history, seconds)
+    curve = curve_rows(history, seconds, validation_readings(run_dir))   # a fold run's validation column
     at = curve[-1] if calls is None else curve_at(curve, calls)
     curve = [r for r in curve if r["group"] <= at["group"]]
     limits = verifier.config.limits

@@ -1,0 +1,141 @@
+"""A fold run's curve carries the validation score of its best by train reward (alpha_gym/search/evolve_arm.py),
+calls.md/calls.png show it beside the train reward (trainers/compare/calls.py), the test window reaches none of it,
+and a run on no fold keeps its curve as before."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from alpha_gym.commands.main import main
+from alpha_gym.evaluation.validation import ValidationScorer
+from alpha_gym.market import Panel, synthetic_panel
+from alpha_gym.market.folds import FoldPlan, fold_panels, make_fold
+from alpha_gym.scoring.verifier import Verifier
+from alpha_gym.search.evolve_arm import VALIDATION_KEY, VALIDATION_LOG, curve_rows, validation_readings
+from trainers.compare.calls import VALIDATION_COLUMN, arm_curves, budget_rows, calls_table, write_calls
+
+#: Fold windows of 60 sessions on the 800-session market (fold 5's search window: its first 428 sessions).
+SESSIONS = 60
+
+
+def scrambled(panel: Panel, first: int, seed: int = 7) -> Panel:
+    """The panel with its sessions from `first` on shuffled as whole days."""
+    order = np.arange(panel.n_days)
+    order[first:] = first + np.random.default_rng(seed).permutation(panel.n_days - first)
+    return Panel({k: v[order] for k, v in panel.data.items()}, panel.dates, panel.tickers, source="scrambled")
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory, write_market_csv):
+    panel = synthetic_panel(n_stocks=20, n_days=800, seed=0)
+    fold = make_fold(panel.dates, 5, FoldPlan(test=SESSIONS, validation=SESSIONS))
+    folder = tmp_path_factory.mktemp("market")
+    return {"fold": fold, "panel": panel, "plain": write_market_csv(panel, folder / "plain.csv.gz"),
+            "test": write_market_csv(scrambled(panel, fold.test.first), folder / "test.csv.gz"),
+            "validation+test": write_market_csv(scrambled(panel, fold.validation.first), folder / "later.csv.gz")}
+
+
+def evolve_args(csv, out, *more, budget=32):
+    return ["evolve", "--data", str(csv), "--budget", str(budget), "--group-size", "4", "--islands", "2",
+            "--pseudo-holdout", str(SESSIONS), "--probe", "2", "--workers", "1", "--out", str(out), *more]
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _without_seconds(rows):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def runs(market, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    out = {}
+    for which in ("plain", "test", "validation+test"):
+        out[which] = folder / which
+        assert main(evolve_args(market[which], out[which], "--fold", "5")) == 0
+    return out
+
+
+def test_each_curve_row_has_the_validation_score_of_its_best_by_train_reward(market, runs, capsys):
+    run = runs["plain"]
+    curve = _lines(run / "curve.jsonl")
+    history = json.loads((run / "state.json").read_text())["history"]
+    assert len(curve) == len(history) == 8 and all(VALIDATION_KEY in r for r in curve)
+    # scored again here, on a fresh scorer of the fold: the reading of each row's best program
+    panels = fold_panels(market["panel"], "5", SESSIONS)
+    scorer = ValidationScorer(panels, Verifier(panels.search))
+    again = {h["best"]: scorer.reading(h["best"], True)["score"] for h in history}
+    assert [r[VALIDATION_KEY] for r in curve] == [again[h["best"]] for h in history]
+    assert any(v is not None for v in again.values())
+    # each distinct best scored once
+    assert sorted(r["formula"] for r in _lines(run / VALIDATION_LOG)) == sorted(again)
+    # the kept arm file holds the same curve
+    kept = json.loads((run / "results" / "seed-0" / "evolve.json").read_text())
+    assert _without_seconds(kept["curve"]) == _without_seconds(curve)
+
+
+def test_the_test_window_reaches_no_reading_and_the_validation_window_only_the_readings(runs):
+    plain, test, later = (runs[k] for k in ("plain", "test", "validation+test"))
+    # test window scrambled: the run and every validation reading bit-identical
+    assert _without_seconds(_lines(test / "curve.jsonl")) == _without_seconds(_lines(plain / "curve.jsonl"))
+    assert (test / VALIDATION_LOG).read_bytes() == (plain / VALIDATION_LOG).read_bytes()
+    # validation window scrambled too: the run is the same (it never reads the readings), the readings move
+    a, b = _lines(later / "curve.jsonl"), _lines(plain / "curve.jsonl")
+    assert (later / "proposals.jsonl").read_bytes() == (plain / "proposals.jsonl").read_bytes()
+    assert [{k: v for k, v in r.items() if k not in ("seconds", VALIDATION_KEY)} for r in a] == \
+        [{k: v for k, v in r.items() if k not in ("seconds", VALIDATION_KEY)} for r in b]
+    assert [r[VALIDATION_KEY] for r in a] != [r[VALIDATION_KEY] for r in b]
+
+
+def test_calls_md_and_png_show_the_validation_column_of_a_fold_run(runs, tmp_path):
+    rows = write_calls(runs["plain"] / "results", [tmp_path])
+    text = (tmp_path / "calls.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| arm |"))
+    assert f"| best train reward | {VALIDATION_COLUMN[1]} |" in header
+    last = _lines(runs["plain"] / "curve.jsonl")[-1][VALIDATION_KEY]
+    row = next(r for r in rows if r["budget"] == 32)
+    assert row[VALIDATION_KEY] == pytest.approx((last, last, last))
+    assert (tmp_path / "calls.png").stat().st_size > 0
+
+
+def test_a_run_on_no_fold_keeps_its_curve_and_table_unchanged(market, tmp_path):
+    out = tmp_path / "nofold"
+    assert main(evolve_args(market["plain"], out)) == 0
+    assert not (out / VALIDATION_LOG).exists()
+    assert all(VALIDATION_KEY not in r for r in _lines(out / "curve.jsonl"))
+    kept = json.loads((out / "results" / "seed-0" / "evolve.json").read_text())
+    assert all(VALIDATION_KEY not in r for r in kept["curve"])
+    rows = budget_rows(arm_curves(out / "results"))
+    assert all(VALIDATION_KEY not in r for r in rows)
+    assert VALIDATION_COLUMN[1] not in calls_table(rows)
+
+
+def test_curve_rows_without_readings_are_the_rows_before():
+    history = [{"group": 1, "calls": 4, "best_reward": 0.5, "best": "rank(close)", "programs": 1}]
+    assert curve_rows(history) == curve_rows(history, None, None)
+    assert VALIDATION_KEY not in curve_rows(history)[0]
+    assert curve_rows(history, None, {"rank(close)": 0.25})[0][VALIDATION_KEY] == 0.25
+    assert curve_rows(history, None, {})[0][VALIDATION_KEY] is None
+
+
+#: Lines of a damaged validation.jsonl (a kill, a hand edit): each is left out, never read as a reading.
+BAD_LINES = ["", "{", "not json", "[]", "null", "1", '"rank(close)"', '{"formula": 1, "validation": 0.1}',
+             '{"formula": null, "validation": 0.1}', '{"validation": 0.1}', '{"formula": "x"}',
+             '{"formula": "x", "validation": "0.1"}', '{"formula": "x", "validation": true}',
+             '{"formula": "x", "validation": NaN}', '{"formula": "x", "validation": Infinity}',
+             '{"formula": "x", "validation": -Infinity}', '{"formula": "x", "validation": [0.1]}',
+             '{"formula": "x", "validation": {"a": 1}}', '{"formula": ["x"], "validation": 0.1}',
+             '{"formula": "x", "validation": 1e400}', '{"formula": {"a": {"b": {"c": 1}}}, "validation": 0.1}',
+             "\x00\x01", "\xff\xfe", '{"formula": "x", "validation": 0.1', "[" * 5000]
+
+
+@pytest.mark.parametrize("line", BAD_LINES)
+def test_a_damaged_reading_line_is_left_out(tmp_path, line):
+    good = '{"formula": "rank(volume)", "validation": 0.5}\n{"formula": "rank(open)", "validation": null}\n'
+    (tmp_path / VALIDATION_LOG).write_bytes((good + line + "\n").encode("utf-8", "surrogateescape"))
+    assert validation_readings(tmp_path) == {"rank(volume)": 0.5, "rank(open)": None}
