@@ -124,7 +124,7 @@ def test_scrambled_validation_and_test_prices_leave_every_reward_of_the_run_bit_
 
 def test_the_walk_forward_table_shows_each_arm_on_the_fold_and_a_kept_fold_is_not_run_again(markets, tmp_path,
                                                                                             capsys):
-    plain, _later, fold = markets
+    plain, later, fold = markets
     out, results = tmp_path / "out", tmp_path / "results"
     with_step0(results, 5)
     assert compare(plain, out, results) == 0
@@ -143,6 +143,12 @@ def test_the_walk_forward_table_shows_each_arm_on_the_fold_and_a_kept_fold_is_no
     assert compare(plain, out, results) == 0
     assert "every run kept" in capsys.readouterr().out
     assert kept == {arm: (results / FOLDER / f"{arm}.jsonl").read_bytes() for arm in FREE_ARMS.split(",")}
+    # another data file with the same sessions (the scrambled copy) into the same results: refused in one line
+    kept_rows = {arm: (results / FOLDER / f"{arm}.jsonl").read_bytes() for arm in FREE_ARMS.split(",")}
+    assert compare(later, tmp_path / "out3", results, "5", "random", "--seeds", "43") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was made from data" in err[0] and "scrambled.csv" in err[0], err
+    assert kept_rows == {arm: (results / FOLDER / f"{arm}.jsonl").read_bytes() for arm in FREE_ARMS.split(",")}
     # the same results with another data file: its kept rows are on other windows, refused in one line
     shorter = tmp_path / "shorter.csv"
     market_frame(synthetic_panel(n_stocks=20, n_days=790, seed=0)).to_csv(shorter, index=False)

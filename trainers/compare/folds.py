@@ -113,6 +113,19 @@ def _kept_keys(folder: Path, folds) -> set:
     return keys
 
 
+def _check_kept_data(context: RunContext, fold_results: Path) -> None:
+    """Refuse to add a fold's runs to RESULTS/fold-K made from another data file or universe (the rows of the
+    same dates but other prices would be mixed; the windows check cannot see that)."""
+    stamp = fold_results / "settings.json"
+    if not stamp.exists():
+        return
+    before = read_object(stamp)
+    for key in ("data", "universe"):
+        if key in before and before[key] != getattr(context, key):
+            raise CompareError(f"{fold_results} was made from {key} {before[key]!r}, not {getattr(context, key)!r}: "
+                               "the fold's rows would mix two markets; pass another --results")
+
+
 def score_runs(context: RunContext, panels, arms, seeds, kept: set, folder: Path) -> list[dict]:
     """Each finished run of the fold scored on its validation and test windows (`score_fold`), its summary printed,
     its walk-forward.json written into the run folder and its row kept; runs already kept are left as they are."""
@@ -159,6 +172,7 @@ def run_folds(context: RunContext, arms, seeds, fold_text: str, full, table=None
         print(f"=== {fold.line()}", flush=True)
         panels = cut_fold(full, fold, plan.history)
         on_fold = fold_context(context, full, panels)
+        _check_kept_data(on_fold, on_fold.results)
         _text, page = run_comparison(on_fold, runs_arms, seeds, table=table)
         score_runs(on_fold, panels, runs_arms, seeds, kept, folder)
     context.out.mkdir(parents=True, exist_ok=True)
