@@ -20,13 +20,36 @@ from chat_endpoint import ChatEndpoint  # a real chat server on 127.0.0.1
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: The RL rungs the smoke run below leaves out, and where what is their own runs instead. Each trains through the
+#: same `runs.train_rung` as the rungs it runs; what differs is the recipe, the prompts and the verifier changes:
+#: every recipe trains two real steps in tests/test_training.py::test_two_steps_of_each_recipe, the filtered
+#: prompts and a verifier change run here (cispo_repo_r_filtered, cispo_brief_book_forms), and
+#: test_every_rung_builds_its_training_settings_and_verifier_at_the_smoke_scale builds each left-out rung's
+#: settings and verifier. (Every rung ran here before: 460-520 s of one core, two thirds of it in these four.)
+SMOKE_LEAVES_OUT = {
+    "cispo": "recipe cispo: test_two_steps_of_each_recipe[cispo]",
+    "cispo_repo_r": "recipe cispo_repo_r: test_two_steps_of_each_recipe[cispo_repo_r], and here as "
+                    "cispo_repo_r_filtered",
+    "cispo_repo_r_dora_filtered": "recipe cispo_repo_r_dora: test_two_steps_of_each_recipe[cispo_repo_r_dora]; "
+                                  "a DoRA checkpoint answering as the probe does: test_training.py::"
+                                  "test_a_dora_checkpoint_answers_over_its_base; filtered prompts: here",
+    "cispo_repo_r_gate": "recipe cispo_repo_r: here as cispo_repo_r_filtered; a rung's verifier changes: here as "
+                         "cispo_brief_book_forms; the gated verifier: test_compare_arms.py::"
+                         "test_the_run_context_builds_the_verifier_once_per_setting",
+}
+
+
 @pytest.mark.slow
 def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path, capsys):
+    """Three RL rungs (the first, a filtered one, one with verifier changes and refills) and every control,
+    end to end with the real model; SMOKE_LEAVES_OUT says where the other rungs' own code runs."""
     pytest.importorskip("trl")
+    from trainers.compare.arms import arm_names
     out = tmp_path / "compare"
-    assert main(["compare", "--scale", "smoke", "--out", str(out)]) == 0
+    rungs = [name for name, _, _ in LADDER if name not in SMOKE_LEAVES_OUT]
+    run = [name for name in arm_names() if name not in SMOKE_LEAVES_OUT]
+    assert main(["compare", "--scale", "smoke", "--out", str(out), "--rungs", ",".join(run)]) == 0
     table = (out / "comparison.md").read_text()
-    rungs = [name for name, _, _ in LADDER]
     for name in ["step 0", *rungs]:
         assert f"| {name} |" in table
     data = json.loads((out / "comparison.json").read_text())
@@ -110,6 +133,33 @@ def test_compare_trainers_smoke_produces_table_plots_and_json(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", "--scale", "smoke", "--out", str(out), "--steps", "3"]) == 2
     assert "scale_settings" in capsys.readouterr().err
+
+
+def test_every_rung_builds_its_training_settings_and_verifier_at_the_smoke_scale():
+    """What every RL rung starts from, the ones the smoke run leaves out too: its recipe at the smoke sizes, asked
+    for as `runner.run_rung` asks (refills within the rung's verifier-call budget), and the verifier it trains
+    against, with its row's changes; each rung is run by the smoke test or named in SMOKE_LEAVES_OUT."""
+    from alpha_gym.scoring.config import VerifierConfig
+    from alpha_gym.tasks.sets import brief_set
+    from trainers.compare.arms import ARMS, RunContext
+    from trainers.compare.ladder import SCALES, panels, scale_budget
+    scale = SCALES["smoke"]
+    names = [name for name, _, _ in LADDER]
+    assert set(SMOKE_LEAVES_OUT) < set(names)
+    train, holdout = panels("smoke")
+    context = RunContext("smoke", scale, None, None, None, VerifierConfig(), train, holdout,
+                         tuple(list(brief_set("probe"))[:scale.probe]), None, None)
+    for arm in (a for a in ARMS if a.name in names):
+        config = scale.train_config(arm.recipe, save_steps=scale.eval_every, seed=42)
+        assert {k: getattr(config, k) for k in scale.train} == scale.train, arm.name
+        if config.refill_rounds:
+            assert config.with_(max_verifier_calls=scale_budget(scale)).max_verifier_calls == 2 * 1 * 2
+        changes = arm.verifier_changes or {}
+        verifier = context.verifier(**changes)
+        assert (verifier is context.verifier()) == (not changes), arm.name
+        for key, value in changes.items():
+            got = getattr(verifier.config, key)
+            assert ({c: got[c] for c in value} if key == "priorities" else got) == value, (arm.name, key)
 
 
 def test_bootstrap_interval_and_paired_difference():
