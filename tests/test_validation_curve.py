@@ -139,3 +139,39 @@ def test_a_damaged_reading_line_is_left_out(tmp_path, line):
     good = '{"formula": "rank(volume)", "validation": 0.5}\n{"formula": "rank(open)", "validation": null}\n'
     (tmp_path / VALIDATION_LOG).write_bytes((good + line + "\n").encode("utf-8", "surrogateescape"))
     assert validation_readings(tmp_path) == {"rank(volume)": 0.5, "rank(open)": None}
+
+
+# ------------------------------------------------------------------ the best checkpoint on a fold
+from alpha_gym.evaluation.selection import select_checkpoint, select_checkpoint_on_validation  # noqa: E402
+
+TRAIN = {100: [0.9, 0.8], 200: [0.3, None], 300: [-0.2, 0.1], 400: [None, None]}
+
+
+def test_on_a_fold_the_train_cpcv_admits_and_the_validation_score_chooses():
+    plain = select_checkpoint(TRAIN)
+    assert plain.step == 100 and "rule" not in plain.to_dict()          # a plain run: as before
+    choice = select_checkpoint_on_validation(TRAIN, {100: [0.1, 0.0], 200: [0.6, None], 300: [2.0, 2.0]})
+    # 300 scores best on validation but its train CPCV (-0.05) does not admit it; 400 has no valid answer
+    assert (choice.step, choice.rule) == (200, "validation")
+    assert choice.validation_means == {100: 0.05, 200: 0.6, 300: 2.0, 400: None}
+    assert choice.means == plain.means
+    # ties: the earliest step
+    assert select_checkpoint_on_validation(TRAIN, {100: [0.5], 200: [0.5]}).step == 100
+
+
+def test_without_an_admitted_reading_the_choice_is_the_train_choice():
+    for validation in ({}, {300: [1.0]}, {100: [None], 200: [float("nan")]}):
+        choice = select_checkpoint_on_validation(TRAIN, validation)
+        assert choice.step == select_checkpoint(TRAIN).step and choice.rule.startswith("validation: none admitted")
+
+
+@pytest.mark.parametrize("reading", [None, float("nan"), float("inf"), -float("inf"), "0.5", True, [0.5], {"a": 1}])
+def test_a_reading_that_is_no_score_counts_as_an_answer_without_one(reading):
+    choice = select_checkpoint_on_validation(TRAIN, {100: [reading], 200: [0.1]})
+    assert choice.step == 200 and choice.validation_means[100] is None
+
+
+@pytest.mark.parametrize("validation", [[0.5], "x", None, {999: [0.1]}, {"100": [0.1]}])
+def test_readings_of_no_checkpoint_are_refused(validation):
+    with pytest.raises((TypeError, ValueError)):
+        select_checkpoint_on_validation(TRAIN, validation)

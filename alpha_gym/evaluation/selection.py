@@ -3,7 +3,10 @@
 Checkpoint selection uses the TRAIN window only. `select_checkpoint` takes
 records that hold nothing but a step and the train-window CPCV of each probe
 answer, so a holdout number cannot reach the choice even by accident; the
-holdout is joined afterwards, for reporting (`checkpoint_table`).
+holdout is joined afterwards, for reporting (`checkpoint_table`). A run on a walk-forward fold has a window
+the search never saw before its test year: `select_checkpoint_on_validation` lets the train CPCV only admit
+checkpoints (a positive mean, as the archive admits formulas) and chooses among them by the mean validation
+score; the test year is no input of either.
 
 Book selection compares two selectors over candidates with train-window
 daily net P&L:
@@ -64,10 +67,16 @@ class CheckpointChoice:
     step: int
     mean_train_cpcv: float | None
     means: dict[int, float | None]   # every checkpoint's mean train CPCV
+    rule: str = "train"              # "validation": chosen on a fold's validation window among admitted ones
+    validation_means: dict[int, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "mean_train_cpcv": finite_or_none(self.mean_train_cpcv),
-                "means": {str(k): finite_or_none(v) for k, v in self.means.items()}}
+        out = {"step": self.step, "mean_train_cpcv": finite_or_none(self.mean_train_cpcv),
+               "means": {str(k): finite_or_none(v) for k, v in self.means.items()}}
+        if self.rule != "train":     # a plain run's choice is written as before
+            out["rule"] = self.rule
+            out["validation_means"] = {str(k): finite_or_none(v) for k, v in (self.validation_means or {}).items()}
+        return out
 
 
 def _train_records(records) -> list[TrainRecord]:
@@ -98,6 +107,38 @@ def select_checkpoint(records: Sequence[TrainRecord] | Mapping[int, Sequence[flo
     best = min(recs, key=lambda r: (-(r.mean_train_cpcv if r.mean_train_cpcv is not None else -math.inf), r.step))
     return CheckpointChoice(step=best.step, mean_train_cpcv=best.mean_train_cpcv,
                             means=dict(sorted(means.items())))
+
+
+def _mean_reading(values) -> float | None:
+    """Mean of the finite readings (None, NaN, inf, non-numbers: an answer without one); None when none is."""
+    vals = [float(v) for v in values if type(v) in (int, float) and math.isfinite(float(v))]
+    return float(np.mean(vals)) if vals else None
+
+
+def select_checkpoint_on_validation(records, validation: Mapping[int, Sequence[float | None]]) -> CheckpointChoice:
+    """On a walk-forward fold: the checkpoint with the highest mean VALIDATION score over its valid probe answers,
+    among those the train window admits (mean train CPCV > 0). Ties go to the earliest step.
+
+    validation: step -> the validation score of each probe answer (None for an answer invalid there; one validity:
+    an answer the search window refused has none). Where no admitted checkpoint has a validation reading the
+    choice is `select_checkpoint`'s (rule "train"). The test window is not an input."""
+    recs = _train_records(records)
+    train_choice = select_checkpoint(recs)
+    if not isinstance(validation, Mapping):
+        raise TypeError(f"validation must be a {{step: [validation score per probe answer]}} mapping, not "
+                        f"{type(validation).__name__}")
+    steps = {r.step for r in recs}
+    unknown = sorted(str(k) for k in validation if k not in steps)
+    if unknown:
+        raise ValueError(f"validation readings for steps without a train record: {', '.join(unknown[:5])}")
+    val_means = {r.step: _mean_reading(validation.get(r.step, ())) for r in sorted(recs, key=lambda r: r.step)}
+    admitted = [r for r in recs if r.mean_train_cpcv is not None and r.mean_train_cpcv > 0
+                and val_means[r.step] is not None]
+    if not admitted:
+        return replace(train_choice, rule="validation: none admitted, chosen on train", validation_means=val_means)
+    best = min(admitted, key=lambda r: (-val_means[r.step], r.step))
+    return CheckpointChoice(step=best.step, mean_train_cpcv=best.mean_train_cpcv, means=train_choice.means,
+                            rule="validation", validation_means=val_means)
 
 
 def holdout_fields(report) -> dict[str, Any]:
