@@ -187,6 +187,30 @@ def test_two_steps_of_each_recipe(runs, name):
 
 @pytest.mark.slow
 @pytest.mark.real_data
+def test_a_dora_checkpoint_answers_over_its_base(runs):
+    """A DoRA recipe's checkpoint loads for answering as the comparison's probe loads it (`load_for_inference`:
+    the adapters over the base the checkpoint names) and gives the trained policy's logits; the probe's greedy
+    answer comes from it. (The comparison's smoke test leaves its DoRA rung to this and the recipe test.)"""
+    from trainers.answers import load_for_inference
+    from trainers.rollout import generate_answers, prompt_ids
+    out, summary, _ = runs("cispo_repo_r_dora")
+    model, tokenizer = load_for_inference(str(out / "checkpoint-2"))
+    assert any("lora_magnitude_vector" in name for name, _ in model.named_parameters())
+    model.eval()
+    policy = summary["policy"].eval()
+    ids = prompt_ids(tokenizer, BRIEFS[0].prompt(), "cpu")
+    with torch.no_grad():
+        loaded, trained = model(ids).logits, policy(ids).logits
+        with model.disable_adapter():
+            base = model(ids).logits
+    moved = (trained - base).abs().max().item()   # what two steps moved the logits: the adapters are read back
+    assert moved > 0 and (loaded - trained).abs().max().item() <= moved / 100
+    [[answer]] = generate_answers(model, tokenizer, [BRIEFS[0].prompt()], max_new_tokens=4)
+    assert isinstance(answer, str)
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
 def test_run_report_shows_diagnostics_channels_and_answers(runs):
     """`alpha-gym report` on a real run: the diagnostics grid, every channel's curve, and per checkpoint the
     best and worst answers with their 12 channels, as read from completions.jsonl."""
