@@ -69,9 +69,11 @@ def _jsonl(path):
 
 
 def _untimed(x):
-    """A logged object without its wall-clock times and process stamps (what may differ between two equal runs)."""
+    """A logged object without its wall-clock times and process stamps (what may differ between two equal runs),
+    and without the curves' validation readings (they read the validation window, beside the run)."""
     if isinstance(x, dict):
-        return {k: _untimed(v) for k, v in x.items() if "seconds" not in k and k not in ("added", "_hash")}
+        return {k: _untimed(v) for k, v in x.items()
+                if "seconds" not in k and k not in ("added", "_hash", "best_validation")}
     if isinstance(x, list):
         return [_untimed(v) for v in x]
     return x
@@ -116,6 +118,11 @@ def test_scrambled_validation_and_test_prices_leave_every_reward_of_the_run_bit_
             # the same choices by train (the run's own), each scored on other validation and test prices
             assert a["selections"]["top_train"]["formulas"] == b["selections"]["top_train"]["formulas"]
             assert a["selections"]["top_train"]["train_cpcv"] == b["selections"]["top_train"]["train_cpcv"]
+    # the curves carry the best's validation score: read on the validation window, so the scramble moves it
+    readings = {name: [r["best_validation"] for arm in FREE_ARMS.split(",")
+                       for r in _jsonl(runs[name][0] / "fold-5" / "seed-42" / arm / "curve.jsonl")]
+                for name in ("plain", "scrambled")}
+    assert any(v is not None for v in readings["plain"]) and readings["plain"] != readings["scrambled"]
     changed = [arm for arm, (a, b) in rows.items()
                if (a[0]["selections"]["pool"]["validation"], a[0]["selections"]["pool"]["test"])
                != (b[0]["selections"]["pool"]["validation"], b[0]["selections"]["pool"]["test"])]

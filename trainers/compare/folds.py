@@ -68,7 +68,7 @@ def fold_context(context: RunContext, full, panels) -> RunContext:
     config = context.verifier_config
     config = config.with_(stress_checkpoint=resolve(config.stress_checkpoint, panels.search))
     return replace(context, train=panels.search, holdout=purge, verifier_config=config, out=context.out / name,
-                   results=context.results / name, step0_formulas=None, brief_ids=None, _built={})
+                   results=context.results / name, step0_formulas=None, brief_ids=None, fold_panels=panels, _built={})
 
 
 def arm_pool(context: RunContext, name: str, seed: int):

@@ -37,6 +37,8 @@ class RunContext:
     evolve_mutators: tuple = ("tree",)  # the evolve arm's mutator specs (alpha_gym.search.mutators)
     mutator_model: str | None = None  # the model of the arms that mutate with one (e.g. the improve-task warm start);
     #                                   None: `model`. The probe formulas seeding every evolve arm stay `model`'s.
+    fold_panels: Any = None     # on a walk-forward fold (compare --fold): its panels, for the evolve arms' curves'
+    #                             validation readings (alpha_gym.evaluation.validation); None: a plain comparison
     _built: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -47,7 +47,16 @@ def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: boo
                       out=context.run_dir(seed, name), results=context.results,
                       group_size=context.scale.train["num_generations"], seed_formulas=seeds, step=context.scale.steps,
                       about={"scale": context.scale_name, "data": context.data, "universe": context.universe},
-                      keep=keep_evolve)
+                      keep=keep_evolve, validation=_validation_scorer(context))
+
+
+def _validation_scorer(context: RunContext):
+    """On a fold, the scorer of the curves' validation column (the best's score on the fold's validation window);
+    None in a plain comparison, whose curves stay as they were."""
+    if context.fold_panels is None:
+        return None
+    from alpha_gym.evaluation.validation import ValidationScorer
+    return ValidationScorer(context.fold_panels, context.verifier())
 
 
 def search(context: RunContext, seed: int) -> dict:
