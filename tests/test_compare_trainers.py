@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: every recipe trains two real steps in tests/test_training.py::test_two_steps_of_each_recipe, the filtered
 #: prompts and a verifier change run here (cispo_repo_r_filtered, cispo_brief_book_forms), and
 #: test_every_rung_builds_its_training_settings_and_verifier_at_the_smoke_scale builds each left-out rung's
-#: settings and verifier. (Every rung ran here before: 460-520 s of one core, two thirds of it in these four.)
+#: settings and verifier. (Every rung ran here before: 460-520 s of one core, about half of it in these four.)
 SMOKE_LEAVES_OUT = {
     "cispo": "recipe cispo: test_two_steps_of_each_recipe[cispo]",
     "cispo_repo_r": "recipe cispo_repo_r: test_two_steps_of_each_recipe[cispo_repo_r], and here as "
