@@ -63,7 +63,8 @@ def test_sft_trains_and_saves_a_loadable_model(sft_file, tmp_path):
     from trainers.sft import SFTSettings, run_sft
     path, _, _ = sft_file
     threads = torch.get_num_threads()
-    summary = run_sft(None, path, tmp_path / "sft", SFTSettings(max_steps=2, batch_size=2, max_length=768, threads=1))
+    # two steps of one row each (a row is ~550 tokens): enough to move the weights and to rebuild them
+    summary = run_sft(None, path, tmp_path / "sft", SFTSettings(max_steps=2, batch_size=1, max_length=768, threads=1))
     assert summary["steps"] == 2 and summary["train_loss"] > 0
     assert summary["threads"] == 1 and torch.get_num_threads() == threads  # the caller's count is given back
     merged, tokenizer = load_base(summary["model_dir"])
@@ -74,6 +75,6 @@ def test_sft_trains_and_saves_a_loadable_model(sft_file, tmp_path):
     assert changed.shape == original.shape and not torch.equal(changed, original)
     assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["rows"] == summary["rows"]
     # the same data, settings and thread count rebuild the same weights: the identity a comparison stamps
-    again = run_sft(None, path, tmp_path / "again", SFTSettings(max_steps=2, batch_size=2, max_length=768, threads=1))
+    again = run_sft(None, path, tmp_path / "again", SFTSettings(max_steps=2, batch_size=1, max_length=768, threads=1))
     assert again["model_identity"] == summary["model_identity"] == model_identity(tmp_path / "sft" / "model")
     assert model_identity(tmp_path / "sft" / "model") != model_identity(None)
