@@ -17,6 +17,7 @@ from alpha_gym.market.panel import Panel
 from trainers.compare.folds import fold_plan
 from trainers.compare.ladder import SCALES
 from trainers.compare.walk_forward import FOLDER
+from fold_markets import scrambled  # a panel whose later sessions are shuffled
 
 #: The model-free arms: each runs on every fold in a test's time.
 FREE_ARMS = "random,evolve,search"
@@ -31,13 +32,6 @@ def market_frame(panel: Panel):
                          **{f: panel.data[f].reshape(-1) for f in ("open", "high", "low", "close", "volume")}})
 
 
-def scrambled(panel: Panel, first: int, seed: int = 3) -> Panel:
-    """The panel with the sessions from `first` on in another order (each session's rows kept whole)."""
-    order = np.arange(panel.n_days)
-    order[first:] = first + np.random.default_rng(seed).permutation(panel.n_days - first)
-    return Panel({k: v[order] for k, v in panel.data.items()}, panel.dates, panel.tickers, source="scrambled")
-
-
 @pytest.fixture(scope="module")
 def markets(tmp_path_factory):
     """The smoke scale's market (synthetic, 20 stocks x 800 sessions) as a data file, and a copy whose
@@ -47,7 +41,7 @@ def markets(tmp_path_factory):
     folder = tmp_path_factory.mktemp("markets")
     plain, later = folder / "plain.csv", folder / "scrambled.csv"
     market_frame(panel).to_csv(plain, index=False)
-    market_frame(scrambled(panel, fold.validation.first)).to_csv(later, index=False)
+    market_frame(scrambled(panel, fold.validation.first, seed=3)).to_csv(later, index=False)
     return plain, later, fold
 
 

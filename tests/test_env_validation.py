@@ -5,17 +5,17 @@ reading never reaches the reward (scrambled validation and test prices leave eve
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import alpha_gym  # noqa: F401  (registers the envs)
 from alpha_gym.env import AlphaFormulaEnv, AlphaFormulaEvolveEnv
 from alpha_gym.evaluation.holdout import evaluate_holdout
 from alpha_gym.evaluation.validation import REFUSED_ON_SEARCH
-from alpha_gym.market import Panel, synthetic_panel
+from alpha_gym.market import synthetic_panel
 from alpha_gym.market.folds import FoldError, FoldPlan, cut_fold, make_fold
 from alpha_gym.scoring.holdout_config import HoldoutConfig
 from alpha_gym.scoring.verifier import Verifier
+from fold_markets import scrambled  # a panel whose later sessions are shuffled
 
 ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_corr(close, volume, 10))</alpha>",
            "<alpha>-rank(ts_std(returns, 20))</alpha>", "<alpha>rank(close)</alpha>", "no formula here",
@@ -26,12 +26,6 @@ ANSWERS = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_corr(clos
 def market():
     panel = synthetic_panel(n_stocks=20, n_days=800, seed=0)
     return panel, make_fold(panel.dates, 5, FoldPlan(test=60, validation=60))
-
-
-def scrambled(panel: Panel, first: int, seed: int = 3) -> Panel:
-    order = np.arange(panel.n_days)
-    order[first:] = first + np.random.default_rng(seed).permutation(panel.n_days - first)
-    return Panel({k: v[order] for k, v in panel.data.items()}, panel.dates, panel.tickers, source="scrambled")
 
 
 def run(env, answers=ANSWERS):
@@ -76,7 +70,8 @@ def test_the_reading_never_reaches_the_reward(market):
     panel, fold = market
     plain = run(AlphaFormulaEnv(panel=panel, fold=fold, validation_score=True))
     without = run(AlphaFormulaEnv(panel=panel, fold=fold))
-    later = run(AlphaFormulaEnv(panel=scrambled(panel, fold.validation.first), fold=fold, validation_score=True))
+    later = run(AlphaFormulaEnv(panel=scrambled(panel, fold.validation.first, seed=3), fold=fold,
+                                validation_score=True))
     assert [s[1] for s in plain] == [s[1] for s in without] == [s[1] for s in later]
     assert all("validation" not in s[4] for s in without)
     assert [s[4]["channels"] for s in plain] == [s[4]["channels"] for s in later]

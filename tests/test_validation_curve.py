@@ -6,26 +6,19 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.validation import ValidationScorer
-from alpha_gym.market import Panel, synthetic_panel
+from alpha_gym.market import synthetic_panel
 from alpha_gym.market.folds import FoldPlan, fold_panels, make_fold
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.evolve_arm import VALIDATION_KEY, VALIDATION_LOG, curve_rows, validation_readings
 from trainers.compare.calls import VALIDATION_COLUMN, arm_curves, budget_rows, calls_table, write_calls
+from fold_markets import scrambled  # a panel whose later sessions are shuffled
 
 #: Fold windows of 60 sessions on the 800-session market (fold 5's search window: its first 428 sessions).
 SESSIONS = 60
-
-
-def scrambled(panel: Panel, first: int, seed: int = 7) -> Panel:
-    """The panel with its sessions from `first` on shuffled as whole days."""
-    order = np.arange(panel.n_days)
-    order[first:] = first + np.random.default_rng(seed).permutation(panel.n_days - first)
-    return Panel({k: v[order] for k, v in panel.data.items()}, panel.dates, panel.tickers, source="scrambled")
 
 
 @pytest.fixture(scope="module")

@@ -13,19 +13,13 @@ from alpha_gym.commands.main import main
 from alpha_gym.evaluation.holdout import TRAIN_REFUSED, evaluate_holdout
 from alpha_gym.evaluation.walk_forward import (ROWS_FILE, SELECTIONS, SUMMARY_FILE, TOP, PoolEntry, WalkForwardError,
                                                pool_sample, score_fold)
-from alpha_gym.market import Panel, load_panel, synthetic_panel
+from alpha_gym.market import load_panel, synthetic_panel
 from alpha_gym.market.folds import FoldPlan, cut_fold, fold_panels, make_fold
 from alpha_gym.scoring.verifier import Verifier
+from fold_markets import scrambled  # a panel whose later sessions are shuffled
 
 #: Fold windows of 60 sessions on the 800-session market: fold 5's search window is its first 428 sessions.
 SESSIONS = 60
-
-
-def scrambled(panel: Panel, first: int, seed: int = 7) -> Panel:
-    """The panel with its sessions from `first` on shuffled as whole days (each day's bars stay a valid bar)."""
-    order = np.arange(panel.n_days)
-    order[first:] = first + np.random.default_rng(seed).permutation(panel.n_days - first)
-    return Panel({k: v[order] for k, v in panel.data.items()}, panel.dates, panel.tickers, source="scrambled")
 
 
 @pytest.fixture(scope="module")
