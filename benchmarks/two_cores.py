@@ -68,7 +68,7 @@ def run_groups(verifier, formulas, workers):
     v = verifier.fork()
     answers = [f"<alpha>{f}</alpha>" for f in formulas]
     out = []
-    for k in range(0, len(answers), 8):  # as trainers/best_of_n.py: score a group, offer it to the archive
+    for k in range(0, len(answers), 8):  # as trainers/compare/arms/best_of_n.py: score a group, offer it to the archive
         group = score_group(v, answers[k:k + 8], workers=workers)
         v.update_archive(group)
         out.append([s.to_dict() for s in group.scores])

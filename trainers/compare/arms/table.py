@@ -89,7 +89,7 @@ ARMS = (
     # (steps x prompts_per_step x num_generations) and no weight updated; they keep the same files as a rung, so
     # the table, its intervals and `alpha-gym holdout-formulas` treat them alike
     Arm("best_of_n", "control", best_of_n,
-        "the start model's best of k samples per probe brief by train reward (trainers/best_of_n.py)"),
+        "the start model's best of k samples per probe brief by train reward (trainers/compare/arms/best_of_n.py)"),
     Arm("search", "control", search,
         "model-free evolutionary search over formula trees, seeded with Alpha101 and step 0 (alpha_gym/search/)"),
     Arm("evolve", "control", evolve,
