@@ -38,9 +38,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from alpha_gym.jsonable import json_dumps  # noqa: E402
+from alpha_gym.jsonable import json_dumps
 
 SETS = ("probe", "probe_seen")
 #: (mode, eval flags): the kept eval's sampled settings and their greedy twin.
@@ -51,7 +50,7 @@ MODES = (("greedy", ("--temperature", "0", "--samples", "1")),
 def answer(args) -> None:
     from alpha_gym.tasks.generator import save_briefs
     from alpha_gym.tasks.sets import brief_set
-    from benchmarks.served_eval import run_eval
+    from served_eval import run_eval  # this script's folder
     from trainers.export_gguf import export_gguf, serve_gguf
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
