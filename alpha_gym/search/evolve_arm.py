@@ -12,17 +12,17 @@ mutators from their specs (`alpha_gym.search.mutators`), runs `evolution.evolve`
                         book CPCV (train window), admitted, rejected, seconds (wall time of the run so far,
                         across resumes; `timing.jsonl` keeps it between them); written with each checkpoint
 
-On a walk-forward fold (`validation=`, a `alpha_gym.evaluation.validation.ValidationScorer` on the fold), each
+beside the run's own files (`evolution`: state.json, proposals.jsonl, archive.jsonl, book.json), and then,
+still holding the folder, calls its `keep`: the comparison's arm files (RESULTS/seed-S/NAME.jsonl, NAME.json,
+NAME.book.json, NAME.archive.jsonl) are the experiment's, written by `trainers.compare.arms.kept.keep_evolve`,
+which the caller hands in (the command line, the comparison's arms: this package imports no trainer).
+
+On a walk-forward fold (`validation=`, an `alpha_gym.evaluation.validation.ValidationScorer` on the fold), each
 curve row also carries `best_validation`: the validation score of the row's best program by train reward, read at
 each checkpoint with the search window's validity (the best is in the database, so valid there), as a loss curve
 shows the validation loss beside the train loss. Each distinct best is scored once, its reading kept in
 OUT/validation.jsonl (a resumed run reads it back); the run never reads it, so its rewards, archive and book are
 those of the same run without it. A run without a validation window writes no such file and its curve is unchanged.
-
-beside the run's own files (`evolution`: state.json, proposals.jsonl, archive.jsonl, book.json), and then,
-still holding the folder, calls its `keep`: the comparison's arm files (RESULTS/seed-S/NAME.jsonl, NAME.json,
-NAME.book.json, NAME.archive.jsonl) are the experiment's, written by `trainers.compare.arms.kept.keep_evolve`,
-which the caller hands in (the command line, the comparison's arms: this package imports no trainer).
 
 One run to 10,000 calls is read at 1,600 and 4,800 along its curve (`curve_at`): the schedule does not depend on
 the budget, so the state after the last group ending at or before B calls is a run of budget B's, except that a
