@@ -128,16 +128,12 @@ def deflated_z(returns: np.ndarray, n_trials: float) -> float:
     (SR - SR0) sqrt(T - 1) / sqrt(1 - skew SR + (kurtosis - 1) / 4 SR^2), SR0 the expected best of `n_trials`
     zero-edge trials (`overfitting.expected_max_sharpe`, sigma sqrt(1 / (T - 1))). The CDF saturates at 1 for
     the good books a reward must still tell apart; the z does not. nan where the moments are undefined."""
-    from alpha_gym.evaluation.overfitting import OverfittingError, expected_max_sharpe, return_moments
+    from alpha_gym.evaluation.overfitting import OverfittingError, expected_max_sharpe, return_moments, sharpe_z
     try:
         sr, skew, kurt, n = return_moments(returns)
+        return sharpe_z(sr, expected_max_sharpe(n_trials, math.sqrt(1.0 / (n - 1))), n, skew, kurt)
     except OverfittingError:
         return float("nan")
-    spread = 1 - skew * sr + (kurt - 1) / 4 * sr ** 2
-    if not spread > 0:
-        return float("nan")
-    sr0 = expected_max_sharpe(n_trials, math.sqrt(1.0 / (n - 1)))
-    return (sr - sr0) * math.sqrt(n - 1) / math.sqrt(spread)
 
 
 def deflated_cpcv(pnl: np.ndarray, n_trials: float, config) -> float:

@@ -245,17 +245,23 @@ def return_moments(returns) -> tuple[float, float, float, int]:
     return float(r.mean() / sd), float((d ** 3).mean() / m2 ** 1.5), float((d ** 4).mean() / m2 ** 2), int(r.size)
 
 
-def probabilistic_sharpe_ratio(sharpe: float, benchmark: float, n_obs: int, skew: float = 0.0,
-                               kurtosis: float = 3.0) -> float:
-    """P(true Sharpe > benchmark) = Z((SR - SR0) sqrt(T - 1) / sqrt(1 - skew SR + (kurtosis - 1) / 4 SR^2)),
-    per-period Sharpes (Bailey and Lopez de Prado 2012, "The Sharpe ratio efficient frontier", J. Risk 15(2))."""
+def sharpe_z(sharpe: float, benchmark: float, n_obs: int, skew: float = 0.0, kurtosis: float = 3.0) -> float:
+    """(SR - SR0) sqrt(T - 1) / sqrt(1 - skew SR + (kurtosis - 1) / 4 SR^2): the probabilistic Sharpe ratio's
+    statistic before the normal CDF (per-period Sharpes), which still tells apart series whose CDF is 1."""
     if n_obs < 2:
         raise OverfittingError(f"the probabilistic Sharpe ratio needs at least 2 periods, got {n_obs}")
     spread = 1 - skew * sharpe + (kurtosis - 1) / 4 * sharpe ** 2
     if not spread > 0:
         raise OverfittingError(f"skewness {skew:.3g} and kurtosis {kurtosis:.3g} at Sharpe {sharpe:.3g} give the "
                                "Sharpe estimate a non-positive variance: the normal approximation does not hold")
-    return _normal_cdf((sharpe - benchmark) * math.sqrt(n_obs - 1) / math.sqrt(spread))
+    return (sharpe - benchmark) * math.sqrt(n_obs - 1) / math.sqrt(spread)
+
+
+def probabilistic_sharpe_ratio(sharpe: float, benchmark: float, n_obs: int, skew: float = 0.0,
+                               kurtosis: float = 3.0) -> float:
+    """P(true Sharpe > benchmark) = Z(`sharpe_z`), per-period Sharpes (Bailey and Lopez de Prado 2012, "The Sharpe
+    ratio efficient frontier", J. Risk 15(2))."""
+    return _normal_cdf(sharpe_z(sharpe, benchmark, n_obs, skew, kurtosis))
 
 
 @dataclass(frozen=True)
