@@ -9,8 +9,8 @@ Pipeline used by the training loop (`compute_advantages`):
     channels (P, G, K) --gdpo or grpo--> A (P, G) --projection--> A (P, G)
 
 The projection enforces two hard rules on every group:
-    1. an answer that may not be rewarded (invalid, caught by the motif guard R10, or core score <= floor)
-       never gets A > 0;
+    1. an answer that may not be rewarded (invalid, caught by the motif guard R10, or core score <= floor,
+       unless it meets every check of its brief and clears the lower `brief_floor`) never gets A > 0;
     2. the advantages of a group sum to zero.
 """
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
-from alpha_gym.scoring.advantage_rule import project_advantages
+from alpha_gym.scoring.advantage_rule import answers_may_win, project_advantages
 
 __all__ = [
     "grpo_advantages",
@@ -165,15 +166,20 @@ def nonzero_share(adv: torch.Tensor, atol: float = 1e-8) -> float:
 def compute_advantages(channels: torch.Tensor, priorities: torch.Tensor | Sequence[float],
                        valid: torch.Tensor, core: torch.Tensor, *, mode: str = "gdpo",
                        floor: float | None = None, eps: float = 1e-4,
-                       guarded: torch.Tensor | None = None) -> torch.Tensor:
+                       guarded: torch.Tensor | None = None, meets_brief: torch.Tensor | None = None,
+                       brief_floor: float | None = None) -> torch.Tensor:
     """The one entry point of the training loop: channels (P, G, K) -> advantages (P, G).
 
         gdpo: A = gdpo_advantages(channels, w)
         grpo: A = grpo_advantages(sum_k w_k * channels[..., k])   (= the verifier's scalar reward)
-        then  A = _project(A, valid & ~guarded & (core > floor))   (no floor term when floor is None)
+        then  A = _project(A, valid & ~guarded & (core > floor | meets_brief & core > brief_floor))
+              (no floor term when floor is None; no exemption when brief_floor is None)
 
     The validity projection always runs; R10's guard (`GroupScore.guarded`) and the floor only narrow who
-    may win. One joint projection (not validity then floor) so no re-zeroing can raise an excluded answer.
+    may win; `brief_floor` lets an answer that meets every check of its brief (`GroupScore.meets_brief`) past
+    the floor down to that lower core score (`alpha_gym.scoring.advantage_rule.answers_may_win`, the rule the
+    TRL adapter reads too). One joint projection (not validity then floor) so no re-zeroing can raise an
+    excluded answer.
     """
     if mode == "gdpo":
         adv = gdpo_advantages(channels, priorities, eps=eps)
@@ -182,9 +188,12 @@ def compute_advantages(channels: torch.Tensor, priorities: torch.Tensor | Sequen
         adv = grpo_advantages((channels * w).sum(-1), eps=eps)
     else:
         raise ValueError(f"mode must be 'gdpo' or 'grpo', got {mode!r}")
-    may_win = valid.to(torch.bool)
-    if guarded is not None:
-        may_win = may_win & ~guarded.to(torch.bool)
-    if floor is not None:
-        may_win = may_win & (core > floor)
-    return _project(adv, may_win)
+    def host(x):  # the rule is numpy's (the env imports no torch); numpy has no bfloat16: half cores go as float32
+        if x is not None and x.dtype in (torch.bfloat16, torch.float16):
+            x = x.float()
+        return None if x is None else x.detach().cpu().numpy()
+    no_guard = torch.zeros_like(valid, dtype=torch.bool)
+    may_win = answers_may_win(host(valid.to(torch.bool)), host(no_guard if guarded is None else guarded.to(torch.bool)),
+                              host(core), host(None if meets_brief is None else meets_brief.to(torch.bool)),
+                              floor=floor, brief_floor=brief_floor)
+    return _project(adv, torch.from_numpy(np.ascontiguousarray(may_win)))

@@ -154,6 +154,11 @@ class TrainConfig:
     advantage_mode: str = "gdpo"        # "gdpo": standardise each channel per group, then add with priorities
     advantage_floor: float | None = 0.0   # None = off; answers with core score <= floor never get A > 0
                                           # (the Environment A recipes use 0, as the reference ran them)
+    # None = off (every recipe). A number below advantage_floor: an answer that meets every check of its brief
+    # (R13 = 1), valid and not R10-guarded, may win when its core score is above this instead of above the floor
+    # (`alpha_gym.scoring.advantage_rule.answers_may_win`); the floor otherwise bars a compliant answer whatever
+    # R13's priority (benchmarks/notes/compliant-warm-start.md measures both)
+    brief_floor: float | None = None
 
     # --- entropy control
     repo_r: bool = True                 # REPO-R token shaping with the entropy thermostat (zeta)
@@ -201,6 +206,14 @@ class TrainConfig:
             raise SettingError("TrainConfig", "max_verifier_calls", self.max_verifier_calls,
                                f"0 (no cap) or >= prompts_per_step x num_generations "
                                f"({self.prompts_per_step * self.num_generations}): one step's answers must fit")
+        if self.brief_floor is not None and self.advantage_floor is None:
+            raise SettingError("TrainConfig", "brief_floor", self.brief_floor,
+                               "None while advantage_floor is None: it exempts answers that meet their brief from "
+                               "the floor, and without a floor it changes nothing")
+        if self.brief_floor is not None and self.brief_floor >= self.advantage_floor:
+            raise SettingError("TrainConfig", "brief_floor", self.brief_floor,
+                               f"below advantage_floor ({self.advantage_floor:g}) or None: at or above the floor "
+                               "it would bar compliant answers the floor lets win")
         if self.adapo and LOSS_TABLE[self.loss_type].clip != "band":
             bands = "/".join(name for name, row in LOSS_TABLE.items() if row.clip == "band")
             raise SettingError("TrainConfig", "adapo", self.adapo,
@@ -229,7 +242,7 @@ class TrainConfig:
 
 #: The allowed range of every numeric field (`alpha_gym.ranges`, as the verifier's settings declare theirs);
 #: check_fields also checks every field's type (a bool is not an integer, a number not a bool). None passes
-#: where a field is optional (epsilon_high, max_grad_norm, advantage_floor, load_in_4bit).
+#: where a field is optional (epsilon_high, max_grad_norm, advantage_floor, brief_floor, load_in_4bit).
 TRAIN_RANGES = {
     "learning_rate": Range(0.0, INF, lo_open=True),
     "beta": Range(0.0),
@@ -251,6 +264,7 @@ TRAIN_RANGES = {
     "lora_alpha": Range(0.0, INF, lo_open=True),
     "lora_dropout": closed(0.0, 1.0),
     "advantage_floor": Range(),                 # any finite floor
+    "brief_floor": Range(),                     # any finite core score (below advantage_floor: __post_init__)
     "refill_rounds": ints(0),
     "min_distinct_forms": ints(0),
     "max_verifier_calls": ints(0),
@@ -300,6 +314,21 @@ RECIPES: dict[str, TrainConfig] = {
     # averaging, no dynamic sampling, no floor.
     "grpo": RECIPE_BASE.with_(loss_type="grpo", epsilon=0.2, epsilon_high=None, advantage_mode="grpo",
                               top_entropy_quantile=1.0),
+}
+
+
+#: The brief-following run (benchmarks/notes/compliant-warm-start.md, "R13's exemption from the floor"), as settings
+#: tables (`alpha_gym.settings`: `dumps(BRIEF_FOLLOW)` is a file `--config` reads): R13 at 3 and R14 at 3 (the
+#: "brief_book" reward with R13 tripled: on the kept runs' groups R13 is then 46% of the advantage's size, R1 still
+#: the larger part, and past 3-4 the most compliant answer wins no more often with the floor on), trained with the
+#: collapse-refill CISPO rung's recipe, the floor at 0 and an answer that meets every check of its brief let win above
+#: a train CPCV of -0.1 (not at any CPCV: once exempt, a valid compliant answer beside invalid ones wins at almost
+#: any CPCV, measured). A pairing of existing recipes, not a row of RECIPES or REWARD_RECIPES: no recipe changes.
+#:     alpha-gym train --recipe cispo_distinct_forms --set train.brief_floor=-0.1 \
+#:         --set verifier.priorities.brief=3 --set verifier.priorities.book=3
+BRIEF_FOLLOW: dict[str, dict[str, Any]] = {
+    "verifier": {"priorities": {"brief": 3.0, "book": 3.0}},
+    "train": {"recipe": "cispo_distinct_forms", "brief_floor": -0.1},
 }
 
 

@@ -218,13 +218,16 @@ def _score(verifier, groups: list[Group], briefs, t) -> list:
 
 
 def _advantages(scores, priorities, config: TrainConfig) -> torch.Tensor:
-    """(P, G) float32: GDPO/GRPO per group, then no positive advantage for an invalid or guarded answer, sum 0."""
+    """(P, G) float32: GDPO/GRPO per group, then no positive advantage for an invalid or guarded answer (nor one under
+    the floor, unless it meets its brief above `brief_floor`), sum 0."""
     channels = torch.as_tensor(np.stack([s.matrix for s in scores]))        # (P, G, K) float64
     valid = torch.as_tensor(np.stack([s.valid for s in scores]))
     guarded = torch.as_tensor(np.stack([s.guarded for s in scores]))
     core = torch.as_tensor(np.stack([s.core for s in scores]))
+    meets_brief = torch.as_tensor(np.stack([s.meets_brief for s in scores]))
     return compute_advantages(channels, priorities, valid, core, mode=config.advantage_mode,
-                              floor=config.advantage_floor, guarded=guarded).float()
+                              floor=config.advantage_floor, guarded=guarded, meets_brief=meets_brief,
+                              brief_floor=config.brief_floor).float()
 
 
 def _learning_rate(config: TrainConfig, update: int, total_updates: int) -> float:

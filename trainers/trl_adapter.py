@@ -21,7 +21,9 @@ which our loop does not; the per-group ranking is the same.) A plain `GRPOTraine
 functions too; `AlphaGRPOTrainer` adds what TRL lacks:
 
   * the validity projection: an invalid or motif-guarded (R10) answer never gets a positive advantage
-    and each group's advantages still sum to zero (`trainers.advantages.enforce_validity`);
+    and each group's advantages still sum to zero (`trainers.advantages.enforce_validity`); with
+    `advantage_floor` (and `brief_floor`) it holds the loop's floor too: who may win is `answers_may_win`,
+    the rule `trainers.advantages.compute_advantages` reads;
   * the novelty archive saved with every checkpoint and restored by `train(resume_from_checkpoint=...)`;
   * optional REPO-R token shaping with its entropy thermostat (`repo_r=True`).
 
@@ -69,7 +71,9 @@ Option mapping (our `TrainConfig` -> TRL 1.16 `GRPOConfig` / `GRPOTrainer`):
     load_in_4bit             GRPOTrainer(quantization_config=BitsAndBytesConfig(...)) (model id only)
     advantage_mode "gdpo"    multi_objective_aggregation="normalize_then_sum" + reward_weights
     advantage_mode "grpo"    multi_objective_aggregation="sum_then_normalize", scale_rewards="group"
-    advantage_floor          (none)                                AlphaGRPOTrainer applies validity + R10
+    advantage_floor          AlphaGRPOTrainer(advantage_floor=...)  no TRL option; default None (validity +
+                                                                   R10 only), as before
+    brief_floor              AlphaGRPOTrainer(brief_floor=...)     no TRL option; the loop's exemption
     repo_r                   AlphaGRPOTrainer(repo_r=True)         no TRL option
     adapo                    (none)                                TRL's use_adaptive_entropy is an entropy
                                                                    BONUS coefficient, a different mechanism
@@ -99,11 +103,12 @@ from typing import Any, Callable
 
 import torch
 
+from alpha_gym.scoring.advantage_rule import answers_may_win
 from alpha_gym.scoring.config import CHANNELS
 from trainers.advantages import enforce_validity
 from trainers.repo_r import EntropyThermostat, shape_advantages
 
-__all__ = ["completion_text", "GroupScorer", "reward_funcs", "reward_weights", "AlphaGRPOTrainer"]
+__all__ = ["completion_text", "GroupScorer", "reward_funcs", "reward_weights", "may_win_of", "AlphaGRPOTrainer"]
 
 
 def completion_text(completion: Any) -> str:
@@ -225,6 +230,17 @@ def reward_weights(verifier) -> list[float]:
 _reward_funcs = reward_funcs
 
 
+def may_win_of(scores, advantage_floor: float | None = None, brief_floor: float | None = None) -> torch.Tensor:
+    """(B,) bool: which of the scored answers may get a positive advantage, by the loop's rule (`answers_may_win`):
+    valid, not caught by R10's guard, and with a floor, above it or meeting every check of its brief (R13 = 1,
+    `GroupScore.meets_brief`) above `brief_floor`. Without a floor: valid and not guarded, as this adapter always did.
+    """
+    valid = [s.valid for s in scores]
+    return torch.from_numpy(answers_may_win(
+        valid, [s.valid and s.channels["motif_guard"] < 0 for s in scores], [s.channels["cpcv"] for s in scores],
+        [s.valid and s.channels["brief"] == 1.0 for s in scores], floor=advantage_floor, brief_floor=brief_floor))
+
+
 def _trainer_base():
     from trl import GRPOTrainer
     return GRPOTrainer
@@ -236,10 +252,17 @@ class AlphaGRPOTrainer(_trainer_base()):
     verifier: builds `reward_funcs`/`reward_weights` when they are not given (reward_weights is filled
     into `args` when left None). repo_r: shape advantages per token with `thermostat` (default: the w5
     `EntropyThermostat`), once per generation batch, from the sampling policy's log-probs and entropy.
+    advantage_floor, brief_floor: `TrainConfig`'s fields of those names, checked by it (None, the default: no
+    floor, so validity and R10 only); the projection then bars who the loop's would (`may_win_of`).
     """
 
     def __init__(self, model, verifier=None, *, reward_funcs=None, args=None, repo_r: bool = False,
-                 thermostat: EntropyThermostat | None = None, **kwargs):
+                 thermostat: EntropyThermostat | None = None, advantage_floor: float | None = None,
+                 brief_floor: float | None = None, **kwargs):
+        from trainers.config import TrainConfig
+        # the loop's checks of the two values (range, an exemption needs a floor above it), before TRL loads anything
+        TrainConfig(advantage_floor=advantage_floor, brief_floor=brief_floor)
+        self.advantage_floor, self.brief_floor = advantage_floor, brief_floor
         if reward_funcs is None:
             if verifier is None:
                 raise ValueError("AlphaGRPOTrainer needs a verifier or reward_funcs=reward_funcs(verifier)")
@@ -262,9 +285,8 @@ class AlphaGRPOTrainer(_trainer_base()):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         brief_ids = [x.get("brief_id") if isinstance(x, dict) else None for x in inputs]  # as TRL's reward kwargs
         scores = self.scorer.scores(completions, prompts, brief_ids)
-        # may win: valid and not caught by the motif guard (R10), as in our loop
-        valid = torch.tensor([s.valid and s.channels["motif_guard"] >= 0 for s in scores], dtype=torch.int32,
-                             device=rewards.device)
+        # may win: valid, not caught by the motif guard (R10) and clear of the floor, as in our loop
+        valid = may_win_of(scores, self.advantage_floor, self.brief_floor).to(device=rewards.device, dtype=torch.int32)
         self._valid = gather(valid).bool()  # every process, in the order of the gathered rewards
         return rewards
 

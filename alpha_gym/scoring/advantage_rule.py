@@ -3,6 +3,9 @@
     an answer that may not win (invalid, R10-guarded, under a floor) never gets a positive advantage,
     and the advantages of each group (the answers to one prompt) still sum to zero.
 
+Who may win is `answers_may_win` (an answer that meets every check of its brief can be exempted from the floor);
+the projection is `project_advantages`.
+
 Our loop (`trainers.advantages`), the TRL adapter (through it) and the verl guard
 (`alpha_gym.integrations.verl.install_guard`) all call `project_advantages`, so a user of any of them
 trains under the same rule.
@@ -11,6 +14,29 @@ trains under the same rule.
 from __future__ import annotations
 
 import numpy as np
+
+
+def answers_may_win(valid, guarded, core, meets_brief=None, floor=None, brief_floor=None) -> np.ndarray:
+    """Which answers may get a positive advantage: the one rule every path that projects advantages reads.
+
+        may_win = valid & ~guarded & (core > floor  |  meets_brief & (core > brief_floor))
+
+    `floor` None: no floor term. `brief_floor` None (the default): no exemption, so today's rule exactly. A number:
+    an answer that meets every check of its brief (R13 = 1, read on the live tree) may win above that lower core
+    score instead, so a compliant valid answer the floor would bar can still be pushed up; invalid and R10-guarded
+    answers never win. The exemption needs a floor above it (`TrainConfig` checks), else it changes nothing.
+    All arguments broadcast to one shape; returns a new bool array.
+    """
+    out = np.asarray(valid, dtype=bool) & ~np.asarray(guarded, dtype=bool)
+    if floor is None:
+        return out
+    core = np.asarray(core)  # its own dtype: a float32 core compares with the floor in float32, as torch does
+    above = core > floor
+    if brief_floor is not None:
+        if meets_brief is None:
+            raise ValueError("an exemption for answers that meet their brief (brief_floor) needs meets_brief")
+        above = above | (np.asarray(meets_brief, dtype=bool) & (core > brief_floor))
+    return out & above
 
 
 def project_advantages(adv, may_win, groups=None) -> np.ndarray:

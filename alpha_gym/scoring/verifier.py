@@ -107,6 +107,12 @@ class GroupScore:
         """(G,) answers that may get a positive advantage: valid and not caught by the motif guard (R10)."""
         return self.valid & ~self.guarded
 
+    @property
+    def meets_brief(self) -> np.ndarray:
+        """(G,) valid answers that meet every check of their brief: R13 (the extended checks, read on the live tree)
+        is exactly 1. What `TrainConfig.brief_floor` exempts from the advantage floor."""
+        return self.valid & (self.matrix[:, list(self.channels).index("brief")] == 1.0)
+
     @classmethod
     def from_scores(cls, scores: list[Score], channels=CHANNELS, evaluated=None) -> "GroupScore":
         matrix = np.array([[s.channels[c] for c in channels] for s in scores],
