@@ -73,19 +73,31 @@ def _untimed(x):
     return x
 
 
+def _train_book(book):
+    """The book chosen on train of a book a fold run ships (chosen on the validation window, so not the run's:
+    alpha_gym/search/evolve_arm.py `shipped_book`); test_fold_shipped_book.py checks what it ships."""
+    from alpha_gym.search.evolve_arm import SHIPPED_KEYS, train_book_of
+    assert book["chosen_on"] in ("validation", "train")
+    return {k: v for k, v in train_book_of(book).items() if k not in SHIPPED_KEYS}
+
+
 def run_record(out, results, arm):
     """Every reward and train number one arm's run logged on fold 5: each call (proposals), the curve, the archive,
-    the book, the checkpoint's database, the kept answers and numbers."""
+    the book chosen on train, the checkpoint's database, the kept answers and numbers (less what it ships, chosen
+    on the validation window)."""
     run, kept = out / "fold-5" / "seed-42" / arm, results / "fold-5" / "seed-42"
     # the checkpoint's programs with their rewards (which archive file it names alternates with how often the run
     # found time to write one)
     state = {k: v for k, v in json.loads((run / "state.json").read_text()).items()
              if k in ("calls", "rejected", "database", "history")}
+    numbers = read_object(kept / f"{arm}.json")
+    assert numbers.pop("shipped")["chosen_on"] in ("validation", "train")
+    book, run_book = json.loads((run / "book.json").read_text()), read_object(kept / f"{arm}.book.json")
+    assert run_book["members"] == book["members"]      # the kept book is the one the run shipped
     return {"proposals": _jsonl(run / "proposals.jsonl"), "curve": _untimed(_jsonl(run / "curve.jsonl")),
-            "archive": _untimed(_jsonl(run / "archive.jsonl")), "book": _untimed(json.loads((run / "book.json").read_text())),
+            "archive": _untimed(_jsonl(run / "archive.jsonl")), "book": _untimed(_train_book(book)),
             "state": _untimed(state), "answers": _untimed(read_rows(kept / f"{arm}.jsonl")),
-            "numbers": _untimed(read_object(kept / f"{arm}.json")),
-            "run_book": _untimed(read_object(kept / f"{arm}.book.json"))}
+            "numbers": _untimed(numbers), "run_book": _untimed(_train_book(run_book))}
 
 
 def test_scrambled_validation_and_test_prices_leave_every_reward_of_the_run_bit_identical(markets, tmp_path, capsys):

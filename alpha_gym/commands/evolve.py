@@ -16,7 +16,9 @@ validation score among its 100 best by train reward) is scored on the validation
 written to OUT/walk-forward.json and walk-forward.jsonl (`alpha_gym.evaluation.walk_forward`). Along the run, each
 curve row also has the validation score of the run's best by train reward (best_validation; each new best scored
 once, kept in OUT/validation.jsonl), as a loss curve shows train and validation loss; the test window is read
-only after the run.
+only after the run. The run ships what it chooses on the validation window: book.json and the kept book hold
+the correlation-capped book chosen there among its 100 best by train reward (the book chosen on train kept beside
+it as train_book), and the summary names its best by validation beside its best by train reward.
 
 The last `--pseudo-holdout` sessions of the data are cut off before the run (the comparison's pseudo-holdout:
 252 at its cpu and gpu scales, 120 at smoke), and only the kept answers are scored on them. The run writes
@@ -190,7 +192,7 @@ def _main(args) -> int:
         results = args.results or f"{args.out}/results"
         with locked(args.out):      # not while a run goes on in the folder: it rewrites the same kept files
             keep_evolve(args.out, verifier, train, holdout, probe, results, int(stamp["seed"]), calls=args.keep_at, holdout_history=history,
-                        name=stamp.get("name", "evolve"),
+                        name=stamp.get("name", "evolve"), fold=fold,
                         config={k: stamp[k] for k in ("mutators", "database", "group_size") if k in stamp})
         print(f"kept the run in {args.out} ({stamp.get('name', 'evolve')}, seed {stamp['seed']}) at {args.keep_at} "
               f"calls into {results}")
@@ -210,13 +212,34 @@ def _main(args) -> int:
     print(f"evolve: {c['calls']} verifier calls in {c['seconds'] or 0:.1f} s, best train reward {best}, book "
           f"{c['book_members']} members ({c['effective_bets']:.1f} effective bets), kept answers valid "
           f"{numbers['checkpoints'][0]['train_valid']}/{len(probe)}; run folder {args.out}")
-    if VALIDATION_KEY in c:
+    if "shipped" in numbers:
+        print(shipped_lines(numbers["shipped"]))
+    elif VALIDATION_KEY in c:
         score = "- (not valid there)" if c[VALIDATION_KEY] is None else f"{c[VALIDATION_KEY]:+.3f}"
         print(f"evolve: the best by train reward scores {score} on the fold's validation window")
     print(calls_summary(args.out))
     if fold is not None:
         walk_forward(args.out, verifier, fold)
     return 0
+
+
+def shipped_lines(shipped: dict) -> str:
+    """What a fold run ships (NAME.json's "shipped"), in lines: its best by validation with its validation score,
+    the best by train reward beside it, or the fallback to the train choice and why."""
+    def said(x):
+        if x is None:
+            return "none"
+        v = "- (not valid there)" if x["validation"] is None else f"{x['validation']:+.3f}"
+        r = "-" if x["reward"] is None else f"{x['reward']:+.3f}"
+        return f"{x['formula']} (validation {v}, train reward {r})"
+    rule = shipped["rule"]
+    if shipped["fallback"]:
+        return (f"evolve: ships the choice on train: {shipped['fallback']}\n"
+                f"evolve: best by train reward {said(shipped['train_best'])}")
+    return (f"evolve: ships the book and best chosen on the fold's validation window ({rule['valid_on_validation']} of "
+            f"the {rule['candidates']} best by train reward valid there)\n"
+            f"evolve: best by validation {said(shipped['best'])}\n"
+            f"evolve: best by train reward {said(shipped['train_best'])}")
 
 
 def calls_summary(out) -> str:

@@ -24,6 +24,14 @@ shows the validation loss beside the train loss. Each distinct best is scored on
 OUT/validation.jsonl (a resumed run reads it back); the run never reads it, so its rewards, archive and book are
 those of the same run without it. A run without a validation window writes no such file and its curve is unchanged.
 
+On a fold, the run also SHIPS what it chooses on the validation window, never what the train reward alone
+picks: once it ends, OUT/book.json is rewritten (`ship_on_validation`) to hold the correlation-capped book that
+`alpha_gym.evaluation.shipped.choose_to_ship` chooses (the train reward admits its shortlist of 100, the validation
+score chooses: `walk_forward.score_fold`'s "book chosen on validation"), with `chosen_on`, the rule, its best by
+validation beside the best by train reward, and the book chosen on train under `train_book` (what `run_pool` hands
+the walk-forward scoring as the run's own book). The kept NAME.book.json and NAME.json say the same. A run on no
+fold writes book.json as the engine chose it, key for key.
+
 One run to 10,000 calls is read at 1,600 and 4,800 along its curve (`curve_at`): the schedule does not depend on
 the budget, so the state after the last group ending at or before B calls is a run of budget B's, except that a
 run stopped at B makes its last group short to spend the calls between (at most group_size - 1 calls).
@@ -91,8 +99,9 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     """Run (or resume) an evolution in `out` for exactly `budget` verifier calls and keep its arm's files.
 
     keep: writes the kept files, called once the run ends, the folder still held, as
-    `keep(out, grown_verifier, train, holdout, probe, results, seed, name=, step=, config=, holdout_history=)`
-    (`trainers.compare.arms.kept.keep_evolve`); what it returns is returned.
+    `keep(out, grown_verifier, train, holdout, probe, results, seed, name=, step=, config=, holdout_history=,
+    fold=)` (`trainers.compare.arms.kept.keep_evolve`; fold: the validation scorer's `FoldPanels`, or None);
+    what it returns is returned.
 
     verifier: the train-window `Verifier` (forked here: the run grows its own archive); train/holdout: the
     panels (the pseudo-holdout is scored only for the kept answers' table row); probe: the briefs the kept
@@ -103,7 +112,8 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
     not a setting: the run is the same on any number). holdout_history: the sessions just before `holdout` that
     its scoring reads as lookback, where they are not the end of `train` (a walk-forward fold's validation window,
     after its purge: `alpha_gym.market.folds`). validation: a `ValidationScorer` on the run's fold (None: a run
-    without a validation window): the curve's `best_validation` (the module docstring).
+    without a validation window): the curve's `best_validation`, and the book the run ships chosen on the
+    validation window (`ship_on_validation`; the module docstring).
     """
     out = check_folder(out)
     results = check_folder(out / "results" if results is None else results, "--results")
@@ -137,9 +147,12 @@ def run_evolve(verifier, train, holdout, probe: Sequence, *, mutators: Sequence[
                         group_size=group_size, progress=on_group, workers=workers, checkpointed=on_checkpoint)
         write_curve(out, result.history, clock.seconds(),
                     None if readings is None else readings.read(result.history))
+        fold = None if validation is None else validation.panels
+        if fold is not None:
+            ship_on_validation(out, verifier, fold)
         return keep(out, grown, train, holdout, probe, results, seed, name=name, step=step,
                     config={"mutators": specs, "database": database.to_dict(), "group_size": group_size},
-                    holdout_history=holdout_history)
+                    holdout_history=holdout_history, fold=fold)
 
 
 def check_run_folder(out, train, probe: Sequence) -> dict:
@@ -301,26 +314,137 @@ def archive_lines(state: dict) -> list[dict]:
 
 
 def run_pool(run_dir) -> tuple[list, tuple[str, ...]]:
-    """What the finished run in `run_dir` found, for `alpha_gym.evaluation.walk_forward.score_fold`: its archive (the
-    formulas the verifier admitted), each with its train reward and CPCV, its best program when the archive left it
-    out (a near-copy of an earlier entry), and the members of the book it chose at its end (book.json)."""
-    from alpha_gym.evaluation.walk_forward import PoolEntry
+    """What the finished run in `run_dir` found, for `alpha_gym.evaluation.walk_forward.score_fold`: its pool
+    (`pool_of`) and the members of the book it chose on train at its end (book.json; on a fold its `train_book`,
+    never the book it ships: score_fold's "book chosen on train" row is that book)."""
     run_dir = Path(run_dir)
     checked = read_state(run_dir)
     if checked.state["calls"] < checked.state["budget"]:
         raise EvolveRunError(f"{run_dir}: the run stopped at {checked.state['calls']} of its "
                              f"{checked.state['budget']} calls: rerun it to the end first")
-    book = read_json(run_dir / BOOK_FILE, "book") if (run_dir / BOOK_FILE).exists() else None
-    members = book.get("members") if isinstance(book, dict) else None
-    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-        raise EvolveRunError(f"{run_dir / BOOK_FILE} is missing or not the book an evolve run writes: rerun the same "
+    path = run_dir / BOOK_FILE
+    book = read_json(path, "book") if path.exists() else None
+    damage = "no such file" if book is None else book_damage(book)
+    if damage is not None:
+        raise EvolveRunError(f"{path} is missing or not the book an evolve run writes ({damage}): rerun the same "
                              "command to write it again")
-    programs = sorted(checked.database.programs, key=lambda p: (-p.reward, p.id))
+    return pool_of(archive_lines(checked.state), checked.database.programs), tuple(train_book_of(book)["members"])
+
+
+def pool_of(admitted: Sequence[dict], programs) -> list:
+    """The run's pool (`walk_forward.PoolEntry`s): its archive lines (the formulas the verifier admitted), each with
+    its train reward (its program's) and CPCV, and its best program when the archive left it out (a near-copy of
+    an earlier entry)."""
+    from alpha_gym.evaluation.walk_forward import PoolEntry
+    programs = sorted(programs, key=lambda p: (-p.reward, p.id))
     by_text = {p.text: p for p in programs}
     pool = []
-    for line in archive_lines(checked.state):
+    for line in admitted:
         p = by_text.get(line["formula"])
         pool.append(PoolEntry(line["formula"], None if p is None else float(p.reward), line["train_cpcv"]))
     if programs and programs[0].text not in {e.formula for e in pool}:
         pool.append(PoolEntry(programs[0].text, float(programs[0].reward), programs[0].cpcv))
-    return pool, tuple(members)
+    return pool
+
+
+# ------------------------------------------------------------------------------ the book a fold run ships
+#: The keys a book chosen on the validation window adds to the engine's book.json (and the kept NAME.book.json).
+TRAIN_BOOK_KEY = "train_book"
+SHIPPED_KEYS = ("chosen_on", "rule", "fallback", "best", "train_best", "member_validation", TRAIN_BOOK_KEY)
+#: The keys of the engine's book (book.json's, `evolution`), the train book kept under TRAIN_BOOK_KEY.
+BOOK_KEYS = ("n_admitted", "n_members", "effective_bets", "members", "selection")
+_TRAIN_KEYS = ("n_members", "effective_bets", "members", "selection")
+
+
+def _members_damage(members) -> str | None:
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        return "members is not a list of formulas"
+    return None
+
+
+def book_damage(book) -> str | None:
+    """Why a book read back (book.json, or a kept NAME.book.json's book) is not one a run writes; None when it is
+    one. A book shipped on a fold must carry its train book and say what it was chosen on."""
+    if not isinstance(book, dict):
+        return "not a JSON object"
+    missing = [k for k in BOOK_KEYS if k not in book]
+    if missing:
+        return f"no {missing[0]}"
+    if _members_damage(book["members"]):
+        return _members_damage(book["members"])
+    if "chosen_on" not in book and TRAIN_BOOK_KEY not in book:
+        return None
+    from alpha_gym.evaluation.shipped import ON_TRAIN, ON_VALIDATION
+    missing = [k for k in SHIPPED_KEYS if k not in book]
+    if missing:
+        return f"a book shipped on a fold without {missing[0]}"
+    if book.get("chosen_on") not in (ON_VALIDATION, ON_TRAIN):
+        return f"chosen_on = {shown(book.get('chosen_on'))}: neither {ON_VALIDATION!r} nor {ON_TRAIN!r}"
+    train = book.get(TRAIN_BOOK_KEY)
+    if not isinstance(train, dict) or any(k not in train for k in _TRAIN_KEYS):
+        return f"{TRAIN_BOOK_KEY} is not the book chosen on train"
+    if _members_damage(train["members"]):
+        return f"{TRAIN_BOOK_KEY}'s {_members_damage(train['members'])}"
+    if book["chosen_on"] == ON_TRAIN and book["members"] != train["members"]:
+        return "chosen on train, yet its members are not the train book's"
+    return None
+
+
+def train_book_of(book: dict) -> dict:
+    """The book chosen on train of a book read back (checked by `book_damage`): the book itself on no fold, its
+    `train_book` (with the book's other keys) when it was shipped on a fold."""
+    if TRAIN_BOOK_KEY not in book:
+        return book
+    return {**{k: v for k, v in book.items() if k not in SHIPPED_KEYS}, **book[TRAIN_BOOK_KEY]}
+
+
+def shipped_book(book: dict, choice: dict) -> dict:
+    """A book chosen on train (book.json's keys) made into the book a fold run ships (`shipped.choose_to_ship`'s
+    choice): the validation book's members and statistics in place of the train book's (kept under
+    `train_book`), with what they were chosen on, the rule, the best by validation and by train; on a fallback
+    the train book's members stay, and the file says why."""
+    train = train_book_of(book)
+    out = {**train, "chosen_on": choice["chosen_on"], "rule": choice["rule"], "fallback": choice["fallback"],
+           "best": choice["best"], "train_best": choice["train_best"], "member_validation": None,
+           TRAIN_BOOK_KEY: {k: train[k] for k in _TRAIN_KEYS}}
+    chosen = choice["book"]
+    if chosen is not None:
+        out.update(n_members=len(chosen["members"]), effective_bets=chosen["selection"]["effective_bets"],
+                   members=chosen["members"], selection=chosen["selection"],
+                   member_validation=chosen["member_validation"])
+    return out
+
+
+def choice_of(shipped: dict) -> dict:
+    """The choice (`shipped.choose_to_ship`'s keys) a shipped book read back (checked by `book_damage`) was made
+    by, so that another copy of its train book ships the same (`shipped_book`)."""
+    from alpha_gym.evaluation.shipped import ON_VALIDATION
+    on_validation = shipped["chosen_on"] == ON_VALIDATION
+    return {**{k: shipped[k] for k in ("chosen_on", "rule", "fallback", "best", "train_best")},
+            "book": {k: shipped[k] for k in ("members", "member_validation", "selection")} if on_validation else None}
+
+
+def ship_on_validation(out, verifier, panels) -> dict:
+    """Rewrite the finished fold run's OUT/book.json as the book it ships (`shipped_book`: chosen on the fold's
+    validation window from the run's pool, under the run's own book rule) and return it. The choice depends on
+    the pool and the fold alone, so a resumed run, or a rerun of a finished one, ships the same book.
+
+    verifier: a `Verifier` on the fold's search window; panels: the fold's `FoldPanels` (its test window is never
+    read)."""
+    from alpha_gym.evaluation.shipped import choose_to_ship
+    out = Path(out)
+    checked = read_state(out)
+    path = out / BOOK_FILE
+    book = read_json(path, "book")
+    damage = book_damage(book)
+    if damage is not None or book.get("groups") != checked.state["groups"]:
+        raise EvolveRunError(f"{path} is not the book of the run's last checkpoint "
+                             f"({damage or 'another group'}): rerun the same command to write it again")
+    rule = checked.state["settings"]["book"]
+    choice = choose_to_ship(pool_of(archive_lines(checked.state), checked.database.programs), verifier, panels,
+                            max_corr=rule["max_corr"], min_turnover=rule["min_turnover"])
+    shipped = shipped_book(book, choice)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json_dumps(shipped, indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return shipped

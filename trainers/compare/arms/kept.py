@@ -24,7 +24,8 @@ from alpha_gym.evaluation.kept import answer_row, checkpoint_row, control_number
 from alpha_gym.evaluation.selection import Candidate, select_correlation_capped
 from alpha_gym.jsonable import json_dumps
 from alpha_gym.search.evolution import BOOK_FILE, STATE_FILE
-from alpha_gym.search.evolve_arm import (EvolveRunError, archive_lines, curve_at, curve_rows, group_seconds,
+from alpha_gym.search.evolve_arm import (SHIPPED_KEYS, EvolveRunError, archive_lines, book_damage, choice_of,
+                                        curve_at, curve_rows, group_seconds, pool_of, shipped_book,
                                         validation_readings)
 from alpha_gym.search.run_state import PROPOSALS_LOG, check_folder, read_json, read_log, read_state
 
@@ -61,7 +62,8 @@ def keep_run_book(results: Path, seed: int, name: str, run_dir: Path, verifier) 
     turnover) and NAME.book.json (the correlation-capped book chosen from them on the train window, seed
     section 8: |corr| < 0.5, turnover >= 2%). A training run writes its archive.jsonl as it goes
     (`trainers.run_book`); a control's grown archive (archive.npz) is written out here, its entries unattributed
-    to a step. None for a folder that is neither."""
+    to a step. None for a folder that is neither. An evolve run on a fold keeps the book it shipped, chosen on
+    the validation window (its book.json), this train book beside it (`evolve_arm.shipped_book`)."""
     from trainers.run_book import ARCHIVE_LOG, append_admitted, build_run_book
     run_dir = Path(run_dir)
     log = run_dir / ARCHIVE_LOG
@@ -79,21 +81,40 @@ def keep_run_book(results: Path, seed: int, name: str, run_dir: Path, verifier) 
     (folder / f"{name}.archive.jsonl").write_text(log.read_text(encoding="utf-8"), encoding="utf-8")
     # the comparison's verifier arrives with the seeds only, so an entry without a step was admitted during
     # this run (a control's, or a run resumed from before it kept the file): it counts
-    book = build_run_book(log, verifier, include_unattributed=True)
-    d = {"rung": name, "seed": int(seed), **book.to_dict()}
+    book = build_run_book(log, verifier, include_unattributed=True).to_dict()
+    shipped = _shipped_on_fold(run_dir / BOOK_FILE)
+    if shipped is not None:     # an evolve run on a fold ships its book chosen on the validation window
+        book = shipped_book(book, choice_of(shipped))
+    d = {"rung": name, "seed": int(seed), **book}
     write_object(folder / f"{name}.book.json", d)
     return d
+
+
+def _shipped_on_fold(path: Path) -> dict | None:
+    """The book an evolve run on a fold shipped (its book.json, `evolve_arm.ship_on_validation`); None where the
+    folder holds none (a trained rung, a control) or its book was chosen on train alone (a run on no fold)."""
+    if not path.exists():
+        return None
+    d = read_json(path, "book")
+    damage = book_damage(d)
+    if damage is not None:
+        raise EvolveRunError(f"{path} is not the book an evolve run writes ({damage}): damaged or edited (remove it, "
+                             "and rerun the same command to write it again)")
+    return d if "chosen_on" in d else None
 
 
 # ------------------------------------------------------------------------------ an evolution run's
 def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, seed: int, *, name: str = "evolve",
                 calls: int | None = None, step: int | None = None, config: dict | None = None,
-                holdout_history=None) -> dict:
+                holdout_history=None, fold=None) -> dict:
     """Write results/seed-S/NAME.jsonl, NAME.json, NAME.book.json and NAME.archive.jsonl from the run in `run_dir`
     (its state.json), as it stood after its last group ending at or before `calls` (None: the whole run).
 
     verifier: a train-window verifier (the probe answers' CPCV and the book's P&L do not depend on its archive).
     holdout_history: the lookback sessions of `holdout` where they are not the end of `train` (`run_evolve`).
+    fold: the run's walk-forward fold (`FoldPanels`; None: a run on no fold): NAME.book.json is then the book the
+    run ships, chosen on the fold's validation window (`evolve_arm.shipped_book`: the run's book.json at its end,
+    chosen here from the pool as it stood at `calls` before), and NAME.json's "shipped" says what it chose.
     Returns the numbers written to NAME.json (a control's keys, `alpha_gym.evaluation.kept.control_numbers`,
     plus budget, verifier_calls, groups, mutator shares, the curve and the book)."""
     from alpha_gym.tasks.compliance import check_compliance
@@ -139,6 +160,11 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
         book = _finished_book(finished, at["group"])   # the book the run chose at its end: no formula traded again
     if book is None:
         book = _book(admitted, verifier, state["settings"]["book"])
+    if fold is not None and "chosen_on" not in book:    # a budget prefix of a fold run: chosen as its end is
+        from alpha_gym.evaluation.shipped import choose_to_ship
+        rule = state["settings"]["book"]
+        book = shipped_book(book, choose_to_ship(pool_of(admitted, programs), verifier, fold,
+                                                 max_corr=rule["max_corr"], min_turnover=rule["min_turnover"]))
     logged = read_log(run_dir / PROPOSALS_LOG, state["groups"], state["calls"])
     scored = [r for _line, r in logged if r.get("status") == "scored" and r["call"] <= at["calls"]]
     numbers = control_numbers(
@@ -149,6 +175,8 @@ def keep_evolve(run_dir, verifier, train, holdout, probe: Sequence, results, see
         valid_share=sum(bool(r["valid"]) for r in scored) / len(scored) if scored else None,
         best_reward=at["best_reward"], programs=len(programs), curve=curve,
         mutator_calls=_origins(scored))
+    if "chosen_on" in book:        # a fold run: what it ships, chosen on the validation window, beside the train best
+        numbers["shipped"] = {k: book[k] for k in ("chosen_on", "rule", "fallback", "best", "train_best")}
     write_kept(check_folder(results, "--results"), seed, name, rows, numbers)
     folder = Path(results) / f"seed-{seed}"
     (folder / f"{name}.archive.jsonl").write_text("".join(json_dumps(x) + "\n" for x in admitted), encoding="utf-8")
@@ -167,14 +195,15 @@ def _finished_book(path: Path, groups: int) -> dict | None:
     """The run's book.json when it is the book after `groups` groups (None when it is another checkpoint's: a
     kill between the state and the book leaves the book before; a file without "groups" predates the check)."""
     d = read_json(path, "book")
-    keys = ("n_admitted", "n_members", "effective_bets", "members", "selection")
-    if not isinstance(d, dict) or any(k not in d for k in keys) or not isinstance(d["members"], list):
-        raise EvolveRunError(f"{path} is not the book an evolve run writes: damaged or edited (remove it, and "
-                             "rerun the same command to write it again)")
+    damage = book_damage(d)
+    if damage is not None:
+        raise EvolveRunError(f"{path} is not the book an evolve run writes ({damage}): damaged or edited (remove it, "
+                             "and rerun the same command to write it again)")
     if d.get("groups", groups) != groups:
         return None
     return {"n_admitted": d["n_admitted"], "n_members": d["n_members"], "effective_bets": d["effective_bets"],
-            "members": d["members"], "unscored": [], "selection": d["selection"]}
+            "members": d["members"], "unscored": [], "selection": d["selection"],
+            **{k: d[k] for k in SHIPPED_KEYS if k in d}}
 
 
 def _book(admitted: Sequence[dict], verifier, settings: dict) -> dict:
