@@ -29,8 +29,9 @@ brief, valid and not guarded, may win when its CPCV is above that number; "all":
 `--planted`: the kept runs' answers almost never meet every check, so the exemption is also measured on planted
 groups: each valid, unguarded answer that does not meet its brief is taken in turn, its R13 set to 1 (every other
 channel as logged, its group's other answers unchanged), and the group scored again. Printed per R13 priority and
-exemption: the share of planted answers with A > 0 by their CPCV band, and the largest A a planted answer with
-CPCV <= 0 gets (GDPO's advantage is bounded: sum_k w_k sqrt(G - 1) at most).
+exemption: the share of planted answers with A > 0 by their CPCV band, the largest A a planted answer with
+CPCV <= 0 gets (GDPO's advantage is bounded: sum_k w_k sqrt(G - 1) at most), and the mean A of the planted answers
+that win, at CPCV <= 0 and above.
 
 No recipe is changed: this reads a log.
 """
@@ -141,7 +142,12 @@ def planted(groups, priorities: dict, floor, brief_floor) -> dict:
         inside = (core > lo) & (core <= hi)
         bands.append((int((mine[inside] > 0).sum()), int(inside.sum())))
     losing = core <= 0
+
+    def mean_won(where):
+        won = mine[where & (mine > 0)]
+        return float(won.mean()) if len(won) else float("nan")
     return {"bands": bands, "max_losing": float(mine[losing].max()) if losing.any() else 0.0,
+            "mean_losing": mean_won(losing), "mean_paying": mean_won(~losing),
             "bound": sum(priorities.values()) * (len(groups[0]) - 1) ** 0.5}
 
 
@@ -210,15 +216,16 @@ def main() -> int:
     if args.planted:
         heads = " | ".join(f"CPCV in ({lo:g}, {hi:g}]" for lo, hi in BANDS)
         print("\nplanted: each valid, unguarded answer that misses a check, in turn with R13 = 1; share with A > 0")
-        print(f"| R13 priority | floor | brief exemption | {heads} | largest A at CPCV <= 0 (bound) |")
-        print("|---:|---|---|" + "---:|" * len(BANDS) + "---:|")
+        print(f"| R13 priority | floor | brief exemption | {heads} | largest A at CPCV <= 0 (bound) | "
+              "mean A of the winners at CPCV <= 0 / > 0 |")
+        print("|---:|---|---|" + "---:|" * len(BANDS) + "---:|---:|")
         for priority in args.priorities:
             for floor, brief_floor in settings:
                 m = planted(groups, {**RUN_PRIORITIES, "brief": priority}, floor, brief_floor)
                 cells = " | ".join(f"{won}/{n} ({won / max(n, 1):.0%})" for won, n in m["bands"])
                 print(f"| {priority:g} | {'0' if floor == 0.0 else 'none'} | "
                       f"{label(brief_floor) if floor is not None else '-'} | {cells} | "
-                      f"{m['max_losing']:.2f} ({m['bound']:.1f}) |")
+                      f"{m['max_losing']:.2f} ({m['bound']:.1f}) | {m['mean_losing']:.2f} / {m['mean_paying']:.2f} |")
     return 0
 
 
