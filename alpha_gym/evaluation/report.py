@@ -24,7 +24,9 @@ log.jsonl, completions.jsonl, settings.toml  (a training run) -> the training se
                  advantages, KL, entropy, zeta, clip/cap share), every channel's mean per step, and the
                  best and worst answers of each checkpoint with their 14 channels.
 checkpoints.json (format "alpha-gym/checkpoints/v1", `selection.checkpoint_table` + `save_checkpoints`)
-    -> the checkpoint table (train CPCV selects; holdout columns reported).
+    -> the checkpoint table (train CPCV selects; holdout columns reported). A comparison rung on a walk-forward
+       fold writes one with the train reward logged at each step and the validation score beside it (train
+       CPCV admits, validation chooses).
 books.json       (format "alpha-gym/books/v1", `selection.save_books`) -> the book-selector comparison.
 overfitting.json (format "alpha-gym/overfitting/v1", `alpha-gym overfitting RUN_DIR`) -> the run archive's
                  probability of backtest overfitting, effective trials and deflated Sharpe (`report_overfitting`).
@@ -250,12 +252,17 @@ def _baselines_part(h: dict) -> list[str]:
 
 def _checkpoints_part(checkpoints: dict) -> list[str]:
     rows = checkpoints.get("rows", [])
-    cols = ["step", "train_cpcv", "holdout_score", "n_valid", "n_families", "book_return", "book_sharpe"]
+    # a run on a walk-forward fold adds the train reward logged at each step and the validation score beside it
+    cols = ["step", "train_reward", "train_cpcv", "validation_score", "n_valid_validation", "holdout_score",
+            "n_valid", "n_families", "book_return", "book_sharpe"]
     cols = [c for c in cols if any(c in r for r in rows)]
-    fmts = {"train_cpcv": "+.2f", "holdout_score": "+.2f", "book_return": "+.1%", "book_sharpe": "+.2f"}
+    fmts = {"train_reward": "+.3f", "train_cpcv": "+.2f", "validation_score": "+.2f", "holdout_score": "+.2f",
+            "book_return": "+.1%", "book_sharpe": "+.2f"}
+    train_pick = checkpoints.get("train_selected_step")
     return ['<h2 id="checkpoints">Checkpoints</h2>',
             f'<p class="note">Selection rule: {html.escape(checkpoints.get("rule", ""))}. '
-            f"Selected step: {checkpoints.get('selected_step')}.</p>",
+            f"Selected step: {html.escape(str(checkpoints.get('selected_step')))}"
+            + ("" if train_pick is None else f" (train CPCV alone: step {html.escape(str(train_pick))})") + ".</p>",
             _table(cols, [[_fmt(r.get(c), fmts.get(c, "")) for c in cols] for r in rows],
                    classes=["sel" if r.get("selected") else "" for r in rows])]
 

@@ -141,6 +141,36 @@ def select_checkpoint_on_validation(records, validation: Mapping[int, Sequence[f
                             rule="validation", validation_means=val_means)
 
 
+@dataclass(frozen=True)
+class SampleChoice:
+    """One brief's answer among its samples: the chosen sample, the one the train reward alone picks, and why."""
+
+    index: int
+    train_index: int
+    rule: str       # "validation", or "validation: none admitted, chosen on train"
+    validation: float | None   # the chosen sample's validation score (None on the train fallback without one)
+
+
+def select_sample_on_validation(rewards: Sequence[float], train_cpcv: Sequence[float | None],
+                                validation: Sequence[float | None]) -> SampleChoice:
+    """On a walk-forward fold, one brief's sample to ship: the train window admits (a valid sample with a positive
+    train CPCV, as the archive admits formulas and `select_checkpoint_on_validation` admits checkpoints), the
+    validation score chooses among the admitted (ties: the earlier sample). Where no admitted sample has a
+    validation reading, the train pick: the highest reward, the first of equal ones. The test window is not an
+    input."""
+    if not (len(rewards) == len(train_cpcv) == len(validation)) or not rewards:
+        raise ValueError(f"one reward, train CPCV and validation reading per sample: got {len(rewards)}, "
+                         f"{len(train_cpcv)}, {len(validation)}")
+    train_index = int(np.argmax(np.asarray(rewards, dtype=np.float64)))
+    scores = [_mean_reading([v]) for v in validation]
+    admitted = [i for i, c in enumerate(train_cpcv)
+                if _mean_reading([c]) is not None and c > 0 and scores[i] is not None]
+    if not admitted:
+        return SampleChoice(train_index, train_index, "validation: none admitted, chosen on train", scores[train_index])
+    best = min(admitted, key=lambda i: (-scores[i], i))
+    return SampleChoice(best, train_index, "validation", scores[best])
+
+
 def holdout_fields(report) -> dict[str, Any]:
     """The per-checkpoint holdout columns of the reference's table, from a HoldoutReport or its dict."""
     d = report.to_dict() if hasattr(report, "to_dict") else report
@@ -150,26 +180,43 @@ def holdout_fields(report) -> dict[str, Any]:
             "book_sharpe": b.get("sharpe"), "book_beta": b.get("beta")}
 
 
-def checkpoint_table(records, holdout: Mapping[int, Any] | None = None) -> dict[str, Any]:
+def checkpoint_table(records, holdout: Mapping[int, Any] | None = None,
+                     validation: Mapping[int, Sequence[float | None]] | None = None) -> dict[str, Any]:
     """Choose on train CPCV, then join holdout columns for every checkpoint (reported, never consulted).
 
     `holdout`: step -> HoldoutReport, holdout.json dict, or an already flat dict of columns.
+    `validation` (a run on a walk-forward fold): step -> the validation score of each probe answer; the choice is
+    then `select_checkpoint_on_validation`'s, each row has its mean validation score, and the table says which rule
+    chose and which step train CPCV alone would have chosen. None: the table of a plain run, as before.
     Returns the `checkpoints.json` object: {"format", "selected_step", "rule", "rows": [...]}.
     """
     recs = _train_records(records)
-    choice = select_checkpoint(recs)
+    train_choice = select_checkpoint(recs)
+    choice = train_choice if validation is None else select_checkpoint_on_validation(recs, validation)
     rows = []
     for r in sorted(recs, key=lambda r: r.step):
         row = {"step": r.step, "train_cpcv": finite_or_none(r.mean_train_cpcv), "n_valid_train": len(r.valid_values),
                "n_probe": len(r.probe_train_cpcv), "selected": r.step == choice.step}
+        if validation is not None:
+            row.update(validation_score=finite_or_none(choice.validation_means[r.step]),
+                       n_valid_validation=sum(_mean_reading([v]) is not None for v in validation.get(r.step, ())),
+                       train_selected=r.step == train_choice.step)
         h = (holdout or {}).get(r.step)
         if h is not None:
             flat = holdout_fields(h) if (hasattr(h, "to_dict") or "summary" in h) else dict(h)
             row.update({k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in flat.items()})
         rows.append(row)
-    return {"format": CHECKPOINTS_FORMAT, "selected_step": choice.step,
-            "rule": "highest mean train-window CPCV over valid probe answers; ties -> earliest step; "
-                    "holdout columns are reported only", "rows": rows}
+    if validation is None:
+        return {"format": CHECKPOINTS_FORMAT, "selected_step": choice.step,
+                "rule": "highest mean train-window CPCV over valid probe answers; ties -> earliest step; "
+                        "holdout columns are reported only", "rows": rows}
+    chosen = ("chosen on validation" if choice.rule == "validation" else
+              "no admitted checkpoint has a validation reading, so chosen on train")
+    return {"format": CHECKPOINTS_FORMAT, "selected_step": choice.step, "train_selected_step": train_choice.step,
+            "chosen_by": choice.rule,
+            "rule": "train admits (mean train-window CPCV over valid probe answers > 0), the highest mean validation "
+                    "score over valid probe answers chooses; ties -> earliest step; none admitted -> the highest "
+                    f"train CPCV; holdout columns are reported only ({chosen})", "rows": rows}
 
 
 def save_checkpoints(run_dir, table: Mapping[str, Any]) -> Path:

@@ -8,15 +8,21 @@ window's verifier refused has no validation score. It is a reading beside the re
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
+from alpha_gym.errors import InputError
 from alpha_gym.evaluation.holdout import HoldoutEvaluator, check_disjoint
-from alpha_gym.jsonable import finite_or_none
+from alpha_gym.jsonable import finite_or_none, json_dumps
 from alpha_gym.market.folds import FoldPanels
 from alpha_gym.scoring.holdout_config import HoldoutConfig
 
 #: What a refused answer's validation reading says (its training reason follows).
 REFUSED_ON_SEARCH = "refused on the search window"
+
+
+class ValidationReadingsError(InputError):
+    """A kept readings file that cannot be read at all (not a file)."""
 
 
 class ValidationScorer:
@@ -47,3 +53,35 @@ class ValidationScorer:
         r = self.evaluator.score(formula)   # no cache kept across answers: an env may score millions
         return {"valid": r.valid, "reason": r.reason, "score": finite_or_none(r.score), "cpcv": finite_or_none(r.cpcv),
                 "turnover": finite_or_none(r.turnover), "window": window}
+
+
+def kept_readings(folder, scorer: ValidationScorer, formulas: Sequence[str | None],
+                  valid_on_search: Sequence[bool]) -> list[float | None]:
+    """The validation score of each answer (None: refused on the search window, or invalid on the validation
+    window), each distinct formula scored once and kept in folder/validation.jsonl, the file an evolve run on a fold
+    keeps (`alpha_gym.search.evolve_arm.validation_readings` reads it back; folder None: kept nowhere). A formula's
+    reading depends on the formula and the fold only, so a rerun reads it back; a line that is not a reading (cut
+    by a kill, edited) is left out and that formula scored again."""
+    from alpha_gym.search.evolve_arm import VALIDATION_LOG, validation_readings
+    if len(formulas) != len(valid_on_search):
+        raise ValueError(f"{len(formulas)} formulas but {len(valid_on_search)} verdicts on the search window")
+    wanted = [f if ok and isinstance(f, str) else None for f, ok in zip(formulas, valid_on_search)]
+    if folder is None:           # nowhere to keep them: scored here, each distinct formula once
+        scores = {f: scorer.reading(f, True)["score"] for f in dict.fromkeys(wanted) if f is not None}
+        return [None if f is None else scores[f] for f in wanted]
+    folder = Path(folder)
+    path = folder / VALIDATION_LOG
+    if path.exists() and not path.is_file():
+        raise ValidationReadingsError(f"{path} is not a file: remove it, and the readings are scored again")
+    scores = validation_readings(folder) or {}
+    new = [f for f in dict.fromkeys(wanted) if f is not None and f not in scores]
+    if new:
+        folder.mkdir(parents=True, exist_ok=True)
+        cut = path.exists() and not path.read_bytes().endswith(b"\n") and path.stat().st_size > 0
+        with open(path, "a", encoding="utf-8") as fh:
+            if cut:              # a last line cut by a kill: the new readings start on a line of their own
+                fh.write("\n")
+            for formula in new:
+                scores[formula] = scorer.reading(formula, True)["score"]
+                fh.write(json_dumps({"formula": formula, "validation": scores[formula]}) + "\n")
+    return [None if f is None else scores[f] for f in wanted]

@@ -28,7 +28,7 @@ def probe_records(model_path, verifier, train, holdout, briefs, scale, step, run
     """
     cached = run_dir / f"probe-step-{step}.json"
     if cached.exists():
-        d = json.loads(cached.read_text())
+        d = read_probe_file(cached)
         return d["train_cpcv"], d["summary"]
     from alpha_gym.evaluation.holdout import evaluate_holdout
     from alpha_gym.language.answer import formula_or_none
@@ -58,13 +58,65 @@ def probe_prompts(verifier, briefs, task: str = "write") -> list[str]:
     return task_prompts(task, verifier, owner="TrainConfig").prompts(briefs)
 
 
+def read_probe_file(path: Path) -> dict:
+    """A checkpoint's kept probe answers (probe-step-N.json, `probe_records`); a damaged one (not JSON, not an
+    object, without its train scores) is a CompareError naming it and saying what to do."""
+    again = "delete it and the checkpoint's probe is answered again"
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as err:   # not JSON, not UTF-8, nested past the parser
+        raise CompareError(f"{path} is damaged ({type(err).__name__}): {again}") from None
+    if not isinstance(d, dict) or not isinstance(d.get("train_cpcv"), list) or not isinstance(d.get("summary"), dict):
+        raise CompareError(f"{path} is not a checkpoint's probe answers (no train_cpcv list and summary): {again}")
+    return d
+
+
+def probe_formulas(path: Path, n: int) -> list:
+    """The formulas of a checkpoint's kept probe answers (probe-step-N.json), `n` of them; a damaged file is a
+    CompareError naming it."""
+    formulas = read_probe_file(path).get("formulas")
+    if not isinstance(formulas, list) or len(formulas) != n or not all(f is None or isinstance(f, str)
+                                                                        for f in formulas):
+        raise CompareError(f"{path} holds no list of {n} probe formulas: delete it and the checkpoint's probe is "
+                           "answered again")
+    return formulas
+
+
+def checkpoint_readings(records, probe_files: dict, scorer) -> dict[int, list]:
+    """On a walk-forward fold, each checkpoint's probe answers scored on the fold's validation window (`scorer`, a
+    `ValidationScorer`; an answer the search window refused has no reading), kept beside its probe file in
+    validation.jsonl: {step: [validation score per probe answer]}, what `selection.checkpoint_table` chooses on."""
+    from alpha_gym.evaluation.validation import kept_readings
+    out = {}
+    for r in records:
+        path = Path(probe_files[r.step])
+        formulas = probe_formulas(path, len(r.probe_train_cpcv))
+        out[r.step] = kept_readings(path.parent, scorer, formulas, [c is not None for c in r.probe_train_cpcv])
+    return out
+
+
+def fold_checkpoints(records, probe_files: dict, reports: dict, log: list, scorer) -> dict:
+    """A fold run's checkpoints.json (`selection.checkpoint_table` with validation readings): the train CPCV
+    admits, the validation score chooses; each row with the train reward logged at its step (None at step 0)
+    and its pseudo-holdout (the purge after the search window), reported only."""
+    from alpha_gym.evaluation.selection import checkpoint_table
+    rewards = {x["step"]: x.get("reward") for x in log if isinstance(x.get("step"), int)}
+    shown = {step: {"train_reward": rewards.get(step), "holdout_score": s["mean_score"], "n_valid": s["n_valid"],
+                    "n_answers": s["n_answers"], "n_families": s["n_families"], "book_return": s["book_return"],
+                    "book_sharpe": s["book_sharpe"]} for step, s in reports.items()}
+    return checkpoint_table(records, shown, validation=checkpoint_readings(records, probe_files, scorer))
+
+
 def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, holdout, briefs, filtered,
-             probe, out: Path, train_verifier=None) -> dict:
+             probe, out: Path, train_verifier=None, validation=None) -> dict:
     """Train one rung with one seed in out/seed-{seed}/{name}; answer the probe at every checkpoint.
 
     The policy trains against a fork of `train_verifier` (default: `verifier`, the comparison's); the probe
-    answers are scored with `verifier`, the same for every rung."""
-    from alpha_gym.evaluation.selection import TrainRecord, select_checkpoint
+    answers are scored with `verifier`, the same for every rung. The shipped checkpoint: the highest mean train
+    CPCV of its probe answers; on a walk-forward fold (`validation`, a `ValidationScorer` there), the highest
+    mean validation score among the checkpoints the train CPCV admits (`fold_checkpoints`, written to the run's
+    checkpoints.json for `alpha-gym report`; each checkpoint row gains its validation score)."""
+    from alpha_gym.evaluation.selection import TrainRecord, save_checkpoints, select_checkpoint
     from trainers.checkpoints import latest_checkpoint
     from trainers.loop import train as train_policy
     from trainers.run_log import read_log
@@ -93,19 +145,28 @@ def run_rung(name, recipe, prompts, scale, seed, start_model, verifier, train, h
         records.append(TrainRecord(step, tuple(cpcvs)))
         reports[step] = summary
         answers[step] = where / f"probe-step-{step}.json"
-    choice = select_checkpoint(records)  # train CPCV only; the holdout below is reported, never consulted
+    log = read_log(run_dir)
+    table = None
+    if validation is None:
+        selected = select_checkpoint(records).step  # train CPCV only; the holdout below is reported, never consulted
+    else:   # train admits, validation chooses; the test window is read by no one here
+        table = fold_checkpoints(records, answers, reports, log, validation)
+        save_checkpoints(run_dir, table)
+        selected = table["selected_step"]
 
     def row(step):
         s, rec = reports[step], next(r for r in records if r.step == step)
+        on_fold = {} if table is None else {k: next(r for r in table["rows"] if r["step"] == step)[k] for k in
+                                            ("validation_score", "n_valid_validation", "train_selected")}
         return {"step": step, "train_cpcv": rec.mean_train_cpcv, "train_valid": len(rec.valid_values),
                 "holdout_score": s["mean_score"], "valid": s["n_valid"], "n": s["n_answers"],
-                "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"]}
-    log = read_log(run_dir)
+                "families": s["n_families"], "book_return": s["book_return"], "book_sharpe": s["book_sharpe"],
+                **on_fold}
     # the steps' own times, so a rung resumed across processes (or already finished) reports its whole training
     train_s = sum(x.get("seconds/total") or 0.0 for x in log)
     calls = next((x["verifier_calls"] for x in reversed(log) if "verifier_calls" in x), None)
     return {"rung": name, "recipe": recipe, "prompts": prompts, "seed": seed, "n_prompts": len(rung_briefs),
-            "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": choice.step,
+            "config": config.to_dict(), "train_seconds": round(train_s, 1), "selected_step": selected,
             "steps_trained": last, "verifier_calls": calls,
             "checkpoints": [row(s) for s in sorted(reports)], "log": log, "probe_files": {
                 k: str(v) for k, v in answers.items()}}

@@ -114,8 +114,35 @@ def sample_and_pick(model, tokenizer, verifier, briefs: Sequence, sampling: Samp
     return out
 
 
+def sampling_settings(scale, seed: int, start_model, probe: Sequence) -> tuple[int, int, Sampling, dict]:
+    """(budget, k, the sampling, the settings samples.json records) of one seed's run at a comparison scale."""
+    budget = scale_budget(scale)
+    k = samples_per_brief(budget, len(probe))
+    config = scale.train_config("dapo")
+    sampling = Sampling(k, float(config.temperature), int(config.max_completion_length))
+    settings = {"budget": budget, "k": k, "seed": int(seed), "model": None if start_model is None else str(start_model),
+                "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
+                "briefs": [b.id for b in probe],
+                # the kept samples were drawn on the write task's prompts: only another task is recorded
+                **({"task": config.task} if config.task != DEFAULT_TASK else {})}
+    return budget, k, sampling, settings
+
+
+def picks_on_validation(picked: Sequence[dict], scorer, run_dir: Path | None) -> list:
+    """Each brief's `selection.SampleChoice` on a walk-forward fold: the train CPCV admits its samples, their
+    validation score (`scorer`, a `ValidationScorer` on the fold; each formula scored once, kept in
+    run_dir/validation.jsonl) chooses. The samples, rewards and train CPCV are the run's, unchanged."""
+    from alpha_gym.evaluation.selection import select_sample_on_validation
+    from alpha_gym.evaluation.validation import kept_readings
+    out = []
+    for p in picked:
+        scores = kept_readings(run_dir, scorer, [formula_or_none(a) for a in p["answers"]], p["valid"])
+        out.append(select_sample_on_validation(p["rewards"], p["cpcv"], scores))
+    return out
+
+
 def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, probe: Sequence, results: Path,
-                       out: Path | None = None, name: str = "best_of_n") -> dict:
+                       out: Path | None = None, name: str = "best_of_n", validation=None) -> dict:
     """Run the best-of-N control for one seed and keep its answers as a rung's.
 
     Inputs as a rung gets them: the comparison's `scale` (budget and sampling settings: `scale.train_config`
@@ -131,16 +158,12 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     samples grew) and `holdout-step-N.json`. A rerun with the same
     settings reuses samples.json instead of sampling again; an interrupted one resumes after the last brief
     it kept in samples.partial.jsonl. Returns the numbers written to NAME.json.
+    validation: on a walk-forward fold, a `ValidationScorer` there: each brief's answer is then chosen by
+    `picks_on_validation` (the rows gain train_sample, chosen_by and validation_score, NAME.json the rule and its
+    counts; the samples and their rewards are the same); None: the best reward, as before.
     """
-    budget = scale_budget(scale)
-    k = samples_per_brief(budget, len(probe))
+    budget, k, sampling, settings = sampling_settings(scale, seed, start_model, probe)
     config = scale.train_config("dapo")
-    sampling = Sampling(k, float(config.temperature), int(config.max_completion_length))
-    settings = {"budget": budget, "k": k, "seed": int(seed), "model": None if start_model is None else str(start_model),
-                "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
-                "briefs": [b.id for b in probe],
-                # the kept samples were drawn on the write task's prompts: only another task is recorded
-                **({"task": config.task} if config.task != DEFAULT_TASK else {})}
     run_dir = None if out is None else Path(out) / f"seed-{seed}" / name
     t0 = time.perf_counter()
     picked, sampled = _cached(run_dir, settings)
@@ -176,13 +199,17 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
     # before the time was kept: the reading, as before)
     t0 = time.perf_counter() - (sampled if sampled is not None else 0.0)
     step = scale.steps
+    choices = None if validation is None else picks_on_validation(picked, validation, run_dir)
     rows, formulas, cpcvs = [], [], []
-    for brief, p in zip(probe, picked):
-        b = p["best"]
+    for i, (brief, p) in enumerate(zip(probe, picked)):
+        b = p["best"] if choices is None else choices[i].index
         formula, cpcv = formula_or_none(p["answers"][b]), p["cpcv"][b]
         formulas.append(formula)
         cpcvs.append(cpcv)
-        rows.append(answer_row(brief.id, step, p["answers"][b], formula, cpcv, k=k, reward=p["rewards"][b], sample=b))
+        on_fold = {} if choices is None else {"train_sample": choices[i].train_index, "chosen_by": choices[i].rule,
+                                              "validation_score": choices[i].validation}
+        rows.append(answer_row(brief.id, step, p["answers"][b], formula, cpcv, k=k, reward=p["rewards"][b], sample=b,
+                               **on_fold))
     checkpoint = checkpoint_row(step, cpcvs, train, holdout, verifier, formulas, run_dir, label=name)
     n_samples = sum(len(p["answers"]) for p in picked)
     numbers = control_numbers(
@@ -190,10 +217,18 @@ def run_best_of_n_rung(scale, seed: int, start_model, verifier, train, holdout, 
         {"k": k, "temperature": sampling.temperature, "max_completion_length": sampling.max_completion_length,
          "model": settings["model"]},
         steps=0, budget=budget, verifier_calls=n_samples, k=k,
-        valid_share=sum(sum(p["valid"]) for p in picked) / n_samples if n_samples else None)
+        valid_share=sum(sum(p["valid"]) for p in picked) / n_samples if n_samples else None,
+        **({} if choices is None else {"pick": PICK_ON_VALIDATION,
+                                       "chosen_on_validation": sum(c.rule == "validation" for c in choices),
+                                       "differs_from_train_pick": sum(c.index != c.train_index for c in choices)}))
     write_kept(results, seed, name, rows, numbers)
     return numbers
 
+
+#: How a brief's sample is chosen on a walk-forward fold (the kept NAME.json says it; a plain run: the best reward).
+PICK_ON_VALIDATION = ("the train window admits (a valid sample with a positive train CPCV), the validation score "
+                      "chooses among the admitted; none admitted: the best train reward (each row's chosen_by, and "
+                      "train_sample: the sample the train reward alone picks)")
 
 #: One JSON line per brief sampled so far (the first line: the settings), so an interrupted run resumes.
 PARTIAL = "samples.partial.jsonl"

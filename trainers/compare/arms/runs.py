@@ -11,23 +11,25 @@ from trainers.compare.arms.context import RunContext
 
 def train_rung(name: str, recipe: str, prompts: str, changes: dict | None, context: RunContext, seed: int) -> dict:
     """An RL rung: train (against a verifier with `changes`, where given), answer the probe at each checkpoint,
-    keep the shipped checkpoint's answers."""
+    keep the shipped checkpoint's answers (on a fold, the checkpoint chosen on its validation window)."""
     from trainers.compare.arms.kept import keep_answers
     from trainers.compare.runner import run_rung
     briefs = context.train_briefs()
     filtered = context.filtered_briefs() if prompts == "filtered" else briefs
     result = run_rung(name, recipe, prompts, context.scale, seed, context.model, context.verifier(), context.train,
                       context.holdout, briefs, filtered, context.probe, context.out,
-                      train_verifier=context.verifier(**changes) if changes else None)
+                      train_verifier=context.verifier(**changes) if changes else None,
+                      validation=_validation_scorer(context))
     keep_answers(context.results, result, context.probe)
     return result
 
 
 def best_of_n(context: RunContext, seed: int) -> dict:
-    """The start model's best of k samples per probe brief (`best_of_n.run_best_of_n_rung`)."""
+    """The start model's best of k samples per probe brief (`best_of_n.run_best_of_n_rung`); on a fold, the best
+    by validation among those the train window admits."""
     from trainers.compare.arms.best_of_n import run_best_of_n_rung
     return run_best_of_n_rung(context.scale, seed, context.model, context.verifier(), context.train, context.holdout,
-                              context.probe, context.results, out=context.out)
+                              context.probe, context.results, out=context.out, validation=_validation_scorer(context))
 
 
 def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: bool = True, database=None) -> dict:
@@ -51,8 +53,8 @@ def _evolve_run(context: RunContext, seed: int, name: str, mutators, seeded: boo
 
 
 def _validation_scorer(context: RunContext):
-    """On a fold, the scorer of the curves' validation column (the best's score on the fold's validation window);
-    None in a plain comparison, whose curves stay as they were."""
+    """On a fold, the scorer of the fold's validation window: the curves' validation column (the best's score
+    there), best-of-N's pick and the rungs' checkpoint choice; None in a plain comparison, which stays as it was."""
     if context.fold_panels is None:
         return None
     from alpha_gym.evaluation.validation import ValidationScorer
