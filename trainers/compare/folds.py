@@ -4,8 +4,9 @@ For each fold, every arm runs as the plain comparison runs it, on a context whos
 search window: the verifier, the archive, the seeds, the training briefs' rewards and the probe answers' train
 scores are all built on the search window (`fold_context`). The runs' own report (OUT/fold-K/comparison.md, the
 kept files in RESULTS/fold-K/) shows the probe answers on the fold's purge, the sessions just after the search
-window, whose lookback is the search window's end: no choice of a run reads it (a checkpoint is chosen by train
-CPCV). Only after every arm of the fold has run are the fold's validation and test windows read:
+window, whose lookback is the search window's end: no choice of a run reads it. A trained rung's checkpoint and
+best-of-N's sample per brief are chosen on the fold's validation window among those the train CPCV admits
+(`arms.runs._validation_scorer`); the test window is read only after every arm of the fold has run:
 `walk_forward.score_fold` scores what each run found (its pool: the archive its verifier admitted and its shipped
 answers; its book) under the search window's validity, chooses on the validation window, and reads the test
 window last. One sealed row per (arm, calls, seed, fold) goes to RESULTS/walk-forward/ARM.jsonl, and the
