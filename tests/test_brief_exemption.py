@@ -220,3 +220,24 @@ def test_the_rule_in_numpy_matches_its_formula():
         want = [v and not gd and (c > floor or (m and c > brief_floor))
                 for v, gd, c, m in zip(valid, guarded, core, meets)]
         assert got.tolist() == want
+
+
+#: Spellings of `--brief-floors` the offline benchmark must refuse (a floor at or above 0 exempts nothing, a
+#: word or nan is no floor) and ones it takes.
+BAD_SPELLINGS = ["0", "0.0", "-0", "0.5", "1e9", "inf", "+inf", "nan", "-nan", "NaN", "none", "OFF", "All", "", " ",
+                 "-0.1.2", "0x10", "1/2", "-", "--0.1", "low"]
+
+
+@pytest.mark.parametrize("text", BAD_SPELLINGS)
+def test_the_benchmark_refuses_a_bad_brief_floor_with_one_line(text, capsys):
+    bench = _offline_benchmark()
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        bench.parse_brief_floor(text)
+    assert "\n" not in str(caught.value) and "brief floor" in str(caught.value)
+
+
+def test_the_benchmark_reads_the_good_spellings():
+    bench = _offline_benchmark()
+    assert [bench.parse_brief_floor(t) for t in ("off", "all", "-0.1", "-5", "-1e-3", "-inf")] == \
+        [None, -float("inf"), -0.1, -5.0, -1e-3, -float("inf")]
