@@ -188,12 +188,15 @@ def compute_advantages(channels: torch.Tensor, priorities: torch.Tensor | Sequen
         adv = grpo_advantages((channels * w).sum(-1), eps=eps)
     else:
         raise ValueError(f"mode must be 'gdpo' or 'grpo', got {mode!r}")
-    def host(x):  # the rule is numpy's (the env imports no torch); numpy has no bfloat16: half cores go as float32
-        if x is not None and x.dtype in (torch.bfloat16, torch.float16):
-            x = x.float()
-        return None if x is None else x.detach().cpu().numpy()
     no_guard = torch.zeros_like(valid, dtype=torch.bool)
-    may_win = answers_may_win(host(valid.to(torch.bool)), host(no_guard if guarded is None else guarded.to(torch.bool)),
-                              host(core), host(None if meets_brief is None else meets_brief.to(torch.bool)),
+    may_win = answers_may_win(_host(valid.to(torch.bool)), _host(no_guard if guarded is None else guarded.to(torch.bool)),
+                              _host(core), None if meets_brief is None else _host(meets_brief.to(torch.bool)),
                               floor=floor, brief_floor=brief_floor)
     return _project(adv, torch.from_numpy(np.ascontiguousarray(may_win)))
+
+
+def _host(x: torch.Tensor) -> np.ndarray:
+    """A tensor for the numpy rule (the env imports no torch); numpy has no bfloat16, so a half core goes as float32."""
+    if x.dtype in (torch.bfloat16, torch.float16):
+        x = x.float()
+    return x.detach().cpu().numpy()
