@@ -7,8 +7,6 @@ benchmark give the same advantages on scored groups; the named recipe resolves; 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +18,6 @@ from alpha_gym.scoring.config import CHANNELS, REWARD_RECIPES, VerifierConfig
 from trainers.advantages import compute_advantages, gdpo_advantages
 from trainers.config import BRIEF_FOLLOW, RECIPES, TrainConfig, train_config_from_table
 
-ROOT = Path(__file__).resolve().parents[1]
 f64 = torch.float64
 
 
@@ -121,10 +118,7 @@ def scored(small_synthetic):
 
 
 def _offline_benchmark():
-    spec = importlib.util.spec_from_file_location("brief_advantage_offline",
-                                                  ROOT / "benchmarks" / "brief_advantage_offline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import benchmarks.brief_advantage_offline as module    # the repo root is on pytest's pythonpath
     return module
 
 
