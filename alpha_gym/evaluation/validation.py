@@ -8,6 +8,8 @@ window's verifier refused has no validation score. It is a reading beside the re
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +18,10 @@ from alpha_gym.evaluation.holdout import HoldoutEvaluator, check_disjoint
 from alpha_gym.jsonable import finite_or_none, json_dumps
 from alpha_gym.market.folds import FoldPanels
 from alpha_gym.scoring.holdout_config import HoldoutConfig
+from alpha_gym.service.http_json import json_depth
+
+#: A fold run's validation readings, one line per distinct formula (formula -> score): kept, read back on a resume.
+VALIDATION_LOG = "validation.jsonl"
 
 #: What a refused answer's validation reading says (its training reason follows).
 REFUSED_ON_SEARCH = "refused on the search window"
@@ -55,14 +61,33 @@ class ValidationScorer:
                 "turnover": finite_or_none(r.turnover), "window": window}
 
 
+def validation_readings(run_dir) -> dict[str, float | None] | None:
+    """OUT/validation.jsonl of a fold run (an evolve run's best programs, a trained arm's answers) (formula -> validation score, None where invalid there); None for a run
+    without one (a plain run: its curve has no validation column). A line that is not a reading is left out (cut by
+    a kill: that best is scored again)."""
+    path = Path(run_dir) / VALIDATION_LOG
+    if not path.exists():
+        return None
+    out: dict[str, float | None] = {}
+    for line in path.read_bytes().splitlines():
+        try:
+            row = json.loads(line) if json_depth(line) <= 2 else None
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("formula"), str) and "validation" in row and (
+                row["validation"] is None or (type(row["validation"]) in (int, float)
+                                                  and math.isfinite(row["validation"]))):
+            out[row["formula"]] = row["validation"]
+    return out
+
+
 def kept_readings(folder, scorer: ValidationScorer, formulas: Sequence[str | None],
                   valid_on_search: Sequence[bool]) -> list[float | None]:
     """The validation score of each answer (None: refused on the search window, or invalid on the validation
     window), each distinct formula scored once and kept in folder/validation.jsonl, the file an evolve run on a fold
-    keeps (`alpha_gym.search.evolve_arm.validation_readings` reads it back; folder None: kept nowhere). A formula's
+    keeps (`validation_readings` reads it back; folder None: kept nowhere). A formula's
     reading depends on the formula and the fold only, so a rerun reads it back; a line that is not a reading (cut
     by a kill, edited) is left out and that formula scored again."""
-    from alpha_gym.search.evolve_arm import VALIDATION_LOG, validation_readings
     if len(formulas) != len(valid_on_search):
         raise ValueError(f"{len(formulas)} formulas but {len(valid_on_search)} verdicts on the search window")
     wanted = [f if ok and isinstance(f, str) else None for f, ok in zip(formulas, valid_on_search)]

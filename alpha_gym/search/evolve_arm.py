@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from alpha_gym.errors import InputError
+from alpha_gym.evaluation.validation import VALIDATION_LOG, validation_readings
 from alpha_gym.folder_stamp import claim_stamp
 from alpha_gym.jsonable import json_dumps, jsonable
 from alpha_gym.ranges import shown
@@ -60,8 +61,6 @@ STAMP_FILE = "evolve-settings.json"
 STAMP_FORMAT = "alpha-gym/evolve-run/v1"
 CURVE_FILE = "curve.jsonl"
 TIMING_LOG = "timing.jsonl"
-#: The validation readings of a fold run's best programs, one line per distinct formula.
-VALIDATION_LOG = "validation.jsonl"
 #: The curve key of the best program's validation score (only in a run on a fold).
 VALIDATION_KEY = "best_validation"
 #: The keys of a curve row (a group's history row, and the run's wall time so far).
@@ -264,26 +263,6 @@ class _ValidationReadings:
                     self.scores[formula] = self.scorer.reading(formula, True)["score"]
                     fh.write(json_dumps({"formula": formula, "validation": self.scores[formula]}) + "\n")
         return dict(self.scores)
-
-
-def validation_readings(run_dir) -> dict[str, float | None] | None:
-    """OUT/validation.jsonl of a fold run (formula -> validation score, None where invalid there); None for a run
-    without one (a plain run: its curve has no validation column). A line that is not a reading is left out (cut by
-    a kill: that best is scored again)."""
-    path = Path(run_dir) / VALIDATION_LOG
-    if not path.exists():
-        return None
-    out: dict[str, float | None] = {}
-    for line in path.read_bytes().splitlines():
-        try:
-            row = json.loads(line) if json_depth(line) <= 2 else None
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("formula"), str) and "validation" in row and (
-                row["validation"] is None or (type(row["validation"]) in (int, float)
-                                                  and math.isfinite(row["validation"]))):
-            out[row["formula"]] = row["validation"]
-    return out
 
 
 def curve_at(curve: Sequence[dict], calls: int) -> dict:
