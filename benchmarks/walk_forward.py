@@ -4,6 +4,7 @@ choices scored on the fold's validation and test windows (`alpha_gym.market.fold
     python benchmarks/walk_forward.py --budget 1600 --seeds 0                  # every fold, us46, one seed
     python benchmarks/walk_forward.py --budget 1600 --seeds 0 --folds 5 --arms evolve
     python benchmarks/walk_forward.py --table-only                             # the table from the kept rows
+    python benchmarks/walk_forward.py --add-overfitting --out RUNS             # PBO, bets, reference into kept rows
 
 The arms, as the comparison's controls run them, at --budget verifier calls each, groups of 8, one scoring process:
 `evolve` (the tree mutator from a program database seeded with the Alpha101 set that needs no sector labels),
@@ -17,6 +18,11 @@ then scored with `score_fold`. Writes the run folders into --out (an evolve run 
 walk-forward.jsonl holds every formula scored), one sealed row per (calls, seed, fold) into --results/ARM.jsonl
 (a row already kept is not run again) and the table, walk-forward.md, beside them; prints each fold's lines
 and the table. The windows are --sessions sessions (252: fold 5's test window is the comparison's pseudo-holdout).
+
+--add-overfitting scores the kept rows again from their run folders in --out (no search runs again): each row the
+--seeds/--folds/--arms/--budget select that lacks the run's PBO gets it, its choices' effective bets and the
+reference formula's scores, after the choices scored again are checked to be the kept ones (another run folder,
+or a verifier that has changed since, is refused naming the row).
 """
 
 from __future__ import annotations
@@ -52,6 +58,62 @@ def run_arm(arm: str, panels, verifier, budget: int, seed: int, out: Path, probe
     return scored
 
 
+#: Score differences up to this are rounding (a kept row holds each score's shortest exact repr).
+SAME_SCORE = 1e-9
+
+
+def _same_choices(kept: dict, again: dict) -> str | None:
+    """Where the choices scored again differ from the kept row's (None: the same formulas and scores)."""
+    for key, sel in kept["selections"].items():
+        new = again["selections"].get(key)
+        if new is None or new["formulas"] != sel["formulas"]:
+            return f"{key}'s formulas"
+        for window in ("validation", "test"):
+            a, b = sel[window], new[window]
+            if (a is None) != (b is None) or (a is not None and abs(a - b) > SAME_SCORE):
+                return f"{key}'s {window} score ({a} kept, {b} now)"
+    return None
+
+
+def add_overfitting(rows: list[dict], runs: Path, panel, plan):
+    """Each of `rows` with its run's PBO, effective bets and reference scores (`score_fold` on its run folder
+    again), one at a time (a row is kept as soon as it is measured)."""
+    from alpha_gym.evaluation.walk_forward import score_fold
+    from alpha_gym.market.folds import chosen_folds, cut_fold
+    from alpha_gym.scoring.verifier import Verifier
+    from alpha_gym.search.evolve_arm import run_pool
+    from trainers.compare.walk_forward import fold_row
+    verifiers = {}
+    for r in sorted(rows, key=lambda r: (r["fold"], r["seed"], r["arm"])):
+        folder = runs / f"fold-{r['fold']}" / f"seed-{r['seed']}" / f"{r['arm']}-{r['calls']}"
+        name = f"{r['arm']}, seed {r['seed']}, fold {r['fold']}, {r['calls']} calls"
+        if not folder.is_dir():
+            raise SystemExit(f"walk_forward.py: no run folder {folder} for the kept row ({name})")
+        fold = chosen_folds(str(r["fold"]), panel.dates, plan)[0]
+        if [fold.search.start, fold.search.end] != r["windows"]["search"]:
+            raise SystemExit(f"walk_forward.py: the kept row ({name}) searched {r['windows']['search']}, this data's "
+                             f"fold {r['fold']} {fold.search.start}..{fold.search.end}: give the data it ran on")
+        panels = cut_fold(panel, fold, plan.history)
+        if r["fold"] not in verifiers:           # one a fold, on its search window only
+            verifiers = {r["fold"]: Verifier(panels.search)}
+        t0 = time.perf_counter()
+        pool, book = run_pool(folder)
+        scored = score_fold(pool, verifiers[r["fold"]], panels, book=book, label=r["arm"])
+        differs = _same_choices(r, scored)
+        if differs:
+            raise SystemExit(f"walk_forward.py: {folder} scored again does not give the kept row ({name}): "
+                             f"{differs} differ")
+        again = fold_row(r["arm"], r["calls"], r["seed"], scored, r.get("seconds"))
+        pbo = scored["pbo"]
+        print(f"{name}: PBO {pbo['pbo'] if pbo['pbo'] is None else round(pbo['pbo'], 3)} over "
+              f"{pbo['n_candidates']} of {pbo['n_pool']} pool formulas; own book "
+              f"{again['selections']['book_train']['effective_bets']['search']} effective bets "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        yield {**r, **{k: again[k] for k in ("pbo", "reference") if k in again},
+               "selections": {k: {**v, "effective_bets": again["selections"][k]["effective_bets"]}
+                              for k, v in r["selections"].items()}}
+
+
 def main(argv=None) -> int:
     from alpha_gym.market import load_panel
     from alpha_gym.market.folds import ALL_FOLDS, FoldPlan, chosen_folds, cut_fold
@@ -70,9 +132,24 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="runs/walk-forward")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "walk-forward"))
     p.add_argument("--table-only", action="store_true")
+    p.add_argument("--add-overfitting", action="store_true",
+                   help="add each run's PBO, its choices' effective bets and the reference's scores to the kept rows "
+                        "that lack them, from the run folders in --out (no search runs again)")
     args = p.parse_args(argv)
     results = Path(args.results)
-    if not args.table_only:
+    if args.add_overfitting:
+        if not results.is_dir():
+            p.error(f"--add-overfitting: no kept rows in {results}")
+        panel = load_panel(args.data, universe=args.universe or None)
+        plan = FoldPlan(test=args.sessions, validation=args.sessions)
+        seeds = None if args.seeds == "all" else {int(s) for s in args.seeds.split(",")}
+        folds = None if args.folds == ALL_FOLDS else {int(f) for f in args.folds.split(",")}
+        arms = {a.strip() for a in args.arms.split(",")}
+        wanted = lambda r: (r.get("pbo") is None and r["arm"] in arms and r["calls"] == args.budget   # noqa: E731
+                            and (seeds is None or r["seed"] in seeds) and (folds is None or r["fold"] in folds))
+        for row in add_overfitting([r for r in read_fold_rows(results) if wanted(r)], Path(args.out), panel, plan):
+            write_fold_rows(results, row["arm"], [row])
+    elif not args.table_only:
         arms = [a.strip() for a in args.arms.split(",")]
         unknown = sorted(set(arms) - set(ARMS))
         if unknown:

@@ -1,6 +1,7 @@
 """`alpha-gym evolve --fold K` and the choices scored on a fold (alpha_gym/evaluation/walk_forward.py): the run
 never reads past its search window (scrambled later prices leave every reward bit-identical), one validity on
-every window, choices made on the validation window alone, and a clear refusal of a bad fold."""
+every window, choices made on the validation window alone, and a clear refusal of a bad fold; the run's PBO,
+each choice's effective bets and the reference formula's scores."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.holdout import TRAIN_REFUSED, evaluate_holdout
-from alpha_gym.evaluation.walk_forward import (ROWS_FILE, SELECTIONS, SUMMARY_FILE, TOP, PoolEntry, WalkForwardError,
-                                               pool_sample, score_fold)
+from alpha_gym.evaluation.walk_forward import (PBO_BLOCKS, REFERENCE, ROWS_FILE, SELECTIONS, SUMMARY_FILE, TOP,
+                                               PoolEntry, WalkForwardError, pool_pbo, pool_sample, score_fold)
 from alpha_gym.market import load_panel, synthetic_panel
 from alpha_gym.market.folds import FoldPlan, cut_fold, fold_panels, make_fold
 from alpha_gym.scoring.verifier import Verifier
@@ -239,3 +240,71 @@ def test_on_the_real_panel_fold_5s_test_score_is_the_pseudo_holdout_score(real_u
     direct = evaluate_holdout(formulas, train, hold, alpha_tests=False)
     assert [r["test"] for r in result["rows"]] == [a.score for a in direct.answers]
     assert all(a.valid for a in direct.answers)
+
+
+# ------------------------------------------------------------------------------ PBO, effective bets, the reference
+def test_the_pbo_is_cscv_over_the_pools_search_window_pnl(fold_setup):
+    _panel, panels, verifier = fold_setup
+    from alpha_gym.evaluation.holdout import train_verdict
+    from alpha_gym.evaluation.overfitting import probability_of_backtest_overfitting
+    result = score_fold(_pool(POOL + SLOW), verifier, panels)
+    pbo = result["pbo"]
+    nets = [train_verdict(verifier, f).net for f in POOL]            # best train reward first; SLOW is refused
+    direct = probability_of_backtest_overfitting(np.stack(nets, axis=1), PBO_BLOCKS)
+    assert pbo["pbo"] == direct.pbo and pbo["n_splits"] == 12_870 and pbo["n_days"] == len(nets[0]) > 400
+    assert (pbo["n_pool"], pbo["n_drawn"], pbo["n_candidates"]) == (len(POOL + SLOW), len(POOL + SLOW), len(POOL))
+    assert "daily net P&L on the search window" in pbo["pnl"]
+    capped = score_fold(_pool(POOL + SLOW), verifier, panels, pbo_cap=5)["pbo"]
+    assert capped["n_drawn"] == 5 and capped["n_pool"] == len(POOL + SLOW)
+    assert score_fold(_pool(POOL[:3]), verifier, panels, pbo_cap=0)["pbo"] is None
+    alone = score_fold(_pool(POOL[:1] + SLOW), verifier, panels)["pbo"]      # one valid formula: no choice to make
+    assert alone["pbo"] is None and "1 pool formula(s) valid" in alone["reason"]
+
+
+def test_the_pbo_of_a_row_reads_a_planted_edge_and_noise():
+    """The row's PBO is `overfitting`'s over the formulas valid on the search window (the statistic itself on
+    noise and planted edges: test_overfitting.py)."""
+    rng = np.random.default_rng(0)
+    noise = {f"f{j}": rng.normal(0.0, 0.01, 1000) for j in range(40)}
+    edge = dict(noise, f7=noise["f7"] + 0.003)
+    refused = dict(edge, slow=None)
+    got = [pool_pbo(nets, len(nets))["pbo"] for nets in (noise, edge, refused)]
+    assert 0.1 < got[0] < 0.9 and got[1] <= 0.01 and got[2] == got[1]
+    assert pool_pbo(refused, 50)["n_candidates"] == 40 and pool_pbo(refused, 50)["n_drawn"] == 41
+    short = pool_pbo({"a": np.zeros(20), "b": np.ones(20)}, 2)
+    assert short["pbo"] is None and "at least 32 days" in short["reason"]
+
+
+def test_each_choice_carries_its_effective_bets_on_each_window(fold_setup):
+    _panel, panels, verifier = fold_setup
+    from alpha_gym.evaluation.holdout import train_verdict
+    from alpha_gym.evaluation.selection import effective_bets
+    result = score_fold(_pool(POOL + SLOW), verifier, panels)
+    test = {a.formula: a for a in evaluate_holdout(POOL + SLOW, panels.test_history, panels.test,
+                                                    train_verifier=verifier, alpha_tests=False).answers}
+    for key, _ in SELECTIONS:
+        sel = result["selections"][key]
+        valid = [f for f in sel["formulas"] if f not in SLOW]
+        bets = sel["effective_bets"]
+        if not valid:
+            assert bets["search"] is None
+            continue
+        assert bets["search"] == pytest.approx(effective_bets(np.stack([train_verdict(verifier, f).net
+                                                                        for f in valid])))
+        on_test = [test[f].net for f in valid if test[f].valid]
+        assert bets["test"] == (pytest.approx(effective_bets(np.stack(on_test))) if on_test else None)
+        assert 1.0 - 1e-9 <= bets["search"] <= len(valid) + 1e-9
+    assert result["selections"]["best_train"]["effective_bets"]["search"] == pytest.approx(1.0)
+
+
+def test_the_reference_is_scored_like_a_choice(fold_setup):
+    _panel, panels, verifier = fold_setup
+    result = score_fold(_pool(POOL[1:4]), verifier, panels)         # the reference is not in the pool
+    direct = evaluate_holdout([REFERENCE], panels.test_history, panels.test, train_verifier=verifier,
+                              alpha_tests=False).answers[0]
+    ref = result["reference"]
+    assert ref["formula"] == REFERENCE == "rank(volume)" and ref["train_valid"] is True
+    assert ref["test"] == direct.score is not None
+    row = next(r for r in result["rows"] if r["formula"] == REFERENCE)
+    assert row["in"] == ["reference"]                               # in no choice
+    assert all(REFERENCE not in s["formulas"] for s in result["selections"].values())

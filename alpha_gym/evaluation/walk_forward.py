@@ -24,6 +24,15 @@ archive, which only admits valid answers with a positive train CPCV), and scores
                      the unselected random pool)
     test             every choice is then scored on the test window; a selection's score on a window is the mean
                      score of its members valid there (the comparison's book column), with the count
+    effective bets   each selection's `selection.effective_bets` (1 / sum of squared eigenvalue shares of its
+                     members' P&L correlations) on the search, validation and test windows, over its members valid
+                     there (None where none is)
+    PBO              the probability of backtest overfitting of the run's selection (`overfitting`, CSCV over
+                     PBO_BLOCKS blocks): the candidates are the pool's formulas valid on the search window (a
+                     uniform draw of PBO_CAP where the pool holds more), their daily net P&L there as the
+                     verifier trades it (its costs); picking the best in sample says nothing out of sample at 0.5
+    reference        REFERENCE, the one-idea baseline (`baselines.MOTIFS`' volume level), scored like a choice:
+                     under its search-window verdict, on the validation and test windows
 
 The test window is read once, after every choice is made.
 """
@@ -37,8 +46,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from alpha_gym.errors import InputError
-from alpha_gym.evaluation.holdout import FormulaHoldout, check_disjoint, evaluate_holdout, train_verdict
-from alpha_gym.evaluation.selection import Candidate, select_correlation_capped
+from alpha_gym.evaluation.baselines import MOTIFS
+from alpha_gym.evaluation.holdout import FormulaHoldout, TrainVerdict, check_disjoint, evaluate_holdout, train_verdict
+from alpha_gym.evaluation.overfitting import CSCV_BLOCKS, OverfittingError, probability_of_backtest_overfitting
+from alpha_gym.evaluation.selection import Candidate, effective_bets, select_correlation_capped
 from alpha_gym.jsonable import finite_or_none, json_dumps
 from alpha_gym.market.folds import FoldPanels
 from alpha_gym.scoring.holdout_config import HoldoutConfig
@@ -51,6 +62,14 @@ SHORTLIST = 100
 #: Formulas of the pool scored unselected (a uniform draw, seed 0).
 POOL_SAMPLE = 100
 TOP = 20
+#: CSCV blocks of the run's PBO, and the most pool formulas it reads (a uniform draw, seed 0, beyond): a 10,000-call
+#: archive of a few thousand formulas costs about 0.1 s a formula to trade again on the search window.
+PBO_BLOCKS = CSCV_BLOCKS
+PBO_CAP = 2000
+#: What the PBO's candidates trade: said in each result, so a row read later names it.
+PBO_PNL = "daily net P&L on the search window (the verifier's costs), each pool formula valid there"
+#: The one-idea baseline every book has to beat on a fold's test window.
+REFERENCE = MOTIFS[0].formulas[0]
 #: The selections, in the order reports show them: (key, what it is).
 SELECTIONS = (
     ("best_train", "best by train reward"),
@@ -142,15 +161,40 @@ def _stats(members: Sequence[str], results: dict[str, FormulaHoldout]) -> tuple[
     return (float(np.mean(scores)) if scores else None), len(scores)
 
 
+def members_bets(nets: Sequence[np.ndarray | None]) -> float | None:
+    """`selection.effective_bets` of the members' daily P&L that exist (None where none does: no member valid)."""
+    rows = [np.asarray(n, dtype=np.float64) for n in nets if n is not None]
+    return finite_or_none(effective_bets(np.stack(rows))) if rows else None
+
+
+def pool_pbo(nets: dict[str, np.ndarray | None], n_pool: int, n_blocks: int = PBO_BLOCKS) -> dict[str, Any]:
+    """The PBO of picking the best of `nets` (formula -> its daily net P&L on the search window, None where the
+    search window refuses it), as a JSON-ready dict with its counts; `pbo` None, and `reason`, where CSCV cannot
+    run (fewer than 2 valid formulas, too few days for the blocks)."""
+    valid = [n for n in nets.values() if n is not None]
+    out: dict[str, Any] = {"pnl": PBO_PNL, "n_blocks": n_blocks, "n_pool": int(n_pool), "n_drawn": len(nets),
+                           "n_candidates": len(valid), "pbo": None}
+    try:
+        if len(valid) < 2:
+            raise OverfittingError(f"{len(valid)} pool formula(s) valid on the search window: PBO needs 2")
+        r = probability_of_backtest_overfitting(np.stack(valid, axis=1), n_blocks)
+    except OverfittingError as err:
+        return {**out, "reason": str(err)}
+    d = r.to_dict()
+    return {**out, **{k: d[k] for k in ("pbo", "n_splits", "n_days", "median_logit", "oos_loss_share",
+                                         "distinct_picks")}}
+
+
 def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book: Sequence[str] | None = None,
                max_corr: float = 0.5, min_turnover: float = 0.02, shortlist: int = SHORTLIST,
-               pool_size: int = POOL_SAMPLE, label: str = "") -> dict[str, Any]:
+               pool_size: int = POOL_SAMPLE, pbo_cap: int = PBO_CAP, label: str = "") -> dict[str, Any]:
     """The run's choices on the fold and their scores (the module docstring): a JSON-ready summary with `rows`
     (one per formula scored: train reward and CPCV, validation and test score).
 
     verifier: a `Verifier` on `panels.search` (the run's own, or a fresh one: validity and R1 do not read the
     archive). book: the run's correlation-capped book on the search window (None: chosen here, `train_book`).
-    max_corr, min_turnover: the book rule, on both windows."""
+    max_corr, min_turnover: the book rule, on both windows. pbo_cap: the most pool formulas the PBO reads
+    (0: no PBO, its `pbo` None)."""
     if verifier.panel.fingerprint() != panels.search.fingerprint():
         raise WalkForwardError(f"the verifier was built on {verifier.panel.dates[0]}..{verifier.panel.dates[-1]}, "
                                f"not on fold {panels.fold.number}'s search window")
@@ -163,8 +207,11 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
     listed = by_train[:shortlist]
     drawn = pool_sample([e.formula for e in pool], pool_size)
     chosen = {"best_train": tuple(by_train[:1]), "top_train": tuple(by_train[:TOP]), "book_train": tuple(book)}
-    formulas = list(dict.fromkeys([*listed, *chosen["top_train"], *book, *drawn]))
-    verdicts = {f: train_verdict(verifier, f) for f in formulas}
+    formulas = list(dict.fromkeys([*listed, *chosen["top_train"], *book, *drawn, REFERENCE]))
+    for_pbo = pool_sample(by_train, pbo_cap) if pbo_cap else []
+    verdicts: dict[str, TrainVerdict] = {}
+    for f in dict.fromkeys([*formulas, *for_pbo]):
+        verdicts[f] = train_verdict(verifier, f)
     ok = [verdicts[f].valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
     validation = _window(formulas, ok, panels.validation_history, panels.validation, verifier, config)
@@ -179,20 +226,28 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
         v, n_v = _stats(members, validation)
         t, n_t = _stats(members, test)
         cpcvs = [verdicts[f].cpcv for f in members if verdicts[f].valid and verdicts[f].cpcv is not None]
+        bets = {"search": members_bets([verdicts[f].net for f in members if verdicts[f].valid]),
+                **{name: members_bets([w[f].net for f in members if w[f].valid])
+                   for name, w in (("validation", validation), ("test", test))}}
         selections[key] = {"about": about, "n": len(members), "train_cpcv": float(np.mean(cpcvs)) if cpcvs else None,
                            "validation": v, "validation_valid": n_v, "test": t, "test_valid": n_t,
-                           "formulas": list(members)}
+                           "effective_bets": bets, "formulas": list(members)}
+    reference = {"formula": REFERENCE, "train_valid": verdicts[REFERENCE].valid,
+                 "validation": finite_or_none(validation[REFERENCE].score), "test": finite_or_none(test[REFERENCE].score)}
+    pbo = pool_pbo({f: verdicts[f].net if verdicts[f].valid else None for f in for_pbo}, len(ranked)) \
+        if pbo_cap else None
     rows = [{"formula": f, "reward": entries[f].reward if f in entries else None,
              "train_cpcv": finite_or_none(verdicts[f].cpcv), "train_valid": verdicts[f].valid,
              "validation": finite_or_none(validation[f].score), "test": finite_or_none(test[f].score),
              "reason": None if test[f].valid and validation[f].valid else
              (validation[f].reason if not validation[f].valid else test[f].reason),
-             "in": [k for k, _ in SELECTIONS if f in chosen[k]] + (["shortlist"] if f in listed else [])}
+             "in": [k for k, _ in SELECTIONS if f in chosen[k]] + (["shortlist"] if f in listed else [])
+             + (["reference"] if f == REFERENCE else [])}
             for f in formulas]
     return {"format": WALK_FORWARD_FORMAT, "label": label, "fold": panels.fold.to_dict(),
             "book_rule": {"max_corr": max_corr, "min_turnover": min_turnover},
             "shortlist": shortlist, "pool_size": len(ranked), "pool_sample": pool_size,
-            "selections": selections, "rows": rows}
+            "selections": selections, "pbo": pbo, "reference": reference, "rows": rows}
 
 
 def write_walk_forward(out_dir, result: dict[str, Any]) -> tuple[Path, Path]:
