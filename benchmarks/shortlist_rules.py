@@ -41,7 +41,11 @@ ROWS = "rows.jsonl"
 TABLE = "shortlist-rules.md"
 ARMS = ("evolve", "search", "random")
 SIZE = 100
-RULES = ("top", "diverse-0.5", "diverse-0.7", "forms")
+SHORTLISTS = ("top", "diverse-0.5", "diverse-0.7", "forms")
+#: Each shortlist with the book chosen as today, and with the book admitting only members whose validation score is
+#: above 0 (RULE + POSITIVE): greedy by validation score alone takes every uncorrelated candidate, losers included.
+POSITIVE = "+pos"
+RULES = (*SHORTLISTS, *(f"{r}{POSITIVE}" for r in ("top", "diverse-0.5", "diverse-0.7")))
 #: The columns of the table beside the rules: what the run chose on train, and its pool unselected.
 OTHERS = ("book_train", "pool")
 NUMBER = re.compile(r"(?<![A-Za-z_])\d+(\.\d+)?")
@@ -112,11 +116,17 @@ def score_run(folder: Path, verifier, panels, arm: str, seed: int, calls: int) -
         return cache[f]
     lists = shortlists(by_train, verdict)
     drawn = pool_sample([e.formula for e in pool])
-    formulas = list(dict.fromkeys([f for rule in RULES for f in lists[rule]] + list(book) + drawn))
+    for rule in RULES:
+        lists.setdefault(rule, lists[rule.removesuffix(POSITIVE)])
+    formulas = list(dict.fromkeys([f for rule in SHORTLISTS for f in lists[rule]] + list(book) + drawn))
     ok = [verdict(f).valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
     validation = _window(formulas, ok, panels.validation_history, panels.validation, verifier, config)
-    books = {rule: choose_on_validation(lists[rule], validation, 0.5, 0.02)["book_validation"] for rule in RULES}
+    def candidates(rule):
+        if not rule.endswith(POSITIVE):
+            return lists[rule]
+        return [f for f in lists[rule] if validation[f].valid and validation[f].score > 0]
+    books = {rule: choose_on_validation(candidates(rule), validation, 0.5, 0.02)["book_validation"] for rule in RULES}
     test = _window(formulas, ok, panels.test_history, panels.test, verifier, config)    # every choice is made
     out = {rule: {**reading(books[rule], validation, test), "shortlist": len(lists[rule]),
                   "shortlist_valid": sum(verdict(f).valid for f in lists[rule]), "formulas": list(books[rule])}
@@ -160,7 +170,7 @@ def table(rows: list[dict]) -> list[str]:
                 for what in ("n", "bets", "validation", "test"):
                     per_fold = []
                     for k in folds:
-                        vals = [r["selections"][key][what] for r in mine if r["fold"] == k
+                        vals = [r["selections"][key][what] for r in mine if r["fold"] == k and key in r["selections"]
                                 and r["selections"][key][what] is not None]
                         per_fold.append(float(np.mean(vals)) if vals else None)
                     mean, half = t_interval(per_fold)
@@ -186,7 +196,7 @@ def paired_table(rows: list[dict]) -> list[str]:
                     per_fold = []
                     for k in folds:
                         d = [r["selections"][key][what] - r["selections"]["top"][what] for r in mine
-                             if r["fold"] == k and r["selections"][key][what] is not None
+                             if r["fold"] == k and key in r["selections"] and r["selections"][key][what] is not None
                              and r["selections"]["top"][what] is not None]
                         per_fold.append(float(np.mean(d)) if d else None)
                     cells.append(_cell(*t_interval(per_fold)))
