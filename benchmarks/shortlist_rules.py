@@ -14,6 +14,8 @@ train CPCV, then text):
     diverse-0.5  greedy by train reward, a formula admitted only when valid on the search window and |corr| of its
     diverse-0.7  search-window daily P&L with every one admitted is below 0.5 (0.7)
     forms        the best by train reward of each distinct form (the formula with every number replaced by #)
+    RULE+pos     (top, diverse-0.5, diverse-0.7) the same shortlist, the book admitting only candidates whose
+                 validation score is above 0: a book-rule variant beside the shortlist rules
 
 Then the validation window chooses the book from each shortlist exactly as today, and the test window is read
 after. Each row (one run: arm, seed, fold) holds, per rule and beside the train-chosen book and the unselected pool
