@@ -156,6 +156,15 @@ def _cell(mean, half, digits=2, sign="+") -> str:
     return f"{mean:{sign}.{digits}f}" + ("" if half is None else f" ± {half:.{digits}f}")
 
 
+def _per_fold(rows: list[dict], folds: list[int], value) -> list[float | None]:
+    """Per fold, the mean over its seeds of value(row's selections), rows whose value is None left out."""
+    out = []
+    for k in folds:
+        vals = [v for v in (value(r["selections"]) for r in rows if r["fold"] == k) if v is not None]
+        out.append(float(np.mean(vals)) if vals else None)
+    return out
+
+
 def table(rows: list[dict]) -> list[str]:
     """Per (calls, arm) and selection: means over folds (each fold the mean over its seeds), 95% t over folds."""
     lines = ["| calls | arm | selection | folds x seeds | n | effective bets (validation) | validation | test |",
@@ -170,12 +179,7 @@ def table(rows: list[dict]) -> list[str]:
             for key in (*RULES, *OTHERS):
                 cells = []
                 for what in ("n", "bets", "validation", "test"):
-                    per_fold = []
-                    for k in folds:
-                        vals = [r["selections"][key][what] for r in mine if r["fold"] == k and key in r["selections"]
-                                and r["selections"][key][what] is not None]
-                        per_fold.append(float(np.mean(vals)) if vals else None)
-                    mean, half = t_interval(per_fold)
+                    mean, half = t_interval(_per_fold(mine, folds, lambda s: s[key][what] if key in s else None))
                     cells.append(_cell(mean, half, 1, "") if what in ("n", "bets") else _cell(mean, half))
                 name = {"book_train": "book chosen on train", "pool": "pool (100 drawn)"}.get(key, f"shortlist {key}")
                 lines.append(f"| {calls} | {arm} | {name} | {len(folds)} x {seeds} | " + " | ".join(cells) + " |")
@@ -195,13 +199,10 @@ def paired_table(rows: list[dict]) -> list[str]:
             for key in RULES[1:]:
                 cells = []
                 for what in ("test", "bets"):
-                    per_fold = []
-                    for k in folds:
-                        d = [r["selections"][key][what] - r["selections"]["top"][what] for r in mine
-                             if r["fold"] == k and key in r["selections"] and r["selections"][key][what] is not None
-                             and r["selections"]["top"][what] is not None]
-                        per_fold.append(float(np.mean(d)) if d else None)
-                    cells.append(_cell(*t_interval(per_fold)))
+                    def minus_top(s, what=what, key=key):
+                        both = key in s and s[key][what] is not None and s["top"][what] is not None
+                        return s[key][what] - s["top"][what] if both else None
+                    cells.append(_cell(*t_interval(_per_fold(mine, folds, minus_top))))
                 lines.append(f"| {calls} | {arm} | {key} | " + " | ".join(cells) + " |")
     return lines
 
