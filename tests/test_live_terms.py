@@ -8,6 +8,8 @@ live twin (the same shape, the term made to count): T's checks still count there
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -109,6 +111,14 @@ def test_negligible_reads_the_days_scale_and_the_missing_cells():
     late[0] = np.nan
     assert negligible(late, h)  # a term whose window starts later: compared from the day both have values
     assert negligible(np.full((2, 3), np.nan), np.full((2, 3), np.nan))
+
+
+def test_a_difference_past_the_float_limit_is_not_negligible_and_warns_nothing():
+    big = np.array([[1e308, -1e308, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # the 10,000-call runs printed an overflow RuntimeWarning here
+        assert not negligible(big, -big)     # |a - b| overflows to inf: the term moves the values
+        assert negligible(big, big.copy())
 
 
 def test_a_formula_without_terms_is_its_own_live_tree(small_synthetic):
