@@ -165,24 +165,28 @@ def _per_fold(rows: list[dict], folds: list[int], value) -> list[float | None]:
     return out
 
 
+def _runs_by_arm(rows: list[dict]):
+    """(calls, arm, its rows, their folds) for each budget and arm that has rows, in the tables' order."""
+    for calls in sorted({r["calls"] for r in rows}):
+        for arm in ARMS:
+            mine = [r for r in rows if r["calls"] == calls and r["arm"] == arm]
+            if mine:
+                yield calls, arm, mine, sorted({r["fold"] for r in mine})
+
+
 def table(rows: list[dict]) -> list[str]:
     """Per (calls, arm) and selection: means over folds (each fold the mean over its seeds), 95% t over folds."""
     lines = ["| calls | arm | selection | folds x seeds | n | effective bets (validation) | validation | test |",
              "|---:|---|---|---:|---:|---:|---:|---:|"]
-    for calls in sorted({r["calls"] for r in rows}):
-        for arm in ARMS:
-            mine = [r for r in rows if r["calls"] == calls and r["arm"] == arm]
-            if not mine:
-                continue
-            folds = sorted({r["fold"] for r in mine})
-            seeds = len({r["seed"] for r in mine})
-            for key in (*RULES, *OTHERS):
-                cells = []
-                for what in ("n", "bets", "validation", "test"):
-                    mean, half = t_interval(_per_fold(mine, folds, lambda s: s[key][what] if key in s else None))
-                    cells.append(_cell(mean, half, 1, "") if what in ("n", "bets") else _cell(mean, half))
-                name = {"book_train": "book chosen on train", "pool": "pool (100 drawn)"}.get(key, f"shortlist {key}")
-                lines.append(f"| {calls} | {arm} | {name} | {len(folds)} x {seeds} | " + " | ".join(cells) + " |")
+    for calls, arm, mine, folds in _runs_by_arm(rows):
+        seeds = len({r["seed"] for r in mine})
+        for key in (*RULES, *OTHERS):
+            cells = []
+            for what in ("n", "bets", "validation", "test"):
+                mean, half = t_interval(_per_fold(mine, folds, lambda s: s[key][what] if key in s else None))
+                cells.append(_cell(mean, half, 1, "") if what in ("n", "bets") else _cell(mean, half))
+            name = {"book_train": "book chosen on train", "pool": "pool (100 drawn)"}.get(key, f"shortlist {key}")
+            lines.append(f"| {calls} | {arm} | {name} | {len(folds)} x {seeds} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -190,20 +194,15 @@ def paired_table(rows: list[dict]) -> list[str]:
     """Each rule's book minus today's (top) on the same run, test score and effective bets: mean over folds (each
     fold the mean over its seeds), 95% t over folds."""
     lines = ["| calls | arm | shortlist | test minus top | effective bets minus top |", "|---:|---|---|---:|---:|"]
-    for calls in sorted({r["calls"] for r in rows}):
-        for arm in ARMS:
-            mine = [r for r in rows if r["calls"] == calls and r["arm"] == arm]
-            if not mine:
-                continue
-            folds = sorted({r["fold"] for r in mine})
-            for key in RULES[1:]:
-                cells = []
-                for what in ("test", "bets"):
-                    def minus_top(s, what=what, key=key):
-                        both = key in s and s[key][what] is not None and s["top"][what] is not None
-                        return s[key][what] - s["top"][what] if both else None
-                    cells.append(_cell(*t_interval(_per_fold(mine, folds, minus_top))))
-                lines.append(f"| {calls} | {arm} | {key} | " + " | ".join(cells) + " |")
+    for calls, arm, mine, folds in _runs_by_arm(rows):
+        for key in RULES[1:]:
+            cells = []
+            for what in ("test", "bets"):
+                def minus_top(s, what=what, key=key):
+                    both = key in s and s[key][what] is not None and s["top"][what] is not None
+                    return s[key][what] - s["top"][what] if both else None
+                cells.append(_cell(*t_interval(_per_fold(mine, folds, minus_top))))
+            lines.append(f"| {calls} | {arm} | {key} | " + " | ".join(cells) + " |")
     return lines
 
 
