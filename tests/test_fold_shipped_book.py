@@ -18,12 +18,10 @@ from alpha_gym.errors import InputError
 from alpha_gym.evaluation.kept import read_object
 from alpha_gym.evaluation.shipped import ON_TRAIN, ON_VALIDATION, choose_to_ship
 from alpha_gym.evaluation.walk_forward import PoolEntry, WalkForwardError, score_fold
-from alpha_gym.market import synthetic_panel
-from alpha_gym.market.folds import FoldPlan, fold_panels, make_fold
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.evolve_arm import SHIPPED_KEYS, TRAIN_BOOK_KEY, run_pool, shipped_book, train_book_of
 from trainers.compare.arms.kept import _finished_book
-from fold_markets import scrambled  # a panel whose later sessions are shuffled
+from fold_markets import scrambled_market_files  # fold 5's market, its later sessions shuffled
 
 #: Fold windows of 60 sessions on the 800-session market (fold 5's search window: its first 428 sessions).
 SESSIONS = 60
@@ -33,13 +31,7 @@ BUDGET = 96
 
 @pytest.fixture(scope="module")
 def market(tmp_path_factory, write_market_csv):
-    panel = synthetic_panel(n_stocks=20, n_days=800, seed=0)
-    fold = make_fold(panel.dates, 5, FoldPlan(test=SESSIONS, validation=SESSIONS))
-    folder = tmp_path_factory.mktemp("market")
-    return {"panel": panel, "panels": fold_panels(panel, "5", SESSIONS),
-            "plain": write_market_csv(panel, folder / "plain.csv.gz"),
-            "test": write_market_csv(scrambled(panel, fold.test.first), folder / "test.csv.gz"),
-            "validation+test": write_market_csv(scrambled(panel, fold.validation.first), folder / "later.csv.gz")}
+    return scrambled_market_files(tmp_path_factory.mktemp("market"), write_market_csv, SESSIONS)
 
 
 def evolve(csv, out, *more, budget=BUDGET) -> str:

@@ -10,12 +10,11 @@ import pytest
 
 from alpha_gym.commands.main import main
 from alpha_gym.evaluation.validation import ValidationScorer
-from alpha_gym.market import synthetic_panel
-from alpha_gym.market.folds import FoldPlan, fold_panels, make_fold
+from alpha_gym.market.folds import fold_panels
 from alpha_gym.scoring.verifier import Verifier
 from alpha_gym.search.evolve_arm import VALIDATION_KEY, VALIDATION_LOG, curve_rows, validation_readings
 from trainers.compare.calls import VALIDATION_COLUMN, arm_curves, budget_rows, calls_table, write_calls
-from fold_markets import scrambled  # a panel whose later sessions are shuffled
+from fold_markets import scrambled_market_files  # fold 5's market, its later sessions shuffled
 
 #: Fold windows of 60 sessions on the 800-session market (fold 5's search window: its first 428 sessions).
 SESSIONS = 60
@@ -23,12 +22,7 @@ SESSIONS = 60
 
 @pytest.fixture(scope="module")
 def market(tmp_path_factory, write_market_csv):
-    panel = synthetic_panel(n_stocks=20, n_days=800, seed=0)
-    fold = make_fold(panel.dates, 5, FoldPlan(test=SESSIONS, validation=SESSIONS))
-    folder = tmp_path_factory.mktemp("market")
-    return {"fold": fold, "panel": panel, "plain": write_market_csv(panel, folder / "plain.csv.gz"),
-            "test": write_market_csv(scrambled(panel, fold.test.first), folder / "test.csv.gz"),
-            "validation+test": write_market_csv(scrambled(panel, fold.validation.first), folder / "later.csv.gz")}
+    return scrambled_market_files(tmp_path_factory.mktemp("market"), write_market_csv, SESSIONS)
 
 
 def evolve_args(csv, out, *more, budget=32):
