@@ -263,6 +263,9 @@ def test_the_pbo_is_cscv_over_the_pools_search_window_pnl(fold_setup):
     assert score_fold(_pool(POOL[:3]), verifier, panels, pbo_cap=0)["pbo"] is None
     alone = score_fold(_pool(POOL[:1] + SLOW), verifier, panels)["pbo"]      # one valid formula: no choice to make
     assert alone["pbo"] is None and "1 pool formula(s) valid" in alone["reason"]
+    for bad in (-1, 2.5, True, "100", None):                              # a cap that is no count: one named error
+        with pytest.raises(WalkForwardError, match="pbo_cap"):
+            score_fold(_pool(POOL[:3]), verifier, panels, pbo_cap=bad)
 
 
 def test_the_pbo_of_a_row_reads_a_planted_edge_and_noise():

@@ -198,6 +198,8 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
     if verifier.panel.fingerprint() != panels.search.fingerprint():
         raise WalkForwardError(f"the verifier was built on {verifier.panel.dates[0]}..{verifier.panel.dates[-1]}, "
                                f"not on fold {panels.fold.number}'s search window")
+    if isinstance(pbo_cap, bool) or not isinstance(pbo_cap, int) or pbo_cap < 0:
+        raise WalkForwardError(f"pbo_cap must be a whole number of formulas, 0 (no PBO) or more, got {pbo_cap!r}")
     ranked = _by_reward(pool)
     if not ranked:
         raise WalkForwardError("the run found no formula to score (an empty pool)")
@@ -209,9 +211,7 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
     chosen = {"best_train": tuple(by_train[:1]), "top_train": tuple(by_train[:TOP]), "book_train": tuple(book)}
     formulas = list(dict.fromkeys([*listed, *chosen["top_train"], *book, *drawn, REFERENCE]))
     for_pbo = pool_sample(by_train, pbo_cap) if pbo_cap else []
-    verdicts: dict[str, TrainVerdict] = {}
-    for f in dict.fromkeys([*formulas, *for_pbo]):
-        verdicts[f] = train_verdict(verifier, f)
+    verdicts: dict[str, TrainVerdict] = {f: train_verdict(verifier, f) for f in dict.fromkeys([*formulas, *for_pbo])}
     ok = [verdicts[f].valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
     validation = _window(formulas, ok, panels.validation_history, panels.validation, verifier, config)
