@@ -7,7 +7,7 @@ under several shortlist rules (no search runs again).
 
 A fold's "book chosen on validation" (`walk_forward.choose_on_validation`: greedy by validation score, |corr| of
 daily P&L < 0.5 on the validation window, turnover >= 2%) is chosen from a SHORTLIST the train reward admits. The
-rules compared, each up to 100 formulas of the run's pool (`walk_forward._by_reward` order: train reward, then
+rules compared, each up to 100 formulas of the run's pool (`walk_forward.ranked_by_reward` order: train reward, then
 train CPCV, then text):
 
     top          today's rule: the 100 best by train reward
@@ -104,12 +104,12 @@ def reading(members, validation, test) -> dict:
 def score_run(folder: Path, verifier, panels, arm: str, seed: int, calls: int) -> dict:
     """One run's row: every rule's shortlist, the book validation chooses from it, and the readings."""
     from alpha_gym.evaluation.holdout import train_verdict
-    from alpha_gym.evaluation.walk_forward import _by_reward, _window, choose_on_validation, pool_sample
+    from alpha_gym.evaluation.walk_forward import ranked_by_reward, window_results, choose_on_validation, pool_sample
     from alpha_gym.scoring.holdout_config import HoldoutConfig
     from alpha_gym.search.evolve_arm import run_pool
     t0 = time.perf_counter()
     pool, book = run_pool(folder)
-    by_train = [e.formula for e in _by_reward(pool)]
+    by_train = [e.formula for e in ranked_by_reward(pool)]
     cache: dict = {}
 
     def verdict(f):
@@ -123,13 +123,13 @@ def score_run(folder: Path, verifier, panels, arm: str, seed: int, calls: int) -
     formulas = list(dict.fromkeys([f for rule in SHORTLISTS for f in lists[rule]] + list(book) + drawn))
     ok = [verdict(f).valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
-    validation = _window(formulas, ok, panels.validation_history, panels.validation, verifier, config)
+    validation = window_results(formulas, ok, panels.validation_history, panels.validation, verifier, config)
     def candidates(rule):
         if not rule.endswith(POSITIVE):
             return lists[rule]
         return [f for f in lists[rule] if validation[f].valid and validation[f].score > 0]
     books = {rule: choose_on_validation(candidates(rule), validation, 0.5, 0.02)["book_validation"] for rule in RULES}
-    test = _window(formulas, ok, panels.test_history, panels.test, verifier, config)    # every choice is made
+    test = window_results(formulas, ok, panels.test_history, panels.test, verifier, config)    # every choice is made
     out = {rule: {**reading(books[rule], validation, test), "shortlist": len(lists[rule]),
                   "shortlist_valid": sum(verdict(f).valid for f in lists[rule]), "formulas": list(books[rule])}
            for rule in RULES}

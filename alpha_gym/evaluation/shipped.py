@@ -20,7 +20,7 @@ import numpy as np
 
 from alpha_gym.evaluation.holdout import train_verdict
 from alpha_gym.evaluation.selection import Candidate, book_selection
-from alpha_gym.evaluation.walk_forward import (SHORTLIST, PoolEntry, WalkForwardError, _by_reward, _window,
+from alpha_gym.evaluation.walk_forward import (SHORTLIST, PoolEntry, WalkForwardError, ranked_by_reward, window_results,
                                                choose_on_validation)
 from alpha_gym.jsonable import finite_or_none
 from alpha_gym.market.folds import FoldPanels
@@ -49,10 +49,10 @@ def choose_to_ship(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, m
     if verifier.panel.fingerprint() != panels.search.fingerprint():
         raise WalkForwardError(f"the verifier was built on {verifier.panel.dates[0]}..{verifier.panel.dates[-1]}, "
                                f"not on fold {panels.fold.number}'s search window")
-    ranked = _by_reward(pool)
+    ranked = ranked_by_reward(pool)
     listed = [e.formula for e in ranked][:shortlist]          # score_fold's shortlist, the same order
     ok = [train_verdict(verifier, f).valid for f in listed]
-    validation = _window(listed, ok, panels.validation_history, panels.validation, verifier,
+    validation = window_results(listed, ok, panels.validation_history, panels.validation, verifier,
                          HoldoutConfig.from_verifier(verifier.config)) if listed else {}
     chosen = choose_on_validation(listed, validation, max_corr, min_turnover)
     rewards = {e.formula: e.reward for e in ranked}

@@ -103,7 +103,7 @@ class Choices:
     book_rule: dict[str, float] = field(default_factory=dict)
 
 
-def _by_reward(pool: Sequence[PoolEntry]) -> list[PoolEntry]:
+def ranked_by_reward(pool: Sequence[PoolEntry]) -> list[PoolEntry]:
     """Distinct formulas, best train reward first (then train CPCV, then text: a stable order)."""
     seen: dict[str, PoolEntry] = {}
     for e in pool:
@@ -142,7 +142,7 @@ def train_book(pool: Sequence[PoolEntry], verifier, max_corr: float, min_turnove
     """The correlation-capped book of the pool on the search window (greedy by train CPCV), as a run's book.json
     is chosen: for a run that kept none (the search control)."""
     candidates = []
-    for e in _by_reward(pool):
+    for e in ranked_by_reward(pool):
         tr = train_verdict(verifier, e.formula)
         if tr.valid:
             candidates.append(Candidate(name=e.formula, cpcv=float(tr.cpcv), turnover=float(tr.turnover),
@@ -150,7 +150,10 @@ def train_book(pool: Sequence[PoolEntry], verifier, max_corr: float, min_turnove
     return tuple(select_correlation_capped(candidates, max_corr, min_turnover).members)
 
 
-def _window(formulas: list[str], verdicts: list[bool], history, window, verifier, config) -> dict[str, FormulaHoldout]:
+def window_results(formulas: list[str], verdicts: list[bool], history, window, verifier,
+                   config) -> dict[str, FormulaHoldout]:
+    """Each formula's holdout result on `window` (lookback from `history`) under its search-window verdict; the
+    verifier must not have seen the window. Shared by `score_fold` and the shipped choice (`shipped.py`)."""
     check_disjoint(verifier.panel, window)     # the verifier saw the search window only
     report = evaluate_holdout(formulas, history, window, config=config, train_valid=verdicts, alpha_tests=False)
     return {f: a for f, a in zip(formulas, report.answers)}
@@ -200,7 +203,7 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
                                f"not on fold {panels.fold.number}'s search window")
     if isinstance(pbo_cap, bool) or not isinstance(pbo_cap, int) or pbo_cap < 0:
         raise WalkForwardError(f"pbo_cap must be a whole number of formulas, 0 (no PBO) or more, got {pbo_cap!r}")
-    ranked = _by_reward(pool)
+    ranked = ranked_by_reward(pool)
     if not ranked:
         raise WalkForwardError("the run found no formula to score (an empty pool)")
     by_train = [e.formula for e in ranked]
@@ -214,11 +217,11 @@ def score_fold(pool: Sequence[PoolEntry], verifier, panels: FoldPanels, *, book:
     verdicts: dict[str, TrainVerdict] = {f: train_verdict(verifier, f) for f in dict.fromkeys([*formulas, *for_pbo])}
     ok = [verdicts[f].valid for f in formulas]
     config = HoldoutConfig.from_verifier(verifier.config)
-    validation = _window(formulas, ok, panels.validation_history, panels.validation, verifier, config)
+    validation = window_results(formulas, ok, panels.validation_history, panels.validation, verifier, config)
     chosen.update(choose_on_validation(listed, validation, max_corr, min_turnover))
     chosen["pool"] = tuple(drawn)
     # every choice is made: only now is the test window read
-    test = _window(formulas, ok, panels.test_history, panels.test, verifier, config)
+    test = window_results(formulas, ok, panels.test_history, panels.test, verifier, config)
     entries = {e.formula: e for e in ranked}
     selections = {}
     for key, about in SELECTIONS:
